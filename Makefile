@@ -1,0 +1,49 @@
+# Two README commands: `make demo` (the grading demo) and `make test` (every test).
+# Each creates .venv from requirements.txt on first use.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+# nbgrader calls alembic from PATH; kernels must come from the venv
+RUN := PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 PYTHONHASHSEED=0
+
+SYSTEM_PACKAGES := bubblewrap chromium chromium-driver
+
+.PHONY: venv sysdeps test test-unit demo lab clean
+
+venv: $(STAMP)
+
+## system packages: bubblewrap (the grading sandbox), chromium (the browser test)
+sysdeps:
+	@missing=""; \
+	for pkg in $(SYSTEM_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing system packages:$$missing (install them with apt-get as root)"; exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+## every test: unit, data, notebooks (nbval), release, grading
+test: sysdeps $(STAMP)
+	$(RUN) $(BIN)/python -m pytest
+
+## the reference path and the data file only (fast)
+test-unit: $(STAMP)
+	$(RUN) $(BIN)/python -m pytest tests/test_reference.py tests/test_arithmetic_data.py
+
+## the main job: release, sample class, grade, feedback, export
+demo: sysdeps $(STAMP)
+	$(RUN) $(BIN)/python -m autograder demo
+
+clean:
+	rm -rf build

@@ -1,0 +1,1 @@
+"""The Part II grading harness: release, collect, grade, feedback, export, check, demo."""

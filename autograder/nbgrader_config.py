@@ -1,0 +1,26 @@
+"""nbgrader configuration for the Part II course.
+
+The instructor sources stay in ``notebooks/`` (nbgrader accepts a source folder
+outside its root); everything nbgrader generates - release, submissions,
+autograded copies, feedback and the gradebook - goes under the ignored build
+folder. ``PART_II_BUILD`` moves that folder (tests use a temporary one) and
+``PART_II_DB_URL`` points the gradebook at another database (e.g. PostgreSQL).
+"""
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("PART_II_BUILD", REPO / "build")).resolve()
+COURSE = BUILD / "course"
+
+c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this file
+
+c.CourseDirectory.root = str(COURSE)
+c.CourseDirectory.source_directory = str(REPO / "notebooks")
+c.CourseDirectory.db_url = os.environ.get("PART_II_DB_URL", f"sqlite:///{COURSE / 'gradebook.db'}")
+c.CourseDirectory.course_id = "llm-probability-part-ii"
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*"]
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "在此写下你的回答。"

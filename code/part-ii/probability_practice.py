@@ -1,0 +1,598 @@
+"""Reference path for Part II: softmax, losses, entropy, KL, perplexity, likelihood.
+
+numpy only, so it imports fast and can be read in one sitting. Conventions used
+throughout, following the book (Chapter 6 and Chapter 2):
+
+- Logs are natural (unit: nat) unless a function takes ``unit="bits"``.
+- The class axis is the last one by default: logits and probabilities are ``[..., K]``.
+- ``0 * ln 0 = 0``; a loss or divergence is ``inf`` where the reference puts mass
+  and the prediction puts exactly zero (the support condition fails).
+- Bad input raises ``ValueError`` or ``TypeError`` naming the argument, what was
+  wrong and what was expected. Nothing returns a silent ``nan``.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+
+import numpy as np
+
+__all__ = [
+    "UNITS",
+    "REDUCTIONS",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "nll_from_logits",
+    "nll_from_probs",
+    "cross_entropy",
+    "reduce_losses",
+    "softmax_cross_entropy_grad",
+    "entropy",
+    "cross_entropy_dist",
+    "kl_divergence",
+    "nats_to_bits",
+    "bits_to_nats",
+    "perplexity",
+    "perplexity_from_probs",
+    "bayes_posterior",
+    "conditional_from_joint",
+    "expectation",
+    "variance",
+    "empirical_distribution",
+    "bernoulli_likelihood",
+    "bernoulli_nll",
+    "bernoulli_mle",
+    "sigmoid",
+    "bce_with_logits",
+    "weighted_bce_optimum",
+    "gaussian_nll",
+    "sequence_log_prob",
+]
+
+UNITS = ("nats", "bits")
+REDUCTIONS = ("mean", "sum", "none", "document_mean")
+PROB_ATOL = 1e-6  # tolerance for "sums to 1": float32 softmax rows are off by ~1e-7
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _as_float_array(x, name: str) -> np.ndarray:
+    """Return x as a float array (float32 kept, everything else float64); reject nan and non-numbers."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{name} must be a rectangular array of numbers: {exc}") from None
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise TypeError(f"{name} must hold real numbers, got complex dtype {arr.dtype}")
+    if arr.dtype != np.float32:
+        arr = arr.astype(np.float64)
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} contains nan at index {tuple(np.argwhere(np.isnan(arr))[0])}; expected real numbers")
+    return arr
+
+
+def _check_nonempty(arr: np.ndarray, name: str, min_ndim: int = 0) -> None:
+    """Reject empty arrays and arrays with fewer than min_ndim dimensions."""
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimension(s), got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); expected at least one value")
+
+
+def _check_finite(arr: np.ndarray, name: str) -> None:
+    """Reject +-inf where only finite values make sense (e.g. logits)."""
+    if not np.isfinite(arr).all():
+        bad = tuple(np.argwhere(~np.isfinite(arr))[0])
+        raise ValueError(f"{name} must be finite, got {arr[bad]} at index {bad}")
+
+
+def _norm_axis(axis, ndim: int, name: str = "axis") -> int:
+    """Return a non-negative axis index, rejecting axes outside the array."""
+    if not isinstance(axis, Integral) or isinstance(axis, bool):
+        raise TypeError(f"{name} must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimension(s)")
+    return int(axis) % ndim
+
+
+def _check_distribution(p: np.ndarray, name: str, axis: int = -1) -> None:
+    """Reject probabilities that are negative, above 1, or do not sum to 1 along axis."""
+    if (p < 0).any():
+        idx = tuple(np.argwhere(p < 0)[0])
+        raise ValueError(f"{name} must be non-negative probabilities, got {p[idx]} at index {idx}")
+    if (p > 1 + PROB_ATOL).any():
+        idx = tuple(np.argwhere(p > 1 + PROB_ATOL)[0])
+        raise ValueError(f"{name} must be probabilities in [0, 1], got {p[idx]} at index {idx}")
+    sums = p.sum(axis=axis, dtype=np.float64)
+    bad = np.abs(sums - 1.0) > PROB_ATOL * max(1, p.shape[axis])
+    if np.any(bad):
+        where = tuple(np.argwhere(np.atleast_1d(bad))[0])
+        got = np.atleast_1d(sums)[where]
+        raise ValueError(
+            f"{name} must sum to 1 along axis {axis}; row {where} sums to {got:.6f}"
+        )
+
+
+def _check_probabilities(p: np.ndarray, name: str) -> None:
+    """Reject values outside [0, 1] (no sum condition: these are separate events)."""
+    if ((p < 0) | (p > 1)).any():
+        idx = tuple(np.argwhere((p < 0) | (p > 1))[0])
+        raise ValueError(f"{name} must be probabilities in [0, 1], got {p[idx]} at index {idx}")
+
+
+def _as_int_targets(targets, name: str = "targets") -> np.ndarray:
+    """Return integer class indices as int64; reject floats with fractions, bools and nan."""
+    arr = np.asarray(targets)
+    if arr.dtype == bool:
+        raise TypeError(f"{name} must be integer class indices, got booleans")
+    if np.issubdtype(arr.dtype, np.integer):
+        return arr.astype(np.int64)
+    if np.issubdtype(arr.dtype, np.floating):
+        if np.isnan(arr).any() or not np.all(arr == np.round(arr)):
+            raise TypeError(f"{name} must be integer class indices, got non-integer values {arr.ravel()[:5]}")
+        return arr.astype(np.int64)
+    raise TypeError(f"{name} must be integer class indices, got dtype {arr.dtype}")
+
+
+def _check_target_range(targets: np.ndarray, num_classes: int, name: str, skip=None) -> None:
+    """Reject class indices outside [0, K), ignoring entries where skip is True."""
+    check = targets if skip is None else targets[~skip]
+    bad = (check < 0) | (check >= num_classes)
+    if bad.any():
+        raise ValueError(
+            f"{name} must lie in [0, {num_classes - 1}] (K={num_classes} classes), got {check[bad][0]}"
+        )
+
+
+def _check_unit(unit: str) -> None:
+    """Reject units other than nats and bits."""
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+
+
+def _check_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
+    """Return a boolean mask of the given shape (True = scored); reject other values."""
+    arr = np.asarray(mask)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape} (one entry per target), got {arr.shape}")
+    if arr.dtype != bool:
+        if not np.issubdtype(arr.dtype, np.number) or not np.isin(arr, (0, 1)).all():
+            raise ValueError(f"{name} must hold booleans or 0/1 (1 = scored), got {np.unique(arr)[:5]}")
+        arr = arr.astype(bool)
+    return arr
+
+
+# ---------------------------------------------------------------- softmax family
+
+
+def logsumexp(logits, axis: int = -1) -> np.ndarray:
+    """ln sum_j exp(z_j) along axis: [..., K] -> [...]; stable via the row maximum."""
+    z = _as_float_array(logits, "logits")
+    _check_nonempty(z, "logits", min_ndim=1)
+    _check_finite(z, "logits")
+    ax = _norm_axis(axis, z.ndim)
+    m = z.max(axis=ax, keepdims=True)
+    return np.squeeze(m, axis=ax) + np.log(np.exp(z - m).sum(axis=ax))
+
+
+def log_softmax(logits, axis: int = -1) -> np.ndarray:
+    """ln softmax(z) along axis: [..., K] -> [..., K], in nats; never takes log of a rounded zero."""
+    z = _as_float_array(logits, "logits")
+    _check_nonempty(z, "logits", min_ndim=1)
+    ax = _norm_axis(axis, z.ndim)
+    return z - np.expand_dims(logsumexp(z, axis=ax), ax)
+
+
+def softmax(logits, axis: int = -1) -> np.ndarray:
+    """exp(z_k - m) / sum_j exp(z_j - m) along axis: [..., K] -> [..., K]; each row sums to 1."""
+    z = _as_float_array(logits, "logits")
+    _check_nonempty(z, "logits", min_ndim=1)
+    _check_finite(z, "logits")
+    ax = _norm_axis(axis, z.ndim)
+    w = np.exp(z - z.max(axis=ax, keepdims=True))
+    return w / w.sum(axis=ax, keepdims=True)
+
+
+# ---------------------------------------------------------------- losses of a target
+
+
+def nll_from_logits(logits, target) -> np.ndarray:
+    """m - z_y + ln sum_j exp(z_j - m): logits [..., K], target int [...] -> loss [...] in nats."""
+    z = _as_float_array(logits, "logits")
+    _check_nonempty(z, "logits", min_ndim=1)
+    y = _as_int_targets(target, "target")
+    if y.shape != z.shape[:-1]:
+        raise ValueError(f"target must have shape {z.shape[:-1]} (logits without the class axis), got {y.shape}")
+    _check_target_range(y, z.shape[-1], "target")
+    z_y = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]
+    return logsumexp(z, axis=-1) - z_y
+
+
+def nll_from_probs(probs, target) -> np.ndarray:
+    """-ln p_y: probs [..., K], target int [...] -> loss [...] in nats; inf where p_y is exactly 0."""
+    p = _as_float_array(probs, "probs")
+    _check_nonempty(p, "probs", min_ndim=1)
+    _check_distribution(p, "probs")
+    y = _as_int_targets(target, "target")
+    if y.shape != p.shape[:-1]:
+        raise ValueError(f"target must have shape {p.shape[:-1]} (probs without the class axis), got {y.shape}")
+    _check_target_range(y, p.shape[-1], "target")
+    p_y = np.take_along_axis(p, y[..., None], axis=-1)[..., 0]
+    with np.errstate(divide="ignore"):
+        return -np.log(p_y)
+
+
+def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> np.ndarray | float:
+    """Reduce per-target losses [...] (nats) over scored targets: mean, sum, none, or document_mean over [B, T].
+
+    mean: sum of (weighted) scored losses / sum of their weights (the number of scored
+    targets when unweighted). document_mean: each document's (row's) mean over its
+    scored targets, then the plain mean over documents. none: losses with unscored
+    positions set to 0. Raises ValueError when nothing is scored.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    loss = _as_float_array(losses, "losses")
+    _check_nonempty(loss, "losses")
+    scored = np.ones(loss.shape, bool) if mask is None else _check_mask(mask, loss.shape)
+    w = np.ones(loss.shape) if weights is None else _as_float_array(weights, "weights")
+    if w.shape != loss.shape:
+        raise ValueError(f"weights must have shape {loss.shape}, got {w.shape}")
+    contrib = np.where(scored, w * np.where(scored, loss, 0.0), 0.0)
+    if reduction == "none":
+        return contrib
+    if reduction == "sum":
+        return float(contrib.sum())
+    if reduction == "mean":
+        if not scored.any():
+            raise ValueError("no target is scored (the mask excludes every position); a mean over zero targets is undefined")
+        denom = float(np.where(scored, w, 0.0).sum())
+        if denom == 0:
+            raise ValueError("the weights of the scored targets sum to 0; a weighted mean is undefined")
+        return float(contrib.sum()) / denom
+    # document_mean
+    if loss.ndim != 2:
+        raise ValueError(f"document_mean needs losses of shape [B, T] (one row per document), got {loss.shape}")
+    if weights is not None:
+        raise ValueError("document_mean does not take class weights; use reduction='mean' with weights")
+    counts = scored.sum(axis=1)
+    if (counts == 0).any():
+        empty = np.flatnonzero(counts == 0).tolist()
+        raise ValueError(f"documents {empty} have no scored target; a document mean needs N_i > 0 for every document")
+    return float(np.mean(contrib.sum(axis=1) / counts))
+
+
+def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weights=None, reduction: str = "mean"):
+    """Cross-entropy in nats of logits [..., K] against int targets [...] or soft targets [..., K].
+
+    Integer targets score one class per position (the index lookup -log softmax(z)_y,
+    no one-hot array); soft targets are a distribution per row. mask (True = scored)
+    and ignore_index drop positions; class_weights [K] weight each integer target by
+    its class, and the mean then divides by the summed weights (PyTorch's rule).
+    """
+    z = _as_float_array(logits, "logits")
+    _check_nonempty(z, "logits", min_ndim=1)
+    _check_finite(z, "logits")
+    num_classes = z.shape[-1]
+    log_q = log_softmax(z, axis=-1)
+    t = np.asarray(targets)
+    soft = t.shape == z.shape and np.issubdtype(t.dtype, np.floating)
+    if soft:
+        ref = _as_float_array(t, "targets")
+        _check_distribution(ref, "targets (soft)")
+        if ignore_index is not None or class_weights is not None:
+            raise ValueError("ignore_index and class_weights apply to integer targets only, got soft targets")
+        per_pos = -np.sum(np.where(ref > 0, ref * log_q, 0.0), axis=-1)
+        weights = None
+    else:
+        y = _as_int_targets(t, "targets")
+        if y.shape != z.shape[:-1]:
+            raise ValueError(
+                f"targets must have shape {z.shape[:-1]} (int class indices) or {z.shape} (soft targets), got {y.shape}"
+            )
+        ignored = np.zeros(y.shape, bool) if ignore_index is None else (y == int(ignore_index))
+        _check_target_range(y, num_classes, "targets", skip=ignored)
+        safe_y = np.where(ignored, 0, y)
+        per_pos = -np.take_along_axis(log_q, safe_y[..., None], axis=-1)[..., 0]
+        mask = ~ignored if mask is None else (_check_mask(mask, y.shape) & ~ignored)
+        weights = None
+        if class_weights is not None:
+            cw = _as_float_array(class_weights, "class_weights")
+            if cw.shape != (num_classes,):
+                raise ValueError(f"class_weights must have shape ({num_classes},), one per class, got {cw.shape}")
+            if (cw < 0).any():
+                raise ValueError("class_weights must be non-negative")
+            weights = cw[safe_y]
+    return reduce_losses(per_pos, mask=mask, reduction=reduction, weights=weights)
+
+
+def softmax_cross_entropy_grad(logits, target) -> np.ndarray:
+    """d loss / d logits = softmax(z) - onehot(y): logits [..., K], target int [...] -> [..., K] (per position)."""
+    z = _as_float_array(logits, "logits")
+    _check_nonempty(z, "logits", min_ndim=1)
+    y = _as_int_targets(target, "target")
+    if y.shape != z.shape[:-1]:
+        raise ValueError(f"target must have shape {z.shape[:-1]}, got {y.shape}")
+    _check_target_range(y, z.shape[-1], "target")
+    grad = softmax(z, axis=-1)
+    np.put_along_axis(grad, y[..., None], np.take_along_axis(grad, y[..., None], axis=-1) - 1.0, axis=-1)
+    return grad
+
+
+# ---------------------------------------------------------------- distributions
+
+
+def _log_in(unit: str) -> float:
+    """Divisor turning nats into the requested unit."""
+    _check_unit(unit)
+    return 1.0 if unit == "nats" else math.log(2.0)
+
+
+def entropy(p, axis: int = -1, unit: str = "nats") -> np.ndarray:
+    """H(p) = -sum_k p_k ln p_k along axis: [..., K] -> [...]; 0 ln 0 = 0."""
+    p = _as_float_array(p, "p")
+    _check_nonempty(p, "p", min_ndim=1)
+    ax = _norm_axis(axis, p.ndim)
+    _check_distribution(p, "p", axis=ax)
+    terms = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+    return -terms.sum(axis=ax) / _log_in(unit)
+
+
+def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
+    """H(p, q) = -sum_k p_k ln q_k, p the reference, q the prediction: [..., K] -> [...]; inf off q's support."""
+    p = _as_float_array(p, "p")
+    q = _as_float_array(q, "q")
+    _check_nonempty(p, "p", min_ndim=1)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    ax = _norm_axis(axis, p.ndim)
+    _check_distribution(p, "p", axis=ax)
+    _check_distribution(q, "q", axis=ax)
+    with np.errstate(divide="ignore"):
+        terms = np.where(p > 0, -p * np.log(q), 0.0)  # q = 0 under p > 0 gives +inf
+    return terms.sum(axis=ax) / _log_in(unit)
+
+
+def kl_divergence(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
+    """KL(p || q) = sum_k p_k ln(p_k / q_k), weights from p: [..., K] -> [...]; 0 where p_k = 0, inf where q_k = 0 < p_k."""
+    p = _as_float_array(p, "p")
+    q = _as_float_array(q, "q")
+    _check_nonempty(p, "p", min_ndim=1)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    ax = _norm_axis(axis, p.ndim)
+    _check_distribution(p, "p", axis=ax)
+    _check_distribution(q, "q", axis=ax)
+    pos = p > 0
+    with np.errstate(divide="ignore"):
+        terms = np.where(pos, p * (np.log(np.where(pos, p, 1.0)) - np.log(q)), 0.0)
+    # rounding can leave -1e-17 for p == q; KL is non-negative by Gibbs' inequality
+    return np.maximum(terms.sum(axis=ax), 0.0) / _log_in(unit)
+
+
+# ---------------------------------------------------------------- units and perplexity
+
+
+def nats_to_bits(value):
+    """Convert an information amount from nats to bits (divide by ln 2)."""
+    v = _as_float_array(value, "value")
+    return v / math.log(2.0) if v.ndim else float(v) / math.log(2.0)
+
+
+def bits_to_nats(value):
+    """Convert an information amount from bits to nats (multiply by ln 2)."""
+    v = _as_float_array(value, "value")
+    return v * math.log(2.0) if v.ndim else float(v) * math.log(2.0)
+
+
+def perplexity(mean_loss, unit: str = "nats") -> float:
+    """PPL = e^L for a mean loss in nats, 2^L for a mean loss in bits; the base must match the unit."""
+    _check_unit(unit)
+    loss = _as_float_array(mean_loss, "mean_loss")
+    if loss.ndim != 0:
+        raise ValueError(f"mean_loss must be a single number (an already averaged loss), got shape {loss.shape}")
+    if loss < 0:
+        raise ValueError(f"mean_loss must be >= 0 (a negative log-probability of events), got {float(loss)}")
+    return float(np.exp(loss)) if unit == "nats" else float(np.exp2(loss))
+
+
+def perplexity_from_probs(target_probs, mask=None) -> float:
+    """Geometric mean of 1/p over scored target probabilities [...]: exp(-(1/M) sum ln p); inf if some p is 0."""
+    p = _as_float_array(target_probs, "target_probs")
+    _check_nonempty(p, "target_probs")
+    _check_probabilities(p, "target_probs")
+    with np.errstate(divide="ignore"):
+        losses = -np.log(p)
+    return float(np.exp(reduce_losses(losses, mask=mask, reduction="mean")))
+
+
+# ---------------------------------------------------------------- probability basics
+
+
+def bayes_posterior(prior, likelihood) -> np.ndarray:
+    """P(h | e) = P(e | h) P(h) / sum_h' P(e | h') P(h'): prior [H] (sums to 1), likelihood [H] -> posterior [H]."""
+    prior = _as_float_array(prior, "prior")
+    lik = _as_float_array(likelihood, "likelihood")
+    _check_nonempty(prior, "prior", min_ndim=1)
+    if prior.ndim != 1 or lik.shape != prior.shape:
+        raise ValueError(f"prior and likelihood must both have shape [H], got {prior.shape} and {lik.shape}")
+    _check_distribution(prior, "prior")
+    _check_probabilities(lik, "likelihood")
+    joint = prior * lik
+    evidence = joint.sum()
+    if evidence == 0:
+        raise ValueError("the evidence has probability 0 under every hypothesis; P(h | e) is undefined")
+    return joint / evidence
+
+
+def conditional_from_joint(joint, given_axis: int = 0) -> np.ndarray:
+    """p(other | given) from a joint table [X, Y]: restrict to each value of the given axis and renormalise."""
+    j = _as_float_array(joint, "joint")
+    if j.ndim != 2:
+        raise ValueError(f"joint must be a 2-D table [X, Y], got shape {j.shape}")
+    _check_nonempty(j, "joint")
+    ax = _norm_axis(given_axis, 2, "given_axis")
+    _check_distribution(j.ravel(), "joint (all cells)")
+    marginal = j.sum(axis=1 - ax, keepdims=True)
+    if (marginal == 0).any():
+        zero = np.flatnonzero(marginal.ravel() == 0).tolist()
+        raise ValueError(f"conditioning values {zero} have probability 0; p(. | given) is undefined there")
+    return j / marginal
+
+
+def expectation(values, probs) -> float:
+    """E_p[X] = sum_x p(x) x: values [N], probs [N] (a PMF)."""
+    x = _as_float_array(values, "values")
+    p = _as_float_array(probs, "probs")
+    _check_nonempty(p, "probs", min_ndim=1)
+    if p.ndim != 1 or x.shape != p.shape:
+        raise ValueError(f"values and probs must both have shape [N], got {x.shape} and {p.shape}")
+    _check_distribution(p, "probs")
+    return float(np.sum(p * x))
+
+
+def variance(values, probs) -> float:
+    """Var(X) = E[(X - mu)^2]: values [N], probs [N] (a PMF); in squared units of X."""
+    mu = expectation(values, probs)
+    return float(np.sum(np.asarray(probs, float) * (np.asarray(values, float) - mu) ** 2))
+
+
+def empirical_distribution(samples, support) -> np.ndarray:
+    """p_hat(x) = (1/n) #{i: X_i = x} for each x in support [S] -> [S]; unseen values get exactly 0."""
+    support = list(support)
+    samples = list(np.asarray(samples).ravel().tolist()) if not isinstance(samples, str) else list(samples)
+    if not samples:
+        raise ValueError("samples is empty; an empirical distribution needs at least one observation")
+    if len(set(support)) != len(support):
+        raise ValueError("support must list each value once")
+    index = {v: i for i, v in enumerate(support)}
+    unknown = [s for s in samples if s not in index]
+    if unknown:
+        raise ValueError(f"samples contain values outside support: {unknown[:5]}")
+    counts = np.bincount([index[s] for s in samples], minlength=len(support))
+    return counts / len(samples)
+
+
+# ---------------------------------------------------------------- Bernoulli, sigmoid, BCE
+
+
+def _check_counts(k, n) -> tuple[int, int]:
+    """Validate k successes out of n trials."""
+    for name, v in (("k", k), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, Integral):
+            raise TypeError(f"{name} must be an integer count, got {v!r}")
+    if n <= 0:
+        raise ValueError(f"n must be a positive number of trials, got {n}")
+    if not 0 <= k <= n:
+        raise ValueError(f"k must satisfy 0 <= k <= n={n}, got {k}")
+    return int(k), int(n)
+
+
+def _check_theta(theta) -> np.ndarray:
+    """Validate a Bernoulli parameter (or an array of them) in [0, 1]."""
+    th = _as_float_array(theta, "theta")
+    _check_probabilities(th, "theta")
+    return th
+
+
+def bernoulli_likelihood(theta, k: int, n: int):
+    """Lik(theta) = theta^k (1 - theta)^(n - k) for an ordered record with k ones in n trials (0^0 = 1)."""
+    k, n = _check_counts(k, n)
+    th = _check_theta(theta)
+    out = np.power(th, k) * np.power(1.0 - th, n - k)
+    return out if out.ndim else float(out)
+
+
+def bernoulli_nll(theta, k: int, n: int):
+    """J(theta) = -k ln theta - (n - k) ln(1 - theta) in nats (0 ln 0 = 0; inf at an impossible endpoint)."""
+    k, n = _check_counts(k, n)
+    th = _check_theta(theta)
+    with np.errstate(divide="ignore"):
+        a = np.where(k > 0, -k * np.log(th), 0.0)
+        b = np.where(n - k > 0, -(n - k) * np.log1p(-th), 0.0)
+    out = a + b
+    return out if out.ndim else float(out)
+
+
+def bernoulli_mle(k: int, n: int) -> float:
+    """theta_hat = k / n on the closed interval [0, 1]; k = 0 and k = n give the endpoints 0 and 1."""
+    k, n = _check_counts(k, n)
+    return k / n
+
+
+def sigmoid(z):
+    """sigma(z) = 1 / (1 + e^-z), computed without overflow for large |z|."""
+    x = _as_float_array(z, "z")
+    out = np.where(x >= 0, 1.0 / (1.0 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1.0 + np.exp(-np.abs(x))))
+    return out.astype(x.dtype) if out.ndim else float(out)
+
+
+def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
+    """Binary cross-entropy from logits in nats: max(z,0) - y z + ln(1 + e^-|z|), positives weighted by pos_weight.
+
+    z and y broadcast together; y in [0, 1] (a soft label is allowed). With weight w
+    the loss is w y softplus(-z) + (1 - y) softplus(z). reduction: none, mean or sum.
+    """
+    x = _as_float_array(z, "z")
+    t = _as_float_array(y, "y")
+    _check_probabilities(t, "y")
+    try:
+        x, t = np.broadcast_arrays(x, t)
+    except ValueError:
+        raise ValueError(f"z and y must broadcast together, got shapes {x.shape} and {t.shape}") from None
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    softplus_neg = np.maximum(-x, 0) + np.log1p(np.exp(-np.abs(x)))  # ln(1 + e^-z)
+    if pos_weight is None:
+        loss = np.maximum(x, 0) - t * x + np.log1p(np.exp(-np.abs(x)))
+    else:
+        w = _as_float_array(pos_weight, "pos_weight")
+        if (w <= 0).any():
+            raise ValueError(f"pos_weight must be positive, got {w}")
+        loss = w * t * softplus_neg + (1 - t) * (softplus_neg + x)
+    if reduction == "none":
+        return loss if loss.ndim else float(loss)
+    return float(loss.mean()) if reduction == "mean" else float(loss.sum())
+
+
+def weighted_bce_optimum(p, w):
+    """q* = w p / (w p + 1 - p): the output minimising E[weighted BCE] when P(y=1|x) = p and positives weigh w."""
+    pr = _as_float_array(p, "p")
+    _check_probabilities(pr, "p")
+    wt = _as_float_array(w, "w")
+    if (wt <= 0).any():
+        raise ValueError(f"w must be a positive weight, got {wt}")
+    out = wt * pr / (wt * pr + 1.0 - pr)
+    return out if out.ndim else float(out)
+
+
+def gaussian_nll(y, mean, sigma):
+    """-ln N(y; mean, sigma^2) = ln(2 pi sigma^2)/2 + (y - mean)^2 / (2 sigma^2), in nats per observation."""
+    yy = _as_float_array(y, "y")
+    mu = _as_float_array(mean, "mean")
+    s = _as_float_array(sigma, "sigma")
+    if (s <= 0).any():
+        raise ValueError(f"sigma must be a positive standard deviation, got {s}")
+    try:
+        out = 0.5 * np.log(2 * np.pi * s**2) + (yy - mu) ** 2 / (2 * s**2)
+    except ValueError:
+        raise ValueError(f"y, mean and sigma must broadcast, got {yy.shape}, {mu.shape}, {s.shape}") from None
+    return out if out.ndim else float(out)
+
+
+def sequence_log_prob(cond_probs) -> float:
+    """ln p(x_1..x_T) = sum_t ln p(x_t | x_<t) from the T conditional probabilities [T]; -inf if one is 0."""
+    p = _as_float_array(cond_probs, "cond_probs")
+    _check_nonempty(p, "cond_probs", min_ndim=1)
+    if p.ndim != 1:
+        raise ValueError(f"cond_probs must be one probability per position, shape [T], got {p.shape}")
+    _check_probabilities(p, "cond_probs")
+    with np.errstate(divide="ignore"):
+        return float(np.sum(np.log(p)))
