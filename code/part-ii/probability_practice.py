@@ -26,6 +26,7 @@ __all__ = [
     "logsumexp",
     "nll_from_logits",
     "nll_from_probs",
+    "neg_log_prob",
     "cross_entropy",
     "reduce_losses",
     "softmax_cross_entropy_grad",
@@ -226,7 +227,18 @@ def nll_from_probs(probs, target) -> np.ndarray:
     _check_target_range(y, p.shape[-1], "target")
     p_y = np.take_along_axis(p, y[..., None], axis=-1)[..., 0]
     with np.errstate(divide="ignore"):
-        return -np.log(p_y)
+        return 0.0 - np.log(p_y)  # 0.0 - x: p_y = 1 gives 0.0, not -0.0
+
+
+def neg_log_prob(p, unit: str = "nats"):
+    """-log p elementwise for target probabilities p [...] in [0, 1] -> [...] in nats (or bits); inf where p is exactly 0."""
+    _check_unit(unit)
+    arr = _as_float_array(p, "p")
+    _check_nonempty(arr, "p")
+    _check_probabilities(arr, "p")
+    with np.errstate(divide="ignore"):
+        out = (0.0 - np.log(arr)) / _log_in(unit)  # 0.0 - x: p = 1 gives 0.0, not -0.0
+    return out if out.ndim else float(out)
 
 
 def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> np.ndarray | float:
@@ -355,8 +367,9 @@ def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
     ax = _norm_axis(axis, p.ndim)
     _check_distribution(p, "p", axis=ax)
     _check_distribution(q, "q", axis=ax)
+    pos = p > 0
     with np.errstate(divide="ignore"):
-        terms = np.where(p > 0, -p * np.log(q), 0.0)  # q = 0 under p > 0 gives +inf
+        terms = np.where(pos, -p * np.log(np.where(pos, q, 1.0)), 0.0)  # q = 0 under p > 0 gives +inf
     return terms.sum(axis=ax) / _log_in(unit)
 
 
