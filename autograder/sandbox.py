@@ -1,0 +1,455 @@
+"""Run each submission's kernel inside bubblewrap, with resource limits and an output cap.
+
+The grader talks to the kernel over ZeroMQ ``ipc`` (unix sockets) in a per-submission
+scratch folder, because the kernel lives in its own network namespace where TCP from
+outside cannot reach it. The kernel sees:
+
+- the system read-only (``--ro-bind / /``), with the repository, the course build folder
+  (gradebook, other submissions), home folders, ``/run`` and the host ``/tmp`` hidden
+  under empty tmpfs mounts;
+- the ``readable`` paths (code/part-ii, data/part-ii, the venv) bound read-only at their
+  own paths, so ``PART_II_ROOT`` and the notebooks' setup cell work unchanged;
+- ``<scratch>/ipc`` (connection file and sockets, writable while the kernel starts) and
+  a size-capped private tmpfs as its working folder, ``HOME`` and ``/tmp``;
+- no network (``--unshare-net``), its own PID/IPC/UTS namespaces, a cleared environment,
+  and ``prlimit`` limits on CPU seconds, address space, processes and file size.
+
+When the grader runs as root the kernel runs as ``nobody`` (``setpriv``): root would keep
+every capability inside bubblewrap (and could unmount the hiding tmpfs), and
+RLIMIT_NPROC counts all processes of the real user. As ``nobody`` the ipc folder is made
+read-only for the kernel once its sockets exist, so it cannot fill the host disk.
+
+Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`` per
+notebook, outputs are dropped and one truncation notice is kept; ZeroMQ drops any single
+iopub message larger than that cap. A cell that kills the kernel (``os._exit``, a
+segfault, a memory or CPU limit) or ignores the timeout interrupt is marked as failed,
+the kernel is restarted, the earlier cells are replayed quietly, and grading goes on,
+so the honest cells after it are still scored.
+
+Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.manager import AsyncKernelManager
+from nbformat.v4 import new_output
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Dict, Integer, List, Unicode
+from traitlets.config import Config
+
+__all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager"]
+
+REPO = Path(__file__).resolve().parent.parent
+NOBODY = 65534
+# host folders a kernel never needs and must not read (besides the repository itself)
+ALWAYS_HIDDEN = ("/home", "/root", "/run", "/var/run", "/var/tmp", "/mnt", "/media", "/srv")
+IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-kernel resource limits; every field is a positive integer (seconds or bytes)."""
+
+    cpu_seconds: int = 300  # CPU time of each process, beyond the wall-clock cell timeout
+    memory_bytes: int = 4 * 2**30  # address space; importing torch alone maps ~1.5 GiB
+    max_processes: int = 256  # RLIMIT_NPROC: processes and threads of the kernel's user
+    file_size_bytes: int = 64 * 2**20  # largest file the kernel may write
+    output_bytes: int = 2 * 2**20  # text and display output kept per notebook
+    disk_bytes: int = 256 * 2**20  # size of the kernel's private working folder and /tmp
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive integer, got {value!r}")
+
+
+def _run_as_nobody() -> bool:
+    """True when the grader is root, so the kernel must drop to an unprivileged user."""
+    return os.geteuid() == 0
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_available() -> bool:
+    """Return True when bubblewrap exists and can create the namespaces the sandbox needs."""
+    if shutil.which("bwrap") is None or shutil.which("prlimit") is None or (
+            _run_as_nobody() and shutil.which("setpriv") is None):
+        return False
+    probe = ["bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid",
+             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent",
+             *_drop_to_nobody(), "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _namespace_options() -> list[str]:
+    """bwrap options for users and capabilities: unprivileged userns, or root dropping to nobody."""
+    if _run_as_nobody():
+        # privileged bwrap keeps every capability unless told otherwise; keep only what
+        # setpriv needs to become nobody (which then clears them all)
+        return ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return ["--unshare-user", "--disable-userns"]
+
+
+def _drop_to_nobody() -> list[str]:
+    """Command run inside the sandbox that becomes nobody with no capabilities (root only)."""
+    if not _run_as_nobody():
+        return []
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+            "--inh-caps=-all", "--no-new-privs", "--"]
+
+
+def _course_paths(config: Config) -> list[Path]:
+    """The course build folder and a SQLite gradebook's folder named in the nbgrader config."""
+    paths = []
+    root = config.CourseDirectory.get("root")
+    if root:
+        paths.append(Path(str(root)))
+    db_url = str(config.CourseDirectory.get("db_url") or "")
+    if db_url.startswith("sqlite:///"):
+        paths.append(Path(db_url[len("sqlite:///"):]).parent)
+    build = os.environ.get("PART_II_BUILD")
+    if build:
+        paths.append(Path(build))
+    return paths
+
+
+def _part_ii_root(readable: list[Path]) -> str:
+    """The folder that holds code/part-ii among the readable paths ('' when none does)."""
+    for path in readable:
+        if path.name == "part-ii" and path.parent.name == "code":
+            return str(path.parent.parent)
+    return ""
+
+
+def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limits: SandboxLimits) -> None:
+    """Make nbgrader's autograde run each kernel in bubblewrap, writing only under scratch."""
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a traitlets Config, got {type(config).__name__}")
+    if not isinstance(limits, SandboxLimits):
+        raise TypeError(f"limits must be a SandboxLimits, got {type(limits).__name__}")
+    scratch = Path(scratch).resolve()
+    if not scratch.is_dir():
+        raise ValueError(f"scratch must be an existing folder, got {scratch}")
+    readable = [Path(p).resolve() for p in readable]
+    missing = [str(p) for p in readable if not p.exists()]
+    if missing:
+        raise ValueError(f"readable paths must exist; missing: {', '.join(missing)}")
+    if not bwrap_available():
+        raise RuntimeError("bubblewrap (bwrap) is missing or cannot create namespaces here; "
+                           "install the 'bubblewrap' package or grade with --no-sandbox")
+    hidden = [str(REPO)] + [str(p) for p in _course_paths(config)] + list(ALWAYS_HIDDEN)
+    km = config.SandboxedKernelManager
+    km.scratch = str(scratch)
+    # the venv's python is a link into the base interpreter (e.g. under a hidden /root/.pyenv)
+    base = Path(sys.base_prefix).resolve()
+    km.readable = [str(p) for p in readable] + ([str(base)] if base not in readable else [])
+    km.hidden = hidden
+    km.cpu_seconds = limits.cpu_seconds
+    km.memory_bytes = limits.memory_bytes
+    km.max_processes = limits.max_processes
+    km.file_size_bytes = limits.file_size_bytes
+    km.disk_bytes = limits.disk_bytes
+    km.output_bytes = limits.output_bytes
+    env = dict(km.get("setenv", {}))
+    root = _part_ii_root(readable)
+    if root:
+        env["PART_II_ROOT"] = root
+    km.setenv = env
+    config.GradingExecute.output_bytes = limits.output_bytes
+    config.GradingExecute.sandboxed = True
+    use_grading_execute(config)
+
+
+def use_grading_execute(config: Config) -> None:
+    """Replace nbgrader's Execute with GradingExecute in the autograde preprocessor list."""
+    from nbgrader.converters import Autograde
+
+    current = config.Autograde.get("autograde_preprocessors") or Autograde().autograde_preprocessors
+    config.Autograde.autograde_preprocessors = [GradingExecute if p is Execute else p for p in list(current)]
+
+
+class LimitedKernelClient(AsyncKernelClient):
+    """Kernel client whose iopub socket drops any single message above the output cap."""
+
+    def connect_iopub(self, identity=None):
+        """Connect iopub with ZMQ_MAXMSGSIZE so one huge message cannot exhaust grader memory."""
+        socket = super().connect_iopub(identity=identity)
+        cap = getattr(self.parent, "output_bytes", 0)
+        if cap:
+            import zmq
+
+            socket.setsockopt(zmq.MAXMSGSIZE, cap + 2**20)
+        return socket
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """AsyncKernelManager that starts the kernel in bubblewrap and talks to it over ipc."""
+
+    scratch = Unicode("", help="per-submission folder: ipc sockets, connection file, log").tag(config=True)
+    readable = List(Unicode(), help="paths bound read-only at their own path").tag(config=True)
+    hidden = List(Unicode(), help="paths covered by an empty tmpfs").tag(config=True)
+    setenv = Dict(help="extra environment variables for the kernel").tag(config=True)
+    cpu_seconds = Integer(SandboxLimits.cpu_seconds).tag(config=True)
+    memory_bytes = Integer(SandboxLimits.memory_bytes).tag(config=True)
+    max_processes = Integer(SandboxLimits.max_processes).tag(config=True)
+    file_size_bytes = Integer(SandboxLimits.file_size_bytes).tag(config=True)
+    disk_bytes = Integer(SandboxLimits.disk_bytes).tag(config=True)
+    output_bytes = Integer(SandboxLimits.output_bytes).tag(config=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if not self.scratch:
+            raise ValueError("SandboxedKernelManager.scratch is not set; call configure_sandbox() first")
+        self.client_factory = LimitedKernelClient
+        self.transport = "ipc"
+        self.ipc_dir.mkdir(parents=True, exist_ok=True)
+        (Path(self.scratch) / "work").mkdir(exist_ok=True)  # mount point of the private tmpfs
+        # absolute: nbgrader changes directory; one kernel per scratch folder at a time
+        self.ip = str(self.ipc_dir / "kernel")
+        self.connection_file = str(self.ipc_dir / "kernel.json")
+
+    @property
+    def ipc_dir(self) -> Path:
+        """Folder shared with the kernel: connection file and ipc sockets."""
+        return Path(self.scratch) / "ipc"
+
+    def write_connection_file(self, **kwargs):
+        """Write the connection file where the unprivileged kernel can read it."""
+        super().write_connection_file(**kwargs)
+        if _run_as_nobody():
+            os.chown(self.connection_file, NOBODY, NOBODY)
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        """Wrap the kernel spec's command in setpriv/bwrap/prlimit."""
+        return self.sandbox_prefix() + super().format_kernel_cmd(extra_arguments)
+
+    def sandbox_prefix(self) -> list[str]:
+        """The command that precedes the kernel's own argv (bwrap options, then prlimit)."""
+        work = str(Path(self.scratch) / "work")
+        ipc = str(self.ipc_dir)
+        venv = str(Path(sys.prefix))
+        env = {
+            "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
+            "HOME": work,
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLCONFIGDIR": f"{work}/.matplotlib",
+            "IPYTHONDIR": f"{work}/.ipython",
+            **{str(k): str(v) for k, v in self.setenv.items()},
+        }
+        cmd = [
+            "bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--clearenv",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--size", str(self.disk_bytes), "--tmpfs", "/tmp",
+        ]
+        for path in self.hidden:
+            if Path(path).is_symlink():
+                continue  # e.g. /var/run -> /run, hidden through its target
+            if Path(path).is_dir():
+                cmd += ["--tmpfs", path]
+            elif Path(path).exists():
+                cmd += ["--ro-bind", "/dev/null", path]
+        for path in self.readable:
+            cmd += self._bind("--ro-bind", path)
+        cmd += self._bind("--bind", ipc)
+        cmd += ["--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work, "--chdir", work]
+        for key, value in env.items():
+            cmd += ["--setenv", key, value]
+        cmd += ["--", *_drop_to_nobody()]
+        cmd += [
+            "prlimit", f"--cpu={self.cpu_seconds}", f"--as={self.memory_bytes}",
+            f"--nproc={self.max_processes}", f"--fsize={self.file_size_bytes}", "--core=0", "--",
+        ]
+        return cmd
+
+    def _bind(self, option: str, path: str) -> list[str]:
+        """bwrap arguments binding path at its own place, its parents searchable by the kernel."""
+        return self._parents(path) + [option, path, path]
+
+    def _parents(self, path: str) -> list[str]:
+        """Create path's parents inside hidden tmpfs mounts with mode 0755 (bwrap's default is 0700)."""
+        covers = ["/tmp", *self.hidden]
+        args = []
+        for parent in reversed(Path(path).parents):
+            if any(parent != Path(c) and parent.is_relative_to(c) for c in covers):
+                args += ["--perms", "0755", "--dir", str(parent)]
+        return args
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        """Open the ipc folder to the kernel, send its stdout/stderr to a capped log, launch."""
+        self._set_ipc_writable(True)
+        log = open(Path(self.scratch) / "kernel.log", "ab")  # noqa: SIM115 - the child keeps it
+        try:
+            kw["stdout"] = log
+            kw["stderr"] = subprocess.STDOUT
+            kw["stdin"] = subprocess.DEVNULL
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+        finally:
+            log.close()
+
+    async def _async_post_start_kernel(self, **kw):
+        """Once the kernel has bound its sockets, stop it from creating files in the ipc folder."""
+        await super()._async_post_start_kernel(**kw)
+        if not _run_as_nobody():
+            return
+        info = self.get_connection_info()
+        sockets = [Path(f"{self.ip}-{info[name]}") for name in IPC_SOCKETS]
+        for _ in range(600):
+            if all(s.exists() for s in sockets) or not await self.is_alive():
+                break
+            await asyncio.sleep(0.1)
+        self._set_ipc_writable(False)
+
+    def _set_ipc_writable(self, writable: bool) -> None:
+        """Let the unprivileged kernel create its sockets, or not (only matters as root)."""
+        if _run_as_nobody():
+            os.chmod(self.ipc_dir, 0o1733 if writable else 0o755)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        """Remove the connection file and the kernel's ipc socket files."""
+        await super()._async_cleanup_resources(restart=restart)
+        for stale in self.ipc_dir.glob("kernel-*"):
+            stale.unlink(missing_ok=True)
+
+
+class GradingExecute(Execute):
+    """nbgrader's Execute with an output cap and recovery from kernel death or a stuck cell."""
+
+    output_bytes = Integer(SandboxLimits.output_bytes, help="text/display bytes kept per notebook").tag(config=True)
+    sandboxed = Bool(False, help="start kernels with SandboxedKernelManager").tag(config=True)
+    max_kernel_restarts = Integer(3, help="kernel restarts per notebook before the rest fails").tag(config=True)
+    responsive_timeout = Integer(10, help="seconds a kernel has to answer after an interrupt").tag(config=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self.sandboxed:
+            self.kernel_manager_class = SandboxedKernelManager
+
+    # --- output cap -------------------------------------------------------------------
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep an output only while the notebook's output budget lasts."""
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        self._output_used = getattr(self, "_output_used", 0) + size
+        if self._output_used <= self.output_bytes:
+            return super().output(outs, msg, display_id, cell_index)
+        if not getattr(self, "_output_truncated", False):
+            self._output_truncated = True
+            note = new_output("stream", name="stdout",
+                              text=f"\n[output truncated: this notebook printed more than {self.output_bytes} bytes]\n")
+            outs.append(note)
+            return note
+        return None
+
+    # --- timeouts and kernel death ------------------------------------------------------
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """Remember that the cell timed out, then interrupt it as nbgrader does."""
+        self._timed_out = True
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def preprocess(self, nb, resources=None, km=None):
+        """Execute every cell; after a kernel death or a stuck cell, restart, replay, go on."""
+        from nbclient import NotebookClient
+
+        NotebookClient.__init__(self, nb, km)
+        if self.sandboxed:
+            self.kernel_manager_class = SandboxedKernelManager
+        self.reset_execution_trackers()
+        self._check_assign_resources(resources)
+        self._output_used, self._output_truncated = 0, False
+        cells = self.nb.cells
+        failed: set[int] = set()
+        position, restarts = 0, 0
+        while position < len(cells):
+            with self.setup_kernel():
+                info = self.wait_for_reply(self.kc.kernel_info())
+                if info:
+                    self.nb.metadata["language_info"] = info["content"]["language_info"]
+                self._replay(cells[:position], failed)
+                position = self._run_from(position, resources, failed)
+            if position < len(cells):
+                restarts += 1
+                if restarts > self.max_kernel_restarts:
+                    self._fail_rest(cells[position:], "not run: the kernel died too many times")
+                    break
+        self.set_widgets_metadata()
+        return self.nb, self.resources
+
+    def _run_from(self, start: int, resources, failed: set[int]) -> int:
+        """Run cells from start; return the index after the last cell run in this kernel."""
+        cells = self.nb.cells
+        for index in range(start, len(cells)):
+            self._timed_out = False
+            try:
+                self.preprocess_cell(cells[index], resources, index)
+            except Exception as err:  # noqa: BLE001 - DeadKernelError, iopub timeouts, broken pipes
+                failed.add(index)
+                self._fail_cell(cells[index], f"the kernel stopped while running this cell ({type(err).__name__})")
+                return index + 1
+            if self._timed_out:
+                failed.add(index)
+                if not self._kernel_responds():
+                    return index + 1
+        return len(cells)
+
+    def _replay(self, cells, failed: set[int]) -> None:
+        """Re-run earlier cells in a fresh kernel so later cells find their state; keep old outputs."""
+        for index, cell in enumerate(cells):
+            if cell.cell_type != "code" or index in failed or not cell.source.strip():
+                continue
+            self._timed_out = False
+            try:
+                msg_id = self.kc.execute(cell.source, store_history=False, allow_stdin=False)
+                self.wait_for_reply(msg_id, cell)
+            except Exception:  # noqa: BLE001 - a cell that dies on replay is skipped from now on
+                failed.add(index)
+                return
+            if self._timed_out:
+                failed.add(index)
+                if not self._kernel_responds():
+                    return
+
+    def _kernel_responds(self) -> bool:
+        """True when the kernel answers kernel_info soon after an interrupt."""
+        try:
+            msg_id = self.kc.kernel_info()
+            saved, self.timeout = self.timeout, self.responsive_timeout
+            try:
+                self._timed_out = False
+                reply = self.wait_for_reply(msg_id)
+            finally:
+                self.timeout = saved
+            return reply is not None and not self._timed_out
+        except Exception:  # noqa: BLE001
+            return False
+
+    @staticmethod
+    def _fail_cell(cell, message: str) -> None:
+        """Give a code cell an error output, so nbgrader scores it 0."""
+        if cell.cell_type != "code":
+            return
+        cell.outputs.append(new_output("error", ename="KernelDied", evalue=message,
+                                       traceback=[f"KernelDied: {message}"]))
+
+    def _fail_rest(self, cells, message: str) -> None:
+        """Mark every code cell that was never run as failed."""
+        for cell in cells:
+            if cell.cell_type == "code" and cell.source.strip():
+                cell.outputs = []
+                self._fail_cell(cell, message)
