@@ -153,9 +153,9 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     hidden = [str(REPO)] + [str(p) for p in _course_paths(config)] + list(ALWAYS_HIDDEN)
     km = config.SandboxedKernelManager
     km.scratch = str(scratch)
-    # the venv's python is a link into the base interpreter (e.g. under a hidden /root/.pyenv)
-    base = Path(sys.base_prefix).resolve()
-    km.readable = [str(p) for p in readable] + ([str(base)] if base not in readable else [])
+    # the kernel's venv and the base interpreter its python links to (e.g. under /root/.pyenv)
+    interpreters = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    km.readable = [str(p) for p in dict.fromkeys([*readable, *interpreters])]
     km.hidden = hidden
     km.cpu_seconds = limits.cpu_seconds
     km.memory_bytes = limits.memory_bytes
@@ -336,11 +336,18 @@ class GradingExecute(Execute):
     sandboxed = Bool(False, help="start kernels with SandboxedKernelManager").tag(config=True)
     max_kernel_restarts = Integer(3, help="kernel restarts per notebook before the rest fails").tag(config=True)
     responsive_timeout = Integer(10, help="seconds a kernel has to answer after an interrupt").tag(config=True)
+    kernel_env = Dict(help="environment variables added to the kernel's (unsandboxed) environment").tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         if self.sandboxed:
             self.kernel_manager_class = SandboxedKernelManager
+
+    async def async_start_new_kernel(self, **kwargs):
+        """Start the kernel with kernel_env added to its environment."""
+        if self.kernel_env:
+            kwargs["env"] = {**os.environ, **kwargs.get("env", {}), **self.kernel_env}
+        return await super().async_start_new_kernel(**kwargs)
 
     # --- output cap -------------------------------------------------------------------
     def output(self, outs, msg, display_id, cell_index):

@@ -5,9 +5,22 @@ of the student's process by the grader without touching a notebook. A failed che
 raises ``AssertionError`` whose message says what was checked and what differed;
 hidden checks pass ``reveal=False`` so the message never shows the expected value.
 Nothing here writes to stderr (nbgrader scores a test cell 0 when it does).
+
+Record mode (set by the grader: ``PART_II_CHECKS=record`` in the kernel's environment):
+a check compares nothing in the student's process. It sends one display output of type
+``application/vnd.part-ii.check+json`` holding plain JSON - the label, the kind of check
+and the values it was given (numbers, lists, strings; never a pickle) - and returns.
+The grader (``autograder/trusted_checks.py``) compares those values, in its own process,
+with the expected values recorded from the instructor's notebook, using the same
+functions as below (``close_failure``, ``equal_failure``) on the decoded values
+(``from_plain``). Students and notebooks never need to know about this mode.
 """
 
 from __future__ import annotations
+
+import json
+import math
+import os
 
 import numpy as np
 
@@ -15,6 +28,11 @@ __all__ = ["check_close", "check_equal", "check_true", "check_raises"]
 
 RTOL = 1e-9
 ATOL = 1e-12
+
+MODE_ENV = "PART_II_CHECKS"  # "record" in grading kernels; unset everywhere else
+RECORD_MIMETYPE = "application/vnd.part-ii.check+json"
+MAX_ELEMENTS = 100_000  # values larger than this are not sent (the check then fails)
+MAX_DEPTH = 16
 
 
 def _as_array(value, label: str) -> np.ndarray:
@@ -27,40 +45,77 @@ def _as_array(value, label: str) -> np.ndarray:
         raise AssertionError(f"{label}: expected a number or an array of numbers, got {type(value).__name__}") from None
 
 
-def check_close(label: str, actual, expected, *, rtol: float = RTOL, atol: float = ATOL, reveal: bool = True) -> None:
-    """Assert actual equals expected elementwise within rtol/atol (same shape; inf must match inf)."""
-    a = _as_array(actual, label)
-    e = _as_array(expected, label)
+def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: float = ATOL, reveal: bool = True) -> str | None:
+    """Why actual is not elementwise close to expected (same shape, inf matches inf), or None."""
+    try:
+        a = _as_array(actual, label)
+        e = _as_array(expected, label)
+    except AssertionError as err:
+        return str(err)
     if a.shape != e.shape:
-        raise AssertionError(f"{label}: expected shape {e.shape}, got shape {a.shape}")
+        if not reveal:
+            return f"{label}: the shape differs from the expected one"
+        return f"{label}: expected shape {e.shape}, got shape {a.shape}"
     if np.isnan(a).any():
-        raise AssertionError(f"{label}: the result contains nan")
+        return f"{label}: the result contains nan"
     if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=False):
         if not reveal:
-            raise AssertionError(f"{label}: the value differs from the expected one")
+            return f"{label}: the value differs from the expected one"
         with np.errstate(invalid="ignore"):
             diff = np.nanmax(np.abs(np.where(a == e, 0.0, a - e)))
-        raise AssertionError(f"{label}: got {np.round(a, 6).tolist()}, expected {np.round(e, 6).tolist()} (max abs difference {diff:.3g})")
+        return f"{label}: got {np.round(a, 6).tolist()}, expected {np.round(e, 6).tolist()} (max abs difference {diff:.3g})"
+    return None
 
 
-def check_equal(label: str, actual, expected, *, reveal: bool = True) -> None:
-    """Assert actual == expected exactly (shapes, strings, integers, tuples)."""
+def equal_failure(label: str, actual, expected, *, reveal: bool = True) -> str | None:
+    """Why actual is not exactly expected (shapes, strings, integers, tuples), or None."""
     if isinstance(expected, (list, np.ndarray)):
-        same = np.shape(actual) == np.shape(expected) and bool(np.array_equal(actual, expected))
+        try:
+            same = np.shape(actual) == np.shape(expected) and bool(np.array_equal(actual, expected))
+        except (TypeError, ValueError):  # e.g. a ragged list
+            same = False
     else:
         try:
             same = bool(actual == expected)
         except (TypeError, ValueError):  # e.g. an array compared with a scalar
             same = False
-    if not same:
-        if not reveal:
-            raise AssertionError(f"{label}: the value differs from the expected one")
-        raise AssertionError(f"{label}: got {actual!r}, expected {expected!r}")
+    if same:
+        return None
+    if not reveal:
+        return f"{label}: the value differs from the expected one"
+    return f"{label}: got {actual!r}, expected {expected!r}"
+
+
+def check_close(label: str, actual, expected, *, rtol: float = RTOL, atol: float = ATOL, reveal: bool = True) -> None:
+    """Assert actual equals expected elementwise within rtol/atol (same shape; inf must match inf)."""
+    if recording():
+        _emit("close", label, actual=actual, expected=expected, rtol=float(rtol), atol=float(atol), reveal=bool(reveal))
+        return
+    message = close_failure(label, actual, expected, rtol=rtol, atol=atol, reveal=reveal)
+    if message:
+        raise AssertionError(message)
+
+
+def check_equal(label: str, actual, expected, *, reveal: bool = True) -> None:
+    """Assert actual == expected exactly (shapes, strings, integers, tuples)."""
+    if recording():
+        _emit("equal", label, actual=actual, expected=expected, reveal=bool(reveal))
+        return
+    message = equal_failure(label, actual, expected, reveal=reveal)
+    if message:
+        raise AssertionError(message)
 
 
 def check_true(label: str, condition, hint: str = "") -> None:
     """Assert a property holds; hint says what the property means when it fails."""
-    if not bool(np.all(condition)):
+    try:
+        holds = bool(np.all(condition))
+    except Exception:  # noqa: BLE001 - a condition that cannot be evaluated does not hold
+        holds = False
+    if recording():
+        _emit("true", label, holds=holds)
+        return
+    if not holds:
         raise AssertionError(f"{label}: property does not hold" + (f" ({hint})" if hint else ""))
 
 
@@ -69,7 +124,135 @@ def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
     try:
         func(*args, **kwargs)
     except exc_type as exc:
+        if recording():
+            _emit("raises", label, raised=type(exc).__name__, ok=True)
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a wrong error type is a failed check, not a crash
+        if recording():
+            _emit("raises", label, raised=type(exc).__name__, ok=False)
+            return ""
         raise AssertionError(f"{label}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
+    if recording():
+        _emit("raises", label, raised=None, ok=False)
+        return ""
     raise AssertionError(f"{label}: expected {exc_type.__name__} to be raised, but the call returned normally")
+
+
+# --- record mode -------------------------------------------------------------------------
+def recording() -> bool:
+    """True in a grading kernel, where checks send their values to the grader instead of comparing."""
+    return os.environ.get(MODE_ENV) == "record"
+
+
+def _emit(kind: str, label: str, **fields) -> None:
+    """Send one check record (plain JSON) as a display output of the running cell."""
+    record = {"kind": kind, "label": str(label)}
+    for key, value in fields.items():
+        record[key] = to_plain(value) if key in ("actual", "expected") else value
+    try:
+        text = json.dumps(record, allow_nan=False)
+    except (TypeError, ValueError):
+        text = json.dumps({"kind": kind, "label": str(label), "actual": {"unsupported": "unserialisable"}})
+    from IPython.display import display
+
+    display({RECORD_MIMETYPE: json.loads(text)}, raw=True)
+
+
+def to_plain(value, _depth: int = 0):
+    """Encode a value as plain JSON: numbers, strings, lists, tagged arrays/tuples/non-finite floats."""
+    if _depth > MAX_DEPTH:
+        return {"unsupported": "nested too deeply"}
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
+        try:
+            value = value.detach().cpu().numpy()
+        except Exception:  # noqa: BLE001
+            return {"unsupported": type(value).__name__}
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf" or value.size > MAX_ELEMENTS:
+            return {"unsupported": f"array of {value.size} {value.dtype}"}
+        return {"ndarray": _finite_list(value.tolist()), "dtype": value.dtype.kind, "shape": list(value.shape)}
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else {"float": repr(float(value))}
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_ELEMENTS:
+            return {"unsupported": f"sequence of {len(value)} items"}
+        items = [to_plain(v, _depth + 1) for v in value]
+        return {"tuple": items} if isinstance(value, tuple) else items
+    return {"unsupported": type(value).__name__}
+
+
+def _finite_list(items):
+    """Replace non-finite floats in a nested list by their tagged form."""
+    if isinstance(items, list):
+        return [_finite_list(v) for v in items]
+    if isinstance(items, float) and not math.isfinite(items):
+        return {"float": repr(items)}
+    return items
+
+
+class Unsupported:
+    """A value the kernel could not send as plain data; it equals nothing."""
+
+    def __init__(self, what: str):
+        self.what = str(what)[:80]
+
+    def __eq__(self, other):
+        return False
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"<unsupported {self.what}>"
+
+
+def from_plain(data, _depth: int = 0):
+    """Decode to_plain's JSON back into Python and numpy values; anything malformed is Unsupported."""
+    if _depth > MAX_DEPTH + 2:
+        return Unsupported("nested too deeply")
+    if data is None or isinstance(data, (bool, str, int)):
+        return data
+    if isinstance(data, float):
+        return data
+    if isinstance(data, list):
+        return [from_plain(v, _depth + 1) for v in data]
+    if isinstance(data, dict):
+        if set(data) == {"float"} and data["float"] in ("inf", "-inf", "nan"):
+            return float(data["float"])
+        if set(data) == {"tuple"} and isinstance(data["tuple"], list):
+            return tuple(from_plain(v, _depth + 1) for v in data["tuple"])
+        if set(data) == {"ndarray", "dtype", "shape"}:
+            return _decode_array(data)
+        if set(data) == {"unsupported"}:
+            return Unsupported(data["unsupported"])
+    return Unsupported(type(data).__name__)
+
+
+def _decode_array(data: dict):
+    """Rebuild a numeric array from its tagged form, checking dtype and shape."""
+    dtypes = {"b": np.bool_, "i": np.int64, "u": np.uint64, "f": np.float64}
+    if data["dtype"] not in dtypes or not isinstance(data["shape"], list):
+        return Unsupported("array")
+    try:
+        array = np.array(_decode_floats(data["ndarray"]), dtype=dtypes[data["dtype"]])
+    except (TypeError, ValueError, OverflowError):
+        return Unsupported("array")
+    if list(array.shape) != data["shape"]:
+        return Unsupported("array")
+    return array
+
+
+def _decode_floats(items):
+    """Turn tagged non-finite floats inside a nested list back into floats."""
+    if isinstance(items, list):
+        return [_decode_floats(v) for v in items]
+    if isinstance(items, dict) and set(items) == {"float"} and items["float"] in ("inf", "-inf", "nan"):
+        return float(items["float"])
+    if isinstance(items, (bool, int, float)):
+        return items
+    raise ValueError("not a number")

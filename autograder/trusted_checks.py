@@ -1,0 +1,366 @@
+"""Checks the student cannot fake: values cross the process boundary, comparisons happen here.
+
+How it works (three steps per grading session):
+
+1. ``record_expected(source_notebook)`` runs the instructor's source notebook once, outside
+   any student kernel, with ``PART_II_CHECKS=record``: every ``check_*`` call in an autograded
+   test cell sends a plain-JSON record (label, kind, the expected value it was given,
+   tolerances) instead of comparing. The records are checked against the instructor's own
+   actual values, so a broken source notebook is reported before any student is graded.
+2. Before a submission's kernel runs, ``BlindExpectedValues`` rewrites each autograded
+   test cell (the source nbgrader restored from the gradebook): the ``expected`` argument
+   of every ``check_close``/``check_equal`` call becomes ``None``, and so does every
+   assignment to a variable used only as such an argument (``_expected = torch.softmax(...)``).
+   The student's process therefore never computes or sees an expected value; it only sends
+   its actual values.
+3. After execution, ``TrustedChecks`` compares, in the grader's process, each test cell's
+   records with the instructor's (same number, same kinds, values within the instructor's
+   tolerances, using checks.py's own ``close_failure``/``equal_failure`` on decoded plain
+   data). A missing, extra or differing record fails the cell. It then replaces the test
+   cell's outputs by a verdict only (nothing, or one short error naming the check's label -
+   never a value, a hidden input or a traceback line of test code), restores the cell's
+   original source, and strips every record from the notebook.
+
+What is defended. Monkeypatching ``numpy.isclose``, ``numpy.testing``, ``math``, builtins,
+``sys.modules`` or the check helper earns nothing for ``check_close``/``check_equal``: the
+comparison is not in the student's process, a helper that sends nothing or too little fails
+the cell, and a helper that sends made-up values must send the right numbers - computed
+without ever seeing the expected value. Swallowing exceptions, forging an
+``execute_result`` (nbgrader's partial-credit path) or clearing a cell's error output does
+not help either: the verdict comes only from the comparison and from the errors the cell
+really raised. nbgrader scores a test cell all or nothing, so a cell with at least one
+value check on the student's result cannot be passed by faking the others.
+
+Residual threats, honestly:
+- ``check_true`` and ``check_raises`` send a verdict computed in the student's process (a
+  boolean, an exception name); a patched helper can fake them. A test cell made only of such
+  checks is as weak as plain nbgrader: ``weak_cells()`` lists them so authors can add a
+  value check (e.g. ``check_close(label, p.sum(-1), np.ones(B))`` instead of
+  ``check_true(label, np.allclose(p.sum(-1), 1))``).
+- Hidden inputs are necessarily in the student's process (the student's function receives
+  them), and so is the (blinded) hidden-test source. Student code can copy them into a later
+  cell's output, which ends up in its own feedback; ``TrustedChecks.hide_outputs_after_tests``
+  (on by default) replaces the outputs of ordinary code cells that run after the first
+  autograded test cell with a note, which closes that channel in the feedback.
+- An expected value computed in a variable that is also used for something else
+  (e.g. in an ``actual`` expression or a label) cannot be blinded; such a check still
+  compares outside the process, but a patched helper could read the variable.
+- Blinded checks compare with the instructor's values, so hidden inputs must not depend on
+  state the student can change (use a local seeded generator in the test cell, as the
+  notebooks do), or honest students fail.
+- In-kernel guards written by notebook authors (e.g. replacing ``torch.softmax`` while the
+  student's function runs) remain in-kernel and can be undone by student code.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_output
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Dict
+from traitlets.config import Config
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKS_PATH = REPO / "code" / "part-ii" / "checks.py"
+CHECKS_WITH_EXPECTED = frozenset({"check_close", "check_equal"})
+SAFE_ENAMES = frozenset(name for name, obj in vars(builtins).items()
+                        if isinstance(obj, type) and issubclass(obj, BaseException))
+GRADER_ERRORS = {
+    "CellTimeoutError": "the cell ran past its time limit",
+    "KernelDied": "the kernel stopped while running this cell or before it",
+    "NotebookTimeout": "not run: the notebook used up its time budget",
+}
+
+__all__ = ["record_expected", "record_assignment", "configure_trusted_checks", "weak_cells",
+           "blind_source", "BlindExpectedValues", "TrustedChecks", "RECORD_ENV"]
+
+
+def _load_checks():
+    """Import the course's checks.py from the repository by path (the grader's own copy)."""
+    spec = importlib.util.spec_from_file_location("part_ii_trusted_checks_module", CHECKS_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+checks = _load_checks()
+RECORD_ENV = {checks.MODE_ENV: "record"}
+
+
+def is_autograded_test(cell) -> bool:
+    """True for a code cell nbgrader grades by running it (grade, not solution)."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+# --- blinding ------------------------------------------------------------------------------
+def _called_name(func) -> str:
+    """The called function's bare name (check_close for check_close(...) and checks.check_close(...))."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def _loaded_names(node) -> set[str]:
+    """Names read anywhere inside node."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def blind_source(source: str) -> str:
+    """Replace expected values of check_close/check_equal calls (and variables used only there) by None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    none = ast.Constant(value=None)
+    regions = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _called_name(node.func) in CHECKS_WITH_EXPECTED:
+            if len(node.args) >= 3:
+                regions.append(node.args[2])
+                node.args[2] = none
+            for keyword in node.keywords:
+                if keyword.arg == "expected":
+                    regions.append(keyword.value)
+                    keyword.value = none
+    if not regions:
+        return source
+    candidates = set().union(*(_loaded_names(r) for r in regions))
+    while True:
+        used_elsewhere = _loaded_names(tree)
+        blinded = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+                if (len(names) == len(targets) and names and all(n in candidates for n in names)
+                        and not any(n in used_elsewhere for n in names)
+                        and not (isinstance(node.value, ast.Constant) and node.value.value is None)):
+                    candidates |= _loaded_names(node.value)
+                    node.value = none
+                    blinded.append(node)
+        if not blinded:
+            break
+    return ast.unparse(tree)
+
+
+# --- records ---------------------------------------------------------------------------------
+def records_of(cell) -> list:
+    """The check records a cell's outputs carry, in order (malformed ones included as such)."""
+    found = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {}) if output.get("output_type") in ("display_data", "execute_result") else {}
+        if checks.RECORD_MIMETYPE in data:
+            record = data[checks.RECORD_MIMETYPE]
+            if isinstance(record, str):
+                try:
+                    record = json.loads(record)
+                except ValueError:
+                    record = None
+            found.append(record if isinstance(record, dict) else {"kind": "malformed"})
+    return found
+
+
+def strip_records(cell) -> None:
+    """Remove every check record from a cell's outputs."""
+    if "outputs" in cell:
+        cell.outputs = [o for o in cell.outputs if checks.RECORD_MIMETYPE not in o.get("data", {})]
+
+
+def _expected_entry(record: dict) -> dict:
+    """What the grader keeps from an instructor record: kind, label, expected value, tolerances."""
+    keep = ("kind", "label", "expected", "rtol", "atol", "raised")
+    return {k: record[k] for k in keep if k in record}
+
+
+def record_failure(expected: dict, got) -> str | None:
+    """Why a student's record does not pass the instructor's check, or None (no value is revealed)."""
+    label = str(expected.get("label", "check"))
+    if not isinstance(got, dict) or got.get("kind") != expected.get("kind"):
+        return f"{label}: this check did not report its result"
+    kind = expected["kind"]
+    if kind == "close":
+        return checks.close_failure(label, checks.from_plain(got.get("actual")), checks.from_plain(expected.get("expected")),
+                                    rtol=expected.get("rtol", checks.RTOL), atol=expected.get("atol", checks.ATOL),
+                                    reveal=False)
+    if kind == "equal":
+        return checks.equal_failure(label, checks.from_plain(got.get("actual")), checks.from_plain(expected.get("expected")),
+                                    reveal=False)
+    if kind == "true":
+        return None if got.get("holds") is True else f"{label}: property does not hold"
+    if kind == "raises":
+        ok = got.get("ok") is True and got.get("raised") == expected.get("raised")
+        return None if ok else f"{label}: the expected error was not raised"
+    return f"{label}: unknown kind of check"
+
+
+def cell_failure(expected: list, got: list) -> str | None:
+    """Compare one test cell's records with the instructor's; return the first failure or None."""
+    for index, want in enumerate(expected):
+        if index >= len(got):
+            return f"{want.get('label', 'check')}: this check did not report its result (the cell stopped early or the check helper was changed)"
+        message = record_failure(want, got[index])
+        if message:
+            return message
+    if len(got) > len(expected):
+        return "the test cell reported more checks than it contains (the check helper was changed)"
+    return None
+
+
+def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list]:
+    """Run an instructor source notebook in record mode; return {grade_id: [expected records]}."""
+    from nbclient import NotebookClient
+
+    path = Path(source_notebook)
+    if not path.is_file():
+        raise FileNotFoundError(f"source notebook not found: {path}")
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute(env={**os.environ, **RECORD_ENV})
+    result = {}
+    for cell in nb.cells:
+        if not is_autograded_test(cell):
+            continue
+        grade_id = cell.metadata.nbgrader.get("grade_id", "")
+        records = records_of(cell)
+        for record in records:
+            if not isinstance(record, dict) or "kind" not in record:
+                raise ValueError(f"{path.name}: {grade_id} produced a malformed check record")
+            message = record_failure(_expected_entry(record), {**record, "ok": record.get("ok", True)})
+            if record.get("kind") in ("close", "equal") and record.get("expected") is None:
+                message = f"{record.get('label')}: the expected value is None in the source notebook"
+            if message:
+                raise ValueError(f"{path.name}: the instructor's solution fails its own check in {grade_id}: {message}")
+        result[grade_id] = [_expected_entry(r) for r in records]
+    return result
+
+
+def record_assignment(source_dir: Path, notebooks: list[str] | None = None, timeout: int = 300) -> dict[str, dict]:
+    """record_expected for every notebook of an assignment folder: {notebook stem: {grade_id: [...]}}."""
+    folder = Path(source_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"assignment source folder not found: {folder}")
+    names = notebooks if notebooks is not None else sorted(p.stem for p in folder.glob("*.ipynb"))
+    return {name: record_expected(folder / f"{name}.ipynb", timeout=timeout) for name in names}
+
+
+def weak_cells(expected_records: dict) -> list[str]:
+    """Test cells ("notebook/grade_id") whose checks are all check_true/check_raises, so a patched helper fakes them."""
+    weak = []
+    for notebook, cells in sorted(expected_records.items()):
+        for grade_id, records in sorted(cells.items()):
+            if not any(r.get("kind") in ("close", "equal") for r in records):
+                weak.append(f"{notebook}/{grade_id}")
+    return weak
+
+
+# --- nbgrader preprocessors --------------------------------------------------------------------
+class BlindExpectedValues(NbGraderPreprocessor):
+    """Before execution: blank the expected values in autograded test cells (originals kept in resources)."""
+
+    def preprocess(self, nb, resources):
+        """Rewrite every autograded test cell's source; remember the original by grade id."""
+        originals = resources.setdefault("trusted_checks_sources", {})
+        for cell in nb.cells:
+            if is_autograded_test(cell):
+                originals[cell.metadata.nbgrader.get("grade_id", "")] = cell.source
+                cell.source = blind_source(cell.source)
+        return nb, resources
+
+
+class TrustedChecks(NbGraderPreprocessor):
+    """After execution: judge each autograded test cell from its records, outside the student's process."""
+
+    expected_records = Dict(help="{notebook: {grade_id: [records]}} from record_assignment()").tag(config=True)
+    hide_outputs_after_tests = Bool(True, help="replace outputs of ordinary code cells after the first "
+                                               "autograded test cell (they could echo hidden inputs)").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        """Give each test cell a verdict-only output, restore its source, strip all records."""
+        notebook = resources.get("unique_key") or resources.get("nbgrader", {}).get("notebook", "")
+        expected = self.expected_records.get(notebook)
+        originals = resources.get("trusted_checks_sources", {})
+        seen_test = False
+        for cell in nb.cells:
+            if is_autograded_test(cell):
+                seen_test = True
+                grade_id = cell.metadata.nbgrader.get("grade_id", "")
+                cell.outputs = self._verdict(cell, None if expected is None else expected.get(grade_id))
+                if grade_id in originals:
+                    cell.source = originals[grade_id]
+            elif cell.get("cell_type") == "code":
+                strip_records(cell)
+                if seen_test and self.hide_outputs_after_tests and cell.outputs:
+                    cell.outputs = [new_output("stream", name="stdout", text=(
+                        "[output not shown: cells that run after a test cell could display its hidden inputs]\n"))]
+        return nb, resources
+
+    def _verdict(self, cell, expected: list | None) -> list:
+        """[] when the cell passes, else one short error output that reveals no value."""
+        if expected is None:
+            return [_error("no trusted expected values were recorded for this test cell")]
+        for output in cell.outputs:
+            if output.get("output_type") == "error":
+                return [_error(_error_summary(output.get("ename", "")))]
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                return [_error("the test cell wrote to stderr")]
+        message = cell_failure(expected, records_of(cell))
+        return [_error(message)] if message else []
+
+
+def _error_summary(ename: str) -> str:
+    """A fixed phrase for an error raised in a test cell (the student controls its message)."""
+    if ename in GRADER_ERRORS:
+        return GRADER_ERRORS[ename]
+    shown = ename if ename in SAFE_ENAMES else "an exception"
+    return f"the test cell stopped with {shown}"
+
+
+def _error(message: str):
+    """An error output nbgrader scores as a failed test cell."""
+    message = re.sub(r"\s+", " ", message)[:300]
+    return new_output("error", ename="AssertionError", evalue=message, traceback=[f"AssertionError: {message}"])
+
+
+def configure_trusted_checks(config: Config, expected_records: dict) -> None:
+    """Make autograde blind test cells, record checks in the kernel and judge them here."""
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute, LimitOutput, SaveAutoGrades
+
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a traitlets Config, got {type(config).__name__}")
+    if not isinstance(expected_records, dict) or not all(isinstance(v, dict) for v in expected_records.values()):
+        raise TypeError("expected_records must be {notebook: {grade_id: [records]}} as record_assignment() returns")
+    config.TrustedChecks.expected_records = expected_records
+    env = dict(config.SandboxedKernelManager.get("setenv", {}))
+    config.SandboxedKernelManager.setenv = {**env, **RECORD_ENV}
+    kernel_env = dict(config.GradingExecute.get("kernel_env", {}))
+    config.GradingExecute.kernel_env = {**kernel_env, **RECORD_ENV}
+    current = [p for p in (config.Autograde.get("autograde_preprocessors") or Autograde().autograde_preprocessors)
+               if p not in (BlindExpectedValues, TrustedChecks)]
+    executes = [i for i, p in enumerate(current) if isinstance(p, type) and issubclass(p, Execute)]
+    if not executes:
+        raise ValueError("the autograde preprocessors contain no Execute step to wrap")
+    from .sandbox import GradingExecute
+
+    at = executes[0]
+    if not issubclass(current[at], GradingExecute):
+        current[at] = GradingExecute  # it passes kernel_env to the kernel
+    # judge after IgnorePattern (harmless warnings gone), before LimitOutput and the scores
+    after = at + 1
+    while after < len(current) and current[after] not in (LimitOutput, SaveAutoGrades):
+        after += 1
+    current.insert(after, TrustedChecks)
+    current.insert(at, BlindExpectedValues)
+    config.Autograde.autograde_preprocessors = current
