@@ -1,0 +1,211 @@
+"""The student release of every notebook in notebooks/part-ii/, as nbgrader generates it.
+
+The release is generated once per session into a temporary build folder
+(``PART_II_BUILD``), then each release notebook is executed once, top to bottom, with
+errors allowed. Checks: no solution code, no hidden test and no output leak into the
+release; every cell outside the exercises runs; every solution cell and demo cell fails
+only because the student has not answered yet; every autograded test cell fails with
+NotImplementedError, AssertionError or NameError and nothing else.
+
+That the *source* notebooks pass every graded cell is checked by nbval, not here:
+pytest.ini runs ``--nbval`` over notebooks/part-ii/, which executes every source cell
+(graded test cells included) and fails on any exception; tests/test_notebook_format.py
+adds that every committed graded test cell was executed without an error output.
+
+Anatomy the checks rely on (notebooks/README.md): an ungraded code cell that directly
+follows a solution cell (or another such cell) is the exercise's demo cell.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE_DIR = REPO / "notebooks" / "part-ii"
+SOURCES = sorted(SOURCE_DIR.glob("*.ipynb"))
+NAMES = [p.name for p in SOURCES]
+VENV_BIN = Path(sys.executable).parent  # nbgrader calls alembic from PATH
+
+SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*### END SOLUTION", re.S | re.M)
+HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS", re.S | re.M)
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+CODE_STUB = "raise NotImplementedError()"
+TEST_CELL_ERRORS = {"NotImplementedError", "AssertionError", "NameError"}
+DEMO_CELL_ERRORS = {"NotImplementedError", "NameError"}
+
+
+def _nbgrader(cell) -> dict:
+    """The cell's nbgrader metadata ({} for an ordinary cell)."""
+    return cell.metadata.get("nbgrader", {})
+
+
+def _is_solution(cell) -> bool:
+    return bool(_nbgrader(cell).get("solution"))
+
+
+def _is_autograded_test(cell) -> bool:
+    meta = _nbgrader(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _cells_by_id(nb) -> dict:
+    """grade_id -> cell for every nbgrader cell."""
+    return {_nbgrader(c)["grade_id"]: c for c in nb.cells if _nbgrader(c).get("grade_id")}
+
+
+def _leaked_lines(source_cell, release_cell, block: re.Pattern) -> list[str]:
+    """Lines inside the source cell's marked blocks that reappear in the released cell (ignoring lines also outside the blocks)."""
+    source = source_cell.source
+    inside = {ln.strip() for body in block.findall(source) for ln in body.splitlines() if ln.strip()}
+    outside = {ln.strip() for ln in block.sub("", source).splitlines() if ln.strip()}
+    released = {ln.strip() for ln in release_cell.source.splitlines()}
+    return sorted((inside - outside) & released)
+
+
+def _error(cell):
+    """The error output of an executed cell, or None."""
+    return next((o for o in cell.get("outputs", []) if o.output_type == "error"), None)
+
+
+@pytest.fixture(scope="module")
+def release_dir(tmp_path_factory) -> Path:
+    """Generate the student release once (nbgrader generate_assignment, cwd autograder/) into a temporary build folder."""
+    build = tmp_path_factory.mktemp("part-ii-build")
+    (build / "course").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PART_II_SOURCE", "PART_II_DB_URL")}
+    env.update(PART_II_BUILD=str(build), PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}")
+    result = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", "part-ii", "--force"],
+        cwd=REPO / "autograder", env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, f"nbgrader generate_assignment failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return build / "course" / "release" / "part-ii"
+
+
+@pytest.fixture(scope="module")
+def executed(release_dir):
+    """Run a release notebook top to bottom once (errors allowed) and cache it: name -> executed notebook."""
+    from nbclient import NotebookClient
+
+    cache: dict[str, nbformat.NotebookNode] = {}
+    env = {**os.environ, "PART_II_ROOT": str(REPO)}  # the release folder has no code/part-ii beside it
+
+    def run(name: str) -> nbformat.NotebookNode:
+        if name not in cache:
+            nb = nbformat.read(release_dir / name, as_version=4)
+            client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                                    resources={"metadata": {"path": str(release_dir)}})
+            client.execute(env=env)
+            cache[name] = nb
+        return cache[name]
+
+    return run
+
+
+def test_there_are_source_notebooks():
+    """The release checks below are parametrised over notebooks/part-ii/*.ipynb; an empty folder would check nothing."""
+    assert NAMES, f"no notebooks in {SOURCE_DIR}"
+
+
+def test_release_holds_every_source_notebook(release_dir):
+    released = sorted(p.name for p in release_dir.glob("*.ipynb"))
+    assert released == NAMES, f"release {released} differs from the sources {NAMES}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_has_no_solution_code(release_dir, name):
+    source = nbformat.read(SOURCE_DIR / name, as_version=4)
+    release = nbformat.read(release_dir / name, as_version=4)
+    released = _cells_by_id(release)
+    for grade_id, cell in _cells_by_id(source).items():
+        if not _is_solution(cell):
+            continue
+        assert grade_id in released, f"{name}: solution cell {grade_id!r} is missing from the release"
+        out = released[grade_id]
+        leaked = _leaked_lines(cell, out, SOLUTION_BLOCK)
+        assert not leaked, f"{name}: cell {grade_id!r} leaks solution lines {leaked[:3]}"
+        if cell.cell_type == "code":
+            assert CODE_STUB in out.source, f"{name}: released cell {grade_id!r} lacks the stub {CODE_STUB!r}"
+    for i, cell in enumerate(release.cells):
+        for marker in MARKERS[:2]:
+            assert marker not in cell.source, f"{name}: release cell {i} still contains {marker!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_has_no_hidden_tests(release_dir, name):
+    source = nbformat.read(SOURCE_DIR / name, as_version=4)
+    release = nbformat.read(release_dir / name, as_version=4)
+    released = _cells_by_id(release)
+    hidden = 0
+    for grade_id, cell in _cells_by_id(source).items():
+        if not _is_autograded_test(cell):
+            continue
+        hidden += len(HIDDEN_BLOCK.findall(cell.source))
+        assert grade_id in released, f"{name}: test cell {grade_id!r} is missing from the release"
+        leaked = _leaked_lines(cell, released[grade_id], HIDDEN_BLOCK)
+        assert not leaked, f"{name}: test cell {grade_id!r} leaks hidden lines {leaked[:3]}"
+    assert hidden > 0, f"{name}: no hidden test block in any autograded cell, so nothing was checked"
+    for i, cell in enumerate(release.cells):
+        for marker in MARKERS[2:]:
+            assert marker not in cell.source, f"{name}: release cell {i} still contains {marker!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_has_no_outputs(release_dir, name):
+    release = nbformat.read(release_dir / name, as_version=4)
+    for i, cell in enumerate(release.cells):
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{name}: release cell {i} carries outputs"
+            assert cell.execution_count is None, f"{name}: release cell {i} carries an execution count"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_keeps_graded_cells_and_points(release_dir, name):
+    """The autograder needs every graded cell, with its points, in the student's copy."""
+    def graded(nb):
+        return {gid: _nbgrader(c).get("points") for gid, c in _cells_by_id(nb).items() if _nbgrader(c).get("grade")}
+
+    source = nbformat.read(SOURCE_DIR / name, as_version=4)
+    release = nbformat.read(release_dir / name, as_version=4)
+    assert graded(release) == graded(source)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_fails_only_where_the_student_must_work(executed, name):
+    nb = executed(name)
+    problems = []
+    tests = 0
+    in_exercise = False  # True while walking the demo cells after a solution cell
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            in_exercise = False
+            continue
+        err = _error(cell)
+        ename = err.ename if err else None
+        meta = _nbgrader(cell)
+        if _is_solution(cell):
+            in_exercise = True
+            if ename not in (None, "NotImplementedError"):
+                problems.append(f"solution cell {meta['grade_id']!r} raised {ename}: {err.evalue}")
+        elif _is_autograded_test(cell):
+            in_exercise = False
+            tests += 1
+            if ename not in TEST_CELL_ERRORS:
+                what = "passed without an answer" if ename is None else f"raised {ename}: {err.evalue}"
+                problems.append(f"test cell {meta['grade_id']!r} {what}")
+        elif in_exercise and not meta:
+            if ename not in (None, *DEMO_CELL_ERRORS):
+                problems.append(f"demo cell {i} raised {ename}: {err.evalue}")
+        else:
+            in_exercise = False
+            if ename is not None:
+                problems.append(f"cell {i} outside the exercises raised {ename}: {err.evalue}")
+    assert tests > 0, f"{name}: no autograded test cell"
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
