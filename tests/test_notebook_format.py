@@ -1,0 +1,159 @@
+"""Fast static checks over every source notebook in notebooks/part-ii/ (nothing is executed).
+
+The conventions come from notebooks/README.md: clean committed form, the python3
+kernel, nbgrader grade ids that are unique and follow one naming scheme
+(solution cell ``ex_*``, autograded test ``test_*``, free-text answer ``answer_*``,
+locked marking note ``note_*``), points on every graded cell adding up to the totals in
+the title cell, test cells that open with a docstring and hold a hidden-test block, and
+committed outputs without images or errors.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE_DIR = REPO / "notebooks" / "part-ii"
+SOURCES = sorted(SOURCE_DIR.glob("*.ipynb"))
+NAMES = [p.name for p in SOURCES]
+
+ID_PATTERN = {
+    "solution": re.compile(r"^ex_[a-z0-9]+(_[a-z0-9]+)*$"),
+    "test": re.compile(r"^test_[a-z0-9]+(_[a-z0-9]+)*$"),
+    "answer": re.compile(r"^answer_[a-z0-9]+(_[a-z0-9]+)*$"),
+    "note": re.compile(r"^note_[a-z0-9]+(_[a-z0-9]+)*$"),
+}
+TOTALS = re.compile(r"本笔记本共\s*(\d+)\s*分（自动评分\s*(\d+)\s*分，人工评分\s*(\d+)\s*分）")
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*$.*?^[ \t]*### END HIDDEN TESTS[ \t]*$", re.S | re.M)
+
+
+def _read(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(SOURCE_DIR / name, as_version=4)
+
+
+def _graded_cells(nb):
+    """(index, cell, nbgrader metadata) for every cell nbgrader knows about."""
+    return [(i, c, c.metadata["nbgrader"]) for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader")]
+
+
+def _role(cell, meta) -> str:
+    """solution / test / answer / note / other, from the cell type and the nbgrader flags."""
+    if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
+        return "solution"
+    if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+        return "test"
+    if cell.cell_type == "markdown" and meta.get("solution") and meta.get("grade"):
+        return "answer"
+    if meta.get("locked") and not (meta.get("solution") or meta.get("grade") or meta.get("task")):
+        return "note"
+    return "other"
+
+
+def test_there_are_source_notebooks():
+    assert NAMES, f"no notebooks in {SOURCE_DIR}"
+
+
+@pytest.fixture(scope="module")
+def clean_check():
+    """One run of `python -m autograder.nbclean --check` over all sources: (exit code, its stderr)."""
+    result = subprocess.run([sys.executable, "-m", "autograder.nbclean", "--check", *map(str, SOURCES)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    return result.returncode, result.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_in_clean_form(clean_check, name):
+    code, stderr = clean_check
+    assert code in (0, 1), f"nbclean --check crashed:\n{stderr}"
+    dirty = {Path(line.strip()).name for line in stderr.splitlines()[1:] if line.strip()}
+    assert code == 0 or dirty, f"nbclean --check failed without naming a notebook:\n{stderr}"
+    assert name not in dirty, f"{name} is not in clean form; run: python -m autograder.nbclean --execute notebooks/part-ii/{name}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_python3_kernelspec(name):
+    spec = _read(name).metadata.get("kernelspec", {})
+    assert spec.get("name") == "python3" and spec.get("language") == "python", f"{name}: kernelspec is {spec}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_grade_ids_are_unique_and_follow_the_scheme(name):
+    nb = _read(name)
+    ids = [meta.get("grade_id") for _, _, meta in _graded_cells(nb)]
+    assert all(ids), f"{name}: an nbgrader cell has no grade_id"
+    duplicates = sorted({g for g in ids if ids.count(g) > 1})
+    assert not duplicates, f"{name}: grade ids used twice: {duplicates}"
+    for i, cell, meta in _graded_cells(nb):
+        role = _role(cell, meta)
+        assert role != "other", f"{name}: cell {i} ({meta['grade_id']!r}) has an nbgrader role outside the exercise anatomy: {meta}"
+        assert ID_PATTERN[role].match(meta["grade_id"]), (
+            f"{name}: {role} cell {i} has grade id {meta['grade_id']!r}; expected {ID_PATTERN[role].pattern}")
+        assert meta.get("schema_version") == 3, f"{name}: cell {meta['grade_id']!r} has nbgrader schema_version {meta.get('schema_version')}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_points_add_up_to_the_title(name):
+    nb = _read(name)
+    found = TOTALS.search(nb.cells[0].source)
+    assert found, f"{name}: the title cell does not state '本笔记本共 N 分（自动评分 A 分，人工评分 M 分）'"
+    total, auto, manual = map(int, found.groups())
+    points = {"test": 0, "answer": 0}
+    for i, cell, meta in _graded_cells(nb):
+        if meta.get("grade"):
+            value = meta.get("points")
+            assert isinstance(value, (int, float)) and value > 0, f"{name}: graded cell {meta['grade_id']!r} has points {value!r}"
+            points[_role(cell, meta)] += value
+        else:
+            assert "points" not in meta or not meta["points"], f"{name}: ungraded cell {meta['grade_id']!r} carries points"
+    assert points["test"] > 0, f"{name}: no autograded points"
+    assert points["answer"] > 0, f"{name}: no manually graded free-text answer"
+    assert (points["test"], points["answer"], points["test"] + points["answer"]) == (auto, manual, total), (
+        f"{name}: cells hold {points['test']} autograded + {points['answer']} manual points, the title states {auto} + {manual} = {total}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_autograded_cells_have_a_docstring_and_hidden_tests(name):
+    nb = _read(name)
+    for i, cell, meta in _graded_cells(nb):
+        if _role(cell, meta) != "test":
+            continue
+        gid = meta["grade_id"]
+        body = ast.parse(cell.source).body
+        first = body[0] if body else None
+        assert isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str), (
+            f"{name}: test cell {gid!r} must open with a docstring saying what it checks")
+        assert first.value.value.strip() and "\n" not in first.value.value.strip(), f"{name}: test cell {gid!r}: the docstring should be one line"
+        assert meta.get("locked"), f"{name}: test cell {gid!r} is not locked"
+        assert len(HIDDEN.findall(cell.source)) == 1, f"{name}: test cell {gid!r} needs one '### BEGIN/END HIDDEN TESTS' block"
+        hidden_code = HIDDEN.search(cell.source).group(0)
+        assert "reveal=False" in hidden_code, f"{name}: hidden checks in {gid!r} must pass reveal=False"
+    for i, cell, meta in _graded_cells(nb):
+        if _role(cell, meta) in ("solution", "answer"):
+            assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, (
+                f"{name}: solution cell {meta['grade_id']!r} has no BEGIN/END SOLUTION block")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_outputs_hold_no_images_or_errors(name):
+    nb = _read(name)
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", f"{name}: cell {i} was committed with an error output ({out.get('ename')})"
+            images = [k for k in out.get("data", {}) if k.startswith("image/")]
+            assert not images, f"{name}: cell {i} was committed with an image output {images}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_autograded_cells_were_executed_cleanly(name):
+    """Every committed autograded test cell carries an execution count and no error: it passed on the source's last run."""
+    nb = _read(name)
+    for i, cell, meta in _graded_cells(nb):
+        if _role(cell, meta) == "test":
+            assert cell.execution_count is not None, f"{name}: test cell {meta['grade_id']!r} was not executed before committing"
