@@ -22,6 +22,7 @@ import arithmetic_data
 import probability_practice as pp
 from arithmetic_data import DATA_PATH, SCHEMA_PATH, DataFileError, load_cases
 
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy warnings would reach a notebook's stderr
 CASES = load_cases()
 LN2 = math.log(2.0)
 

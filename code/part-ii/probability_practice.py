@@ -112,7 +112,7 @@ def _check_distribution(p: np.ndarray, name: str, axis: int = -1) -> None:
         idx = tuple(np.argwhere(p > 1 + PROB_ATOL)[0])
         raise ValueError(f"{name} must be probabilities in [0, 1], got {p[idx]} at index {idx}")
     sums = p.sum(axis=axis, dtype=np.float64)
-    bad = np.abs(sums - 1.0) > PROB_ATOL * max(1, p.shape[axis])
+    bad = np.abs(sums - 1.0) > PROB_ATOL * max(1.0, math.sqrt(p.shape[axis]))  # float32 rounding grows ~ sqrt(K)
     if np.any(bad):
         where = tuple(np.argwhere(np.atleast_1d(bad))[0])
         got = np.atleast_1d(sums)[where]
@@ -136,7 +136,7 @@ def _as_int_targets(targets, name: str = "targets") -> np.ndarray:
     if np.issubdtype(arr.dtype, np.integer):
         return arr.astype(np.int64)
     if np.issubdtype(arr.dtype, np.floating):
-        if np.isnan(arr).any() or not np.all(arr == np.round(arr)):
+        if not np.isfinite(arr).all() or not np.all(arr == np.round(arr)):
             raise TypeError(f"{name} must be integer class indices, got non-integer values {arr.ravel()[:5]}")
         return arr.astype(np.int64)
     raise TypeError(f"{name} must be integer class indices, got dtype {arr.dtype}")
@@ -260,11 +260,11 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
     contrib = np.where(scored, w * np.where(scored, loss, 0.0), 0.0)
     if reduction == "none":
         return contrib
+    if not scored.any():  # PyTorch returns nan (mean) or 0 (sum) here; an empty batch is a data bug worth a message
+        raise ValueError(f"no target is scored (the mask excludes every position); cannot take the {reduction} over zero targets")
     if reduction == "sum":
         return float(contrib.sum())
     if reduction == "mean":
-        if not scored.any():
-            raise ValueError("no target is scored (the mask excludes every position); a mean over zero targets is undefined")
         denom = float(np.where(scored, w, 0.0).sum())
         if denom == 0:
             raise ValueError("the weights of the scored targets sum to 0; a weighted mean is undefined")
@@ -385,7 +385,7 @@ def kl_divergence(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
     _check_distribution(q, "q", axis=ax)
     pos = p > 0
     with np.errstate(divide="ignore"):
-        terms = np.where(pos, p * (np.log(np.where(pos, p, 1.0)) - np.log(q)), 0.0)
+        terms = np.where(pos, p * (np.log(np.where(pos, p, 1.0)) - np.log(np.where(pos, q, 1.0))), 0.0)
     # rounding can leave -1e-17 for p == q; KL is non-negative by Gibbs' inequality
     return np.maximum(terms.sum(axis=ax), 0.0) / _log_in(unit)
 
@@ -527,9 +527,9 @@ def bernoulli_nll(theta, k: int, n: int):
     """J(theta) = -k ln theta - (n - k) ln(1 - theta) in nats (0 ln 0 = 0; inf at an impossible endpoint)."""
     k, n = _check_counts(k, n)
     th = _check_theta(theta)
-    with np.errstate(divide="ignore"):
-        a = np.where(k > 0, -k * np.log(th), 0.0)
-        b = np.where(n - k > 0, -(n - k) * np.log1p(-th), 0.0)
+    with np.errstate(divide="ignore"):  # ln 0 = -inf is the impossible endpoint; a zero count skips its term
+        a = -k * np.log(th) if k > 0 else np.zeros_like(th)
+        b = -(n - k) * np.log1p(-th) if n - k > 0 else np.zeros_like(th)
     out = a + b
     return out if out.ndim else float(out)
 

@@ -1,0 +1,545 @@
+"""The numpy reference path: properties (hypothesis), PyTorch float64 agreement, bad input, float edges.
+
+Expected numbers come from PyTorch (float64), from exact identities, or from
+data/part-ii/arithmetic.json, never from probability_practice itself.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import probability_practice as pp
+from arithmetic_data import load_cases
+
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy warnings would reach a notebook's stderr
+CASES = load_cases()
+PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+RTOL, ATOL = 1e-10, 1e-12
+
+
+def T(x, dtype=torch.float64):
+    """A tensor from a numpy array (float64 unless told)."""
+    return torch.as_tensor(np.asarray(x), dtype=dtype)
+
+
+def close(actual, expected, rtol=RTOL, atol=ATOL, what=""):
+    """Assert two arrays agree elementwise (infinities must match), with a message saying by how much."""
+    a = np.asarray(actual.detach().numpy() if isinstance(actual, torch.Tensor) else actual, dtype=np.float64)
+    e = np.asarray(expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected, dtype=np.float64)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} vs expected {e.shape}"
+    assert not np.isnan(a).any(), f"{what}: nan in {a}"
+    with np.errstate(invalid="ignore"):
+        diff = np.where(a == e, 0.0, np.abs(a - e))
+    ok = np.isclose(a, e, rtol=rtol, atol=atol)
+    assert ok.all(), f"{what}: max abs difference {np.nanmax(diff):.3g} (got {a.ravel()[:4]}, expected {e.ravel()[:4]})"
+
+
+# ------------------------------------------------------------------ strategies
+
+SHAPE_BTK = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(2, 6))
+FINITE = st.floats(-30, 30, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def logits_btk(draw, shape=SHAPE_BTK):
+    """Random logits [B, T, K]."""
+    return draw(hnp.arrays(np.float64, draw(shape), elements=FINITE))
+
+
+@st.composite
+def distributions(draw, k=None, rows=None, zeros=True):
+    """Random probability rows [R, K] (some exact zeros if allowed); each row sums to 1."""
+    k = k or draw(st.integers(2, 6))
+    rows = rows or draw(st.integers(1, 4))
+    weight = st.floats(0.01, 10) | st.just(0.0) if zeros else st.floats(0.01, 10)
+    w = draw(hnp.arrays(np.float64, (rows, k), elements=weight))
+    w[:, 0] += (w.sum(axis=1) == 0)  # every row needs some mass
+    return w / w.sum(axis=1, keepdims=True)
+
+
+@st.composite
+def logits_and_targets(draw, ignore=False):
+    """Logits [B, T, K] and int targets [B, T] in [0, K); with ignore, some targets are -100 (never all)."""
+    z = draw(logits_btk())
+    b, t, k = z.shape
+    y = draw(hnp.arrays(np.int64, (b, t), elements=st.integers(0, k - 1)))
+    if ignore:
+        drop = draw(hnp.arrays(bool, (b, t)))
+        drop.flat[draw(st.integers(0, b * t - 1))] = False
+        y = np.where(drop, -100, y)
+    return z, y
+
+
+# ------------------------------------------------------------------ softmax family
+
+
+@PROPERTY
+@given(z=logits_btk(), c=st.floats(-1000, 1000))
+def test_softmax_is_shift_invariant(z, c):
+    close(pp.softmax(z + c), pp.softmax(z), rtol=1e-9, atol=1e-12, what="softmax(z + c) vs softmax(z)")
+    close(pp.log_softmax(z + c), pp.log_softmax(z), rtol=1e-9, atol=1e-9, what="log_softmax(z + c)")
+
+
+@PROPERTY
+@given(z=logits_btk())
+def test_softmax_rows_sum_to_one_on_btk(z):
+    p = pp.softmax(z)
+    assert p.shape == z.shape and (p > 0).all()
+    close(p.sum(axis=-1), np.ones(z.shape[:-1]), what="row sums of softmax over [B, T, K]")
+    close(p, F.softmax(T(z), dim=-1), what="softmax vs F.softmax")
+    close(pp.log_softmax(z), F.log_softmax(T(z), dim=-1), what="log_softmax vs F.log_softmax")
+    close(pp.logsumexp(z), torch.logsumexp(T(z), dim=-1), what="logsumexp vs torch.logsumexp")
+
+
+def test_softmax_normalises_each_row_independently():
+    """Changing one position's logits changes no other position's distribution."""
+    z = np.random.default_rng(0).normal(size=(2, 3, 4))
+    z2 = z.copy()
+    z2[1, 2] += [5.0, -3.0, 0.0, 1.0]
+    p, p2 = pp.softmax(z), pp.softmax(z2)
+    assert np.array_equal(p[0], p2[0]) and np.array_equal(p[1, :2], p2[1, :2])
+    assert not np.allclose(p[1, 2], p2[1, 2])
+    close(pp.softmax(z, axis=0), F.softmax(T(z), dim=0), what="softmax along axis 0")
+
+
+@PROPERTY
+@given(z=logits_btk())
+def test_loss_gradient_is_q_minus_y(z):
+    b, t, k = z.shape
+    y = np.arange(b * t).reshape(b, t) % k
+    zt = T(z).requires_grad_(True)
+    F.cross_entropy(zt.reshape(-1, k), torch.as_tensor(y).reshape(-1), reduction="sum").backward()
+    close(pp.softmax_cross_entropy_grad(z, y), zt.grad, what="softmax(z) - onehot(y) vs autograd")
+
+
+# ------------------------------------------------------------------ losses vs PyTorch
+
+
+@PROPERTY
+@given(data=logits_and_targets())
+def test_nll_from_logits_matches_torch_cross_entropy(data):
+    z, y = data
+    k = z.shape[-1]
+    expected = F.cross_entropy(T(z).reshape(-1, k), torch.as_tensor(y).reshape(-1), reduction="none").reshape(y.shape)
+    close(pp.nll_from_logits(z, y), expected, what="nll_from_logits vs F.cross_entropy(reduction='none')")
+    close(pp.nll_from_probs(pp.softmax(z), y), expected, rtol=1e-9, what="nll_from_probs(softmax) vs F.cross_entropy")
+
+
+@PROPERTY
+@given(data=logits_and_targets(), reduction=st.sampled_from(["mean", "sum", "none"]))
+def test_cross_entropy_index_targets_match_torch(data, reduction):
+    z, y = data
+    got = pp.cross_entropy(z, y, reduction=reduction)
+    expected = F.cross_entropy(T(z).movedim(-1, 1), torch.as_tensor(y), reduction=reduction)
+    close(got, expected, what=f"cross_entropy index targets, reduction={reduction} ([B,K,T] for PyTorch)")
+
+
+@PROPERTY
+@given(data=logits_and_targets(ignore=True), reduction=st.sampled_from(["mean", "sum"]))
+def test_cross_entropy_ignore_index_matches_torch(data, reduction):
+    z, y = data
+    got = pp.cross_entropy(z, y, ignore_index=-100, reduction=reduction)
+    expected = F.cross_entropy(T(z).movedim(-1, 1), torch.as_tensor(y), ignore_index=-100, reduction=reduction)
+    close(got, expected, what=f"cross_entropy with ignore_index, reduction={reduction}")
+    # a mask expresses the same thing: mask 0 where the target is ignored
+    masked = pp.cross_entropy(z, np.where(y < 0, 0, y), mask=y >= 0, reduction=reduction)
+    close(masked, expected, what="mask instead of ignore_index")
+
+
+@PROPERTY
+@given(data=logits_and_targets(ignore=True), w=st.lists(st.floats(0.1, 5), min_size=6, max_size=6))
+def test_cross_entropy_class_weights_match_torch(data, w):
+    z, y = data
+    k = z.shape[-1]
+    weights = np.asarray(w[:k])
+    got = pp.cross_entropy(z, y, ignore_index=-100, class_weights=weights, reduction="mean")
+    expected = F.cross_entropy(T(z).movedim(-1, 1), torch.as_tensor(y), weight=T(weights), ignore_index=-100)
+    close(got, expected, what="weighted cross_entropy mean")
+
+
+def test_class_weighted_mean_divides_by_summed_weights():
+    """PyTorch's weighted mean is sum(w_y l) / sum(w_y) over scored targets, not / (number of targets)."""
+    z = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0], [0.0, 3.0, 1.0], [1.0, 1.0, 1.0]])
+    y = np.array([0, 2, 1, -100])
+    w = np.array([1.0, 4.0, 0.5])
+    losses = F.cross_entropy(T(z), torch.as_tensor(y), reduction="none", ignore_index=-100).numpy()
+    scored = y >= 0
+    w_y = w[np.where(scored, y, 0)] * scored
+    by_weights = (w_y * losses).sum() / w_y.sum()
+    by_count = (w_y * losses).sum() / scored.sum()
+    torch_mean = F.cross_entropy(T(z), torch.as_tensor(y), weight=T(w), ignore_index=-100).item()
+    assert math.isclose(torch_mean, by_weights, rel_tol=1e-12) and not math.isclose(torch_mean, by_count, rel_tol=1e-3)
+    got = pp.cross_entropy(z, y, ignore_index=-100, class_weights=w)
+    assert math.isclose(got, by_weights, rel_tol=1e-12), f"got {got}, expected sum(w l)/sum(w) = {by_weights}"
+
+
+@PROPERTY
+@given(z=logits_btk(), data=st.data())
+def test_cross_entropy_soft_targets_match_torch(z, data):
+    b, t, k = z.shape
+    ref = data.draw(distributions(k=k, rows=b * t)).reshape(b, t, k)
+    for reduction in ("mean", "sum", "none"):
+        got = pp.cross_entropy(z, ref, reduction=reduction)
+        expected = F.cross_entropy(T(z).movedim(-1, 1), T(ref).movedim(-1, 1), reduction=reduction)
+        close(got, expected, what=f"soft-target cross_entropy, reduction={reduction}")
+
+
+@PROPERTY
+@given(data=logits_and_targets())
+def test_one_hot_cross_entropy_equals_index_lookup(data):
+    z, y = data
+    k = z.shape[-1]
+    one_hot = np.eye(k)[y]
+    by_index = pp.cross_entropy(z, y, reduction="none")
+    close(pp.cross_entropy(z, one_hot, reduction="none"), by_index, what="one-hot soft targets vs index targets")
+    close(pp.cross_entropy_dist(one_hot, pp.softmax(z)), by_index, rtol=1e-9, what="H(onehot, q) vs -ln q_y")
+    close(by_index, -np.take_along_axis(F.log_softmax(T(z), -1).numpy(), y[..., None], -1)[..., 0],
+          what="index lookup of F.log_softmax")
+
+
+@PROPERTY
+@given(shape=SHAPE_BTK, seed=st.integers(0, 10_000))
+def test_uniform_predictions_have_perplexity_k(shape, seed):
+    b, t, k = shape
+    y = np.random.default_rng(seed).integers(0, k, size=(b, t))
+    mean_loss = pp.cross_entropy(np.zeros(shape), y)
+    assert math.isclose(mean_loss, math.log(k), rel_tol=1e-12)
+    assert math.isclose(pp.perplexity(mean_loss), k, rel_tol=1e-12)
+    assert math.isclose(pp.perplexity_from_probs(np.full((b, t), 1.0 / k)), k, rel_tol=1e-12)
+    assert math.isclose(pp.perplexity(pp.nats_to_bits(mean_loss), unit="bits"), k, rel_tol=1e-12)
+
+
+# ------------------------------------------------------------------ entropy, cross-entropy, KL
+
+
+@PROPERTY
+@given(data=st.data())
+def test_kl_is_non_negative_and_zero_on_itself(data):
+    p = data.draw(distributions())
+    q = data.draw(distributions(k=p.shape[1], rows=p.shape[0]))
+    kl = pp.kl_divergence(p, q)
+    assert (kl >= 0).all(), f"KL(p||q) negative: {kl}"
+    assert (pp.kl_divergence(p, p) == 0).all()
+    # inf exactly where p puts mass and q puts none
+    off_support = ((p > 0) & (q == 0)).any(axis=1)
+    assert np.array_equal(np.isinf(kl), off_support)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_cross_entropy_is_entropy_plus_kl(data):
+    p = data.draw(distributions())
+    q = data.draw(distributions(k=p.shape[1], rows=p.shape[0], zeros=False))
+    close(pp.cross_entropy_dist(p, q), pp.entropy(p) + pp.kl_divergence(p, q), rtol=1e-10, atol=1e-12,
+          what="H(p,q) vs H(p) + KL(p||q)")
+    close(pp.entropy(p), -torch.special.xlogy(T(p), T(p)).sum(-1), what="entropy vs -xlogy(p, p)")
+    close(pp.entropy(p, unit="bits"), pp.entropy(p) / math.log(2), what="entropy in bits")
+    assert (pp.entropy(p) <= math.log(p.shape[1]) + 1e-12).all(), "H(p) exceeds ln K"
+
+
+@PROPERTY
+@given(data=st.data())
+def test_kl_matches_torch_kl_div_batchmean(data):
+    p = data.draw(distributions(zeros=False))
+    q = data.draw(distributions(k=p.shape[1], rows=p.shape[0], zeros=False))
+    b, k = p.shape
+    # F.kl_div(input, target) = KL(target || exp(input)): the prediction goes first, as log-probabilities
+    close(pp.kl_divergence(p, q).mean(), F.kl_div(T(np.log(q)), T(p), reduction="batchmean"), what="KL(p||q) batchmean")
+    close(pp.kl_divergence(q, p).mean(), F.kl_div(T(np.log(p)), T(q), reduction="batchmean"), what="KL(q||p) swapped")
+    # reduction='mean' divides by B*K, not by the batch size
+    with pytest.warns(UserWarning, match="batchmean"):  # PyTorch itself warns that 'mean' is not the KL
+        by_mean = F.kl_div(T(np.log(q)), T(p), reduction="mean")
+    close(pp.kl_divergence(p, q).sum() / (b * k), by_mean, what="kl_div reduction='mean' divides by B*K")
+
+
+def test_kl_direction_from_data():
+    """Example 6.4: the two directions differ, and both agree with the exact values."""
+    fwd, rev = CASES["ch6-ex6.4-kl-forward"], CASES["ch6-ex6.4-kl-reverse"]
+    got_fwd = pp.kl_divergence(fwd.inputs["p"], fwd.inputs["q"])
+    got_rev = pp.kl_divergence(fwd.inputs["q"], fwd.inputs["p"])
+    assert math.isclose(got_fwd, fwd.expected, rel_tol=1e-12) and math.isclose(got_rev, rev.expected, rel_tol=1e-12)
+    assert not math.isclose(got_fwd, got_rev, rel_tol=1e-3)
+
+
+# ------------------------------------------------------------------ reductions
+
+
+@PROPERTY
+@given(losses=hnp.arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 6)), elements=st.floats(0, 20)),
+       data=st.data())
+def test_document_mean_vs_token_mean(losses, data):
+    mask = data.draw(hnp.arrays(bool, losses.shape))
+    mask[:, 0] = True  # every document has a scored target
+    lt, mt = T(losses), T(mask.astype(float))
+    n_i = mt.sum(dim=1)
+    doc_means = (lt * mt).sum(dim=1) / n_i
+    token = pp.reduce_losses(losses, mask=mask, reduction="mean")
+    doc = pp.reduce_losses(losses, mask=mask, reduction="document_mean")
+    close(token, (lt * mt).sum() / mt.sum(), what="token mean")
+    close(doc, doc_means.mean(), what="document mean")
+    close(token, (n_i * doc_means).sum() / n_i.sum(), what="token mean = N_i-weighted document means")
+    close(pp.reduce_losses(losses, mask=mask, reduction="sum"), (lt * mt).sum(), what="sum")
+
+
+def test_token_and_document_means_differ_on_the_book_example():
+    token, doc = CASES["ch2-sec2.9-token-average"], CASES["ch2-sec2.9-document-average"]
+    losses, mask = token.inputs["losses"], token.inputs["mask"]
+    assert pp.reduce_losses(losses, mask=mask) == pytest.approx(token.expected, rel=1e-12)
+    assert pp.reduce_losses(losses, mask=mask, reduction="document_mean") == pytest.approx(doc.expected, rel=1e-12)
+    assert token.expected != doc.expected
+
+
+def test_padding_is_not_counted():
+    """Exercise 6.8-2: the mask gives ln(16)/3; counting the padding slot gives ln 2."""
+    right, wrong = CASES["ch6-ex6.8-2-mean-loss"], CASES["ch6-ex6.8-2-padding-counted-loss"]
+    p = right.inputs["p"]
+    assert pp.reduce_losses(pp.neg_log_prob(p), mask=right.inputs["mask"]) == pytest.approx(right.expected, rel=1e-12)
+    assert pp.reduce_losses(pp.neg_log_prob(p)) == pytest.approx(wrong.expected, rel=1e-12)
+
+
+# ------------------------------------------------------------------ binary, Bernoulli, Gaussian
+
+
+@PROPERTY
+@given(z=hnp.arrays(np.float64, st.integers(1, 8), elements=st.floats(-200, 200)),
+       data=st.data(), w=st.floats(0.1, 10))
+def test_bce_with_logits_matches_torch(z, data, w):
+    y = data.draw(hnp.arrays(np.float64, z.shape, elements=st.floats(0, 1)))
+    close(pp.bce_with_logits(z, y), F.binary_cross_entropy_with_logits(T(z), T(y), reduction="none"),
+          what="bce_with_logits vs PyTorch")
+    close(pp.bce_with_logits(z, y, pos_weight=w),
+          F.binary_cross_entropy_with_logits(T(z), T(y), pos_weight=T(w), reduction="none"),
+          what="bce_with_logits with pos_weight vs PyTorch")
+    close(pp.bce_with_logits(z, y, pos_weight=w, reduction="mean"),
+          F.binary_cross_entropy_with_logits(T(z), T(y), pos_weight=T(w)), what="mean")
+    close(pp.sigmoid(z), torch.sigmoid(T(z)), what="sigmoid")
+
+
+@PROPERTY
+@given(p=st.floats(0.01, 0.99), w=st.floats(0.1, 10))
+def test_weighted_bce_optimum_is_stationary(p, w):
+    """At q* = w p / (w p + 1 - p) the PyTorch expected weighted BCE has zero slope in the logit."""
+    q = pp.weighted_bce_optimum(p, w)
+    z = torch.tensor(math.log(q / (1 - q)), dtype=torch.float64, requires_grad=True)
+    F.binary_cross_entropy_with_logits(z, T(p), pos_weight=T(w)).backward()
+    assert abs(z.grad.item()) < 1e-12, f"gradient {z.grad.item()} at q*={q}"
+    assert math.isclose(pp.weighted_bce_optimum(p, 1.0), p, rel_tol=1e-12)
+
+
+@PROPERTY
+@given(n=st.integers(1, 30), data=st.data(), theta=st.floats(0.001, 0.999))
+def test_bernoulli_mle_minimises_nll(n, data, theta):
+    k = data.draw(st.integers(0, n))
+    mle = pp.bernoulli_mle(k, n)
+    assert mle == k / n
+    assert pp.bernoulli_nll(mle, k, n) <= pp.bernoulli_nll(theta, k, n) + 1e-12
+    record = torch.tensor([1.0] * k + [0.0] * (n - k), dtype=torch.float64)
+    close(pp.bernoulli_nll(theta, k, n), -torch.distributions.Bernoulli(probs=T(theta)).log_prob(record).sum(),
+          what="bernoulli_nll vs torch Bernoulli")
+    close(pp.bernoulli_likelihood(theta, k, n), math.exp(-pp.bernoulli_nll(theta, k, n)), rtol=1e-9, what="Lik")
+
+
+def test_bernoulli_endpoints():
+    """k = 0 and k = n: the optimum sits on the boundary with zero loss; the other endpoint is impossible."""
+    assert pp.bernoulli_nll(0.0, 0, 10) == 0.0 and pp.bernoulli_nll(1.0, 10, 10) == 0.0
+    assert pp.bernoulli_nll(0.0, 1, 10) == math.inf and pp.bernoulli_nll(1.0, 9, 10) == math.inf
+    assert pp.bernoulli_likelihood(0.0, 0, 3) == 1.0
+
+
+@PROPERTY
+@given(y=st.floats(-10, 10), mean=st.floats(-10, 10), sigma=st.floats(0.1, 5))
+def test_gaussian_nll_matches_torch(y, mean, sigma):
+    expected = F.gaussian_nll_loss(T([mean]), T([y]), T([sigma**2]), full=True, reduction="none")
+    close(pp.gaussian_nll(y, mean, sigma), expected[0], what="gaussian_nll vs F.gaussian_nll_loss(full=True)")
+
+
+@PROPERTY
+@given(p=hnp.arrays(np.float64, st.integers(1, 20), elements=st.floats(0.05, 1)))
+def test_sequence_log_prob_is_sum_of_logs(p):
+    close(pp.sequence_log_prob(p), torch.log(T(p)).sum(), what="chain rule in log space")
+    close(pp.perplexity_from_probs(p), torch.prod(T(p)) ** (-1.0 / len(p)), rtol=1e-9, what="geometric mean PPL")
+
+
+def test_probability_basics():
+    post = pp.bayes_posterior([0.2, 0.8], [0.9, 0.1])
+    assert post.sum() == pytest.approx(1.0) and post[0] == pytest.approx(CASES["ch2-eq2.15-bayes-verifier"].expected[0])
+    assert pp.variance([0, 1], [0.5, 0.5]) == pytest.approx(0.25, rel=1e-15)
+    emp = pp.empirical_distribution(["a", "b", "a", "a"], ["a", "b", "c"])
+    assert emp.tolist() == [0.75, 0.25, 0.0]
+    cond = pp.conditional_from_joint([[0.1, 0.3], [0.2, 0.4]], given_axis=0)
+    close(cond, [[0.25, 0.75], [1 / 3, 2 / 3]], what="p(y | x) rows")
+
+
+# ------------------------------------------------------------------ float32 / float64 edges
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stable_loss_survives_underflow(dtype):
+    """logits [0, -1000], target 1: the stable form gives 1000; the naive -log(softmax) gives inf."""
+    case = CASES["ch6-sec6.3-stable-nll-underflow"]
+    z = np.asarray(case.inputs["logits"], dtype=dtype)
+    loss = pp.nll_from_logits(z, case.inputs["target"])
+    assert loss.dtype == dtype, f"computed in {loss.dtype}, expected {dtype}"
+    assert float(loss) == pytest.approx(case.expected, rel=1e-7)
+    probs = pp.softmax(z)
+    assert probs[1] == 0.0, "softmax's second probability should underflow to exactly 0"
+    with np.errstate(divide="ignore"):
+        assert -np.log(probs[1]) == np.inf
+    torch_dtype = torch.float32 if dtype == np.float32 else torch.float64
+    zt = T(z, torch_dtype)[None]
+    assert F.cross_entropy(zt, torch.tensor([1])).item() == pytest.approx(case.expected, rel=1e-7)
+    assert (-torch.log(F.softmax(zt, dim=-1))[0, 1]).item() == math.inf
+
+
+def test_exact_zero_is_not_underflow():
+    """A counting model's exact zero gives inf however it is computed; underflow only hides a positive probability."""
+    zero = CASES["ch6-ex6.8-6-counting-zero"]
+    assert pp.nll_from_probs(zero.inputs["probs"], zero.inputs["target"]) == math.inf == zero.expected
+    assert pp.kl_divergence([0.5, 0.5], zero.inputs["probs"]) == math.inf
+    assert pp.cross_entropy_dist([0.0, 1.0], zero.inputs["probs"]) == math.inf
+    # underflow: the probability is stored as 0, yet working from the logits the loss is finite
+    z = np.array([0.0, -1000.0])
+    assert pp.softmax(z)[1] == 0.0
+    assert pp.nll_from_probs(pp.softmax(z), 1) == math.inf  # converting to probabilities first loses it
+    assert np.isfinite(pp.nll_from_logits(z, 1)) and pp.nll_from_logits(z, 1) == pytest.approx(1000.0, rel=1e-12)
+
+
+def test_float32_softmax_rows_are_accepted_as_distributions():
+    z = np.random.default_rng(1).normal(size=(4, 50)).astype(np.float32)
+    p = pp.softmax(z)
+    assert p.dtype == np.float32
+    loss = pp.nll_from_probs(p, np.zeros(4, dtype=np.int64))
+    close(loss, pp.nll_from_logits(z.astype(np.float64), np.zeros(4, dtype=np.int64)), rtol=1e-5, what="float32 path")
+
+
+def test_large_logits_do_not_overflow():
+    z = np.array([[1000.0, 999.0, -1000.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warnings
+        close(pp.softmax(z), F.softmax(T(z), -1), what="softmax of large logits")
+        close(pp.nll_from_logits(z, [1]), F.cross_entropy(T(z), torch.tensor([1]), reduction="none"), what="nll")
+        close(pp.sigmoid(np.array([-1000.0, 1000.0])), [0.0, 1.0], what="sigmoid extremes")
+        close(pp.bce_with_logits(np.array([-1000.0]), np.array([1.0])), [1000.0], what="bce at -1000")
+
+
+# ------------------------------------------------------------------ bad input catalogue
+
+nan = float("nan")
+Z = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+Y = np.array([0, 2])
+BAD_INPUTS = [
+    # (id, call, error type, substrings the message must contain)
+    ("softmax-string", lambda: pp.softmax("1, 2"), TypeError, ["logits", "array of numbers"]),
+    ("softmax-nan", lambda: pp.softmax([1.0, nan]), ValueError, ["logits", "nan"]),
+    ("softmax-empty", lambda: pp.softmax([]), ValueError, ["logits", "empty"]),
+    ("softmax-scalar", lambda: pp.softmax(3.0), ValueError, ["logits", "dimension"]),
+    ("softmax-inf", lambda: pp.softmax([1.0, math.inf]), ValueError, ["logits", "finite"]),
+    ("softmax-bad-axis", lambda: pp.softmax(Z, axis=2), ValueError, ["axis", "out of range"]),
+    ("softmax-ragged", lambda: pp.softmax([[1, 2], [3]]), ValueError, ["logits", "rectangular"]),
+    ("softmax-complex", lambda: pp.softmax([1j, 2]), TypeError, ["logits", "real"]),
+    ("logsumexp-axis-float", lambda: pp.logsumexp(Z, axis=1.0), TypeError, ["axis", "int"]),
+    ("probs-negative", lambda: pp.nll_from_probs([-0.1, 1.1], 0), ValueError, ["probs", "non-negative"]),
+    ("probs-not-summing", lambda: pp.nll_from_probs([0.5, 0.4], 0), ValueError, ["probs", "sum to 1"]),
+    ("probs-nan", lambda: pp.nll_from_probs([nan, 1.0], 0), ValueError, ["probs", "nan"]),
+    ("target-shape", lambda: pp.nll_from_logits(Z, [0, 1, 2]), ValueError, ["target", "shape (2,)"]),
+    ("target-fraction", lambda: pp.nll_from_logits(Z, [0.5, 1]), TypeError, ["target", "integer"]),
+    ("target-bool", lambda: pp.nll_from_logits(Z, [True, False]), TypeError, ["target", "integer"]),
+    ("target-string", lambda: pp.nll_from_logits(Z, ["a", "b"]), TypeError, ["target", "integer"]),
+    ("target-too-large", lambda: pp.nll_from_logits(Z, [0, 3]), ValueError, ["target", "[0, 2]", "3"]),
+    ("target-negative", lambda: pp.nll_from_logits(Z, [-1, 0]), ValueError, ["target", "[0, 2]"]),
+    ("targets-out-of-range", lambda: pp.cross_entropy(Z, [0, 7]), ValueError, ["targets", "7"]),
+    ("targets-shape", lambda: pp.cross_entropy(Z, [0]), ValueError, ["targets", "shape"]),
+    ("soft-targets-not-summing", lambda: pp.cross_entropy(Z, np.full((2, 3), 0.5)), ValueError, ["targets", "sum to 1"]),
+    ("soft-targets-with-weights", lambda: pp.cross_entropy(Z, np.full((2, 3), 1 / 3), class_weights=[1, 1, 1]),
+     ValueError, ["class_weights", "integer targets"]),
+    ("unknown-reduction", lambda: pp.cross_entropy(Z, Y, reduction="avg"), ValueError, ["reduction", "'avg'", "mean"]),
+    ("all-masked", lambda: pp.cross_entropy(Z, Y, mask=[False, False]), ValueError, ["no target is scored"]),
+    ("all-masked-sum", lambda: pp.cross_entropy(Z, Y, mask=[0, 0], reduction="sum"), ValueError, ["no target is scored"]),
+    ("target-inf", lambda: pp.nll_from_logits(Z, [0.0, math.inf]), TypeError, ["target", "integer"]),
+    ("all-ignored", lambda: pp.cross_entropy(Z, [-100, -100], ignore_index=-100), ValueError, ["no target is scored"]),
+    ("mask-shape", lambda: pp.cross_entropy(Z, Y, mask=[1, 1, 1]), ValueError, ["mask", "shape"]),
+    ("mask-values", lambda: pp.cross_entropy(Z, Y, mask=[2, 1]), ValueError, ["mask", "0/1"]),
+    ("class-weights-shape", lambda: pp.cross_entropy(Z, Y, class_weights=[1, 2]), ValueError, ["class_weights", "(3,)"]),
+    ("class-weights-negative", lambda: pp.cross_entropy(Z, Y, class_weights=[1, -2, 1]), ValueError,
+     ["class_weights", "non-negative"]),
+    ("empty-document", lambda: pp.reduce_losses([[1.0, 2.0], [3.0, 4.0]], mask=[[1, 1], [0, 0]],
+                                                reduction="document_mean"), ValueError, ["documents [1]", "no scored"]),
+    ("document-mean-1d", lambda: pp.reduce_losses([1.0, 2.0], reduction="document_mean"), ValueError, ["[B, T]"]),
+    ("reduce-weights-shape", lambda: pp.reduce_losses([1.0, 2.0], weights=[1.0]), ValueError, ["weights", "shape"]),
+    ("reduce-empty", lambda: pp.reduce_losses([]), ValueError, ["losses", "empty"]),
+    ("unknown-unit-entropy", lambda: pp.entropy([0.5, 0.5], unit="dits"), ValueError, ["unit", "'dits'", "nats"]),
+    ("unknown-unit-perplexity", lambda: pp.perplexity(1.0, unit="decibans"), ValueError, ["unit", "bits"]),
+    ("unknown-unit-neg-log-prob", lambda: pp.neg_log_prob(0.5, unit="nat"), ValueError, ["unit", "'nat'"]),
+    ("perplexity-negative", lambda: pp.perplexity(-0.1), ValueError, ["mean_loss", ">= 0"]),
+    ("perplexity-array", lambda: pp.perplexity([1.0, 2.0]), ValueError, ["mean_loss", "single number"]),
+    ("perplexity-from-probs-all-masked", lambda: pp.perplexity_from_probs([0.5, 0.5], mask=[0, 0]), ValueError,
+     ["no target is scored"]),
+    ("target-probs-above-one", lambda: pp.perplexity_from_probs([0.5, 1.5]), ValueError, ["target_probs", "[0, 1]"]),
+    ("kl-shape-mismatch", lambda: pp.kl_divergence([0.5, 0.5], [0.2, 0.3, 0.5]), ValueError, ["p and q", "shape"]),
+    ("kl-q-not-distribution", lambda: pp.kl_divergence([0.5, 0.5], [0.7, 0.7]), ValueError, ["q", "sum to 1"]),
+    ("entropy-negative", lambda: pp.entropy([1.5, -0.5]), ValueError, ["p", "non-negative"]),
+    ("cross-entropy-dist-nan", lambda: pp.cross_entropy_dist([0.5, 0.5], [nan, 0.5]), ValueError, ["q", "nan"]),
+    ("neg-log-prob-above-one", lambda: pp.neg_log_prob(1.5), ValueError, ["p", "[0, 1]"]),
+    ("prior-not-summing", lambda: pp.bayes_posterior([0.5, 0.6], [0.9, 0.1]), ValueError, ["prior", "sum to 1"]),
+    ("likelihood-shape", lambda: pp.bayes_posterior([0.5, 0.5], [0.9]), ValueError, ["likelihood", "shape"]),
+    ("impossible-evidence", lambda: pp.bayes_posterior([0.5, 0.5], [0.0, 0.0]), ValueError, ["evidence", "0"]),
+    ("joint-1d", lambda: pp.conditional_from_joint([0.5, 0.5]), ValueError, ["joint", "2-D"]),
+    ("expectation-shape", lambda: pp.expectation([1, 2, 3], [0.5, 0.5]), ValueError, ["values and probs", "shape"]),
+    ("empirical-empty", lambda: pp.empirical_distribution([], ["a"]), ValueError, ["samples", "empty"]),
+    ("empirical-unknown", lambda: pp.empirical_distribution(["z"], ["a"]), ValueError, ["support", "'z'"]),
+    ("mle-k-above-n", lambda: pp.bernoulli_mle(3, 2), ValueError, ["k", "n=2"]),
+    ("mle-k-float", lambda: pp.bernoulli_mle(1.5, 2), TypeError, ["k", "integer"]),
+    ("mle-n-zero", lambda: pp.bernoulli_mle(0, 0), ValueError, ["n", "positive"]),
+    ("theta-out-of-range", lambda: pp.bernoulli_nll(1.2, 1, 2), ValueError, ["theta", "[0, 1]"]),
+    ("sigmoid-nan", lambda: pp.sigmoid(nan), ValueError, ["z", "nan"]),
+    ("bce-label-out-of-range", lambda: pp.bce_with_logits([0.0], [2.0]), ValueError, ["y", "[0, 1]"]),
+    ("bce-shapes", lambda: pp.bce_with_logits([0.0, 1.0], [1.0, 0.0, 1.0]), ValueError, ["z and y", "broadcast"]),
+    ("bce-pos-weight", lambda: pp.bce_with_logits([0.0], [1.0], pos_weight=0.0), ValueError, ["pos_weight", "positive"]),
+    ("bce-reduction", lambda: pp.bce_with_logits([0.0], [1.0], reduction="avg"), ValueError, ["reduction", "'avg'"]),
+    ("optimum-weight", lambda: pp.weighted_bce_optimum(0.5, -1.0), ValueError, ["w", "positive"]),
+    ("gaussian-sigma", lambda: pp.gaussian_nll(1.0, 0.0, 0.0), ValueError, ["sigma", "positive"]),
+    ("gaussian-shapes", lambda: pp.gaussian_nll([1.0, 2.0], [0.0, 1.0, 2.0], 1.0), ValueError, ["broadcast"]),
+    ("sequence-2d", lambda: pp.sequence_log_prob([[0.5, 0.5]]), ValueError, ["cond_probs", "[T]"]),
+    ("sequence-empty", lambda: pp.sequence_log_prob([]), ValueError, ["cond_probs", "empty"]),
+    ("nats-to-bits-none", lambda: pp.nats_to_bits(None), TypeError, ["value"]),
+    ("grad-target-range", lambda: pp.softmax_cross_entropy_grad(Z, [0, 5]), ValueError, ["target", "5"]),
+]
+
+
+@pytest.mark.parametrize("call, error, parts", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_raises_clear_error(call, error, parts):
+    with pytest.raises(error) as info:
+        call()
+    message = str(info.value)
+    missing = [p for p in parts if p not in message]
+    assert not missing, f"message {message!r} does not mention {missing}"
+
+
+def test_torch_all_masked_is_nan_which_we_refuse():
+    """Why the reference raises: PyTorch silently returns nan for a mean over zero scored targets."""
+    got = F.cross_entropy(T(Z), torch.tensor([-100, -100]), ignore_index=-100)
+    assert math.isnan(got.item())
+    with pytest.raises(ValueError, match="no target is scored"):
+        pp.cross_entropy(Z, [-100, -100], ignore_index=-100)
+
+
+def test_import_is_numpy_only():
+    """The reference module imports no torch, sympy or scipy (fast to import, one path independent of the other)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import probability_practice; "
+            "print(','.join(m for m in ('torch', 'sympy', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(pp.__file__).rsplit("/", 1)[0]],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"probability_practice imported {out}"
