@@ -5,6 +5,7 @@ outside its root); everything nbgrader generates - release, submissions,
 autograded copies, feedback and the gradebook - goes under the ignored build
 folder. ``PART_II_BUILD`` moves that folder (tests use a temporary one) and
 ``PART_II_DB_URL`` points the gradebook at another database (e.g. PostgreSQL).
+``PART_II_SOURCE`` replaces the notebooks folder (tests of the harness on a small course).
 """
 
 import os
@@ -17,7 +18,7 @@ COURSE = BUILD / "course"
 c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this file
 
 c.CourseDirectory.root = str(COURSE)
-c.CourseDirectory.source_directory = str(REPO / "notebooks")
+c.CourseDirectory.source_directory = os.environ.get("PART_II_SOURCE", str(REPO / "notebooks"))
 c.CourseDirectory.db_url = os.environ.get("PART_II_DB_URL", f"sqlite:///{COURSE / 'gradebook.db'}")
 c.CourseDirectory.course_id = "llm-probability-part-ii"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*"]

@@ -1,0 +1,7 @@
+"""``python -m autograder``: the grading harness's command line (see autograder/cli.py)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,184 @@
+"""Command line: ``python -m autograder <command>``, one command per pipeline step.
+
+    release             student version of part-ii + the zip students download
+    collect PATH        file an LMS download (folder or zip) as nbgrader submissions
+    grade               autograde every collected submission, in parallel, resumable
+    feedback            one HTML report per student and notebook (hidden tests never shown)
+    export              grades as CSV: per student and per cell
+    check NOTEBOOK      a student's self-check: run the notebook, print a table per exercise
+    demo                the whole cycle on a generated sample class
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .course import AutograderError, Course
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    """argparse type: a duration in seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text}")
+    return value
+
+
+def _student_id(text: str) -> str:
+    """argparse type: a student id as collect files it."""
+    from .collect import STUDENT_ID
+
+    if not STUDENT_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a student id (letters, digits, . _ @ -), got {text!r}")
+    return text
+
+
+def _add_grading_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by grade and demo."""
+    parser.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1,
+                        help="submissions graded in parallel (default: the number of cores, %(default)s here)")
+    parser.add_argument("--cell-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
+                        help="a cell running longer is interrupted and scored as failed (default 60; demo 15)")
+    parser.add_argument("--notebook-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
+                        help="time budget of one notebook; cells after it are not run (default 600; demo 120)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run student code WITHOUT the bubblewrap sandbox (only for trusted code)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--build", type=Path, default=None, metavar="DIR",
+                        help="build folder (default: $PART_II_BUILD or build/); the course lives in DIR/course")
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="command", required=True)
+
+    sub.add_parser("release", parents=[common], help="generate the student version and the student zip",
+                   description="Generate the student version of part-ii (nbgrader generate_assignment), check that it "
+                               "leaks no solution or hidden test, and write the student zip (release notebooks + "
+                               "code/part-ii + data/part-ii).")
+
+    p = sub.add_parser("collect", parents=[common], help="file an LMS download as nbgrader submissions",
+                       description="File student notebooks from a folder or zip as nbgrader submissions.",
+                       epilog=_collect_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", type=Path, help="a folder or .zip file as downloaded from the LMS")
+
+    p = sub.add_parser("grade", parents=[common], help="autograde the collected submissions in parallel",
+                       description="Autograde every collected submission with nbgrader, N at a time, each in its own "
+                                   "process and sandbox. Already graded submissions are skipped unless --force; an "
+                                   "interrupted run resumes where it stopped.")
+    _add_grading_options(p)
+    p.add_argument("--force", action="store_true", help="grade again submissions that are already graded")
+    p.add_argument("--student", type=_student_id, action="append", metavar="ID",
+                   help="grade only this student (repeatable)")
+
+    p = sub.add_parser("feedback", parents=[common], help="write HTML feedback per student and notebook",
+                       description="Write one HTML feedback file per student and notebook: points per cell, "
+                                   "passed/failed, the student's code and output. Hidden tests are never shown.")
+    p.add_argument("--student", type=_student_id, action="append", metavar="ID", help="only this student (repeatable)")
+
+    sub.add_parser("export", parents=[common], help="write grades.csv and grades-per-cell.csv",
+                   description="Write the grades as CSV into <course>/reports: grades.csv (one row per student: "
+                               "nbgrader's columns, a score per notebook, status and reasons) and grades-per-cell.csv.")
+
+    p = sub.add_parser("check", help="student self-check of one notebook",
+                       description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
+                                   "whether its visible tests pass and the points at stake. Exits 1 when a test fails.")
+    p.add_argument("notebook", type=Path, help="the .ipynb file to check")
+    p.add_argument("--timeout", type=_positive_seconds, default=120, metavar="SECONDS",
+                   help="per-cell timeout (default %(default)s)")
+
+    p = sub.add_parser("demo", parents=[common], help="the whole cycle on a generated sample class",
+                       description="Release, generate a sample class (perfect, blank, partial, broken file, edited "
+                                   "test cell, infinite loop), collect, grade with progress, write feedback and CSV, "
+                                   "plot the totals and print a summary. Uses DIR/demo (default build/demo), wiped "
+                                   "first, with a SQLite gradebook.")
+    _add_grading_options(p)
+    return parser
+
+
+def _collect_epilog() -> str:
+    """The accepted LMS layouts, from collect's documentation."""
+    from . import collect
+
+    return collect.LAYOUTS_HELP
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Dispatch one parsed command; return its exit code."""
+    if args.command == "check":
+        from .check import check
+
+        return check(args.notebook, timeout=args.timeout)
+    if args.command == "demo":
+        from .demo import demo
+
+        return demo(build=args.build, workers=args.workers, cell_timeout=args.cell_timeout,
+                    notebook_timeout=args.notebook_timeout, no_sandbox=args.no_sandbox)
+    course = Course.load(args.build)
+    if args.command == "release":
+        from .release import release
+
+        result = release(course)
+        print(f"released {len(result.notebooks)} notebooks to {course.release_dir}")
+        print(f"student zip: {result.zip_path}")
+        return 0
+    if args.command == "collect":
+        from .collect import collect, print_report
+
+        report = collect(course, args.path)
+        print_report(report)
+        return 0
+    if args.command == "grade":
+        from .grade import GradeOptions, grade
+
+        options = GradeOptions(workers=args.workers, force=args.force, students=args.student,
+                               cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
+                               no_sandbox=args.no_sandbox)
+        return grade(course, options).exit_code
+    if args.command == "feedback":
+        from .feedback import feedback, print_feedback
+
+        result = feedback(course, students=args.student)
+        print_feedback(result)
+        return 1 if result.errors else 0
+    if args.command == "export":
+        from .export import export
+
+        written = export(course)
+        for path in written:
+            print(f"wrote {path}")
+        return 0
+    raise AssertionError(args.command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse argv, run the command, turn known errors into a message and an exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except AutograderError as exc:
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
+        return 130

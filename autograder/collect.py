@@ -1,0 +1,410 @@
+"""Step 2, collect: file an LMS download (folder or zip) as nbgrader submissions.
+
+Every file in the download ends up in exactly one place of the report: filed as a
+submission, rejected with a reason (and a copy kept under <course>/rejected/), or
+ignored with a reason (system files, non-notebooks). A student's notebook that is not
+in the download is listed as missing (it scores 0).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import json
+import re
+import shutil
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+
+import nbformat
+
+from .course import ASSIGNMENT, AutograderError, Course
+
+LAYOUTS_HELP = """\
+accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-and-loss.ipynb):
+  one folder per student      STUDENT/02-shapes-and-loss.ipynb (any depth below STUDENT/)
+    Moodle folders            Full Name_12345_assignsubmission_file_/…   -> student 12345
+  student id in the file name STUDENT_02-shapes-and-loss.ipynb (separator _ - . or space)
+    Canvas                    name_12345_67890_02-shapes-and-loss-1.ipynb -> student name
+                              (also name_late_12345_67890_…; a -N resubmission suffix is allowed)
+    Blackboard                Part II_jdoe_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb -> student jdoe
+  a zip or folder that holds just one folder of student folders is unwrapped first.
+A copy named like 'NAME (1).ipynb' or 'NAME-1.ipynb' counts as NAME; when a student has two
+files for one notebook the newer one is kept and the other is reported as a duplicate.
+Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
+Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
+in <course>/reports/collect.json and copied to <course>/rejected/."""
+
+STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
+MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
+CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_\d+_\d+")
+BLACKBOARD_PREFIX = re.compile(r".*_(?P<id>[^_]+)_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
+COPY_SUFFIX = r"(?:\s*\(\d+\)|-\d+)?"
+SYSTEM_NAMES = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints", "__pycache__"}
+MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
+
+
+class NotANotebook(ValueError):
+    """A file that cannot be read as a Jupyter notebook; the message is the reason."""
+
+
+@dataclass
+class Entry:
+    """One file of the download: its path inside the download, bytes and modification time (UTC)."""
+
+    path: PurePosixPath
+    data: bytes
+    mtime: dt.datetime
+
+
+@dataclass
+class Filed:
+    """A file accepted as a student's notebook."""
+
+    entry: Entry
+    student: str
+    notebook: str
+    nb: nbformat.NotebookNode
+    note: str = ""
+
+
+@dataclass
+class Record:
+    """One file that was not filed: rejected (a problem to look at) or ignored (not a submission)."""
+
+    file: str
+    reason: str
+    student: str | None = None
+    copy: str | None = None
+
+
+@dataclass
+class StudentReport:
+    """What collect filed for one student."""
+
+    student: str
+    status: str  # new, updated, unchanged, or 'no valid notebook'
+    notebooks: dict[str, str] = field(default_factory=dict)  # notebook -> file in the download
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    timestamp: str | None = None
+
+
+@dataclass
+class CollectReport:
+    """The outcome of one collect run (also saved as reports/collect.json)."""
+
+    source: str
+    students: dict[str, StudentReport] = field(default_factory=dict)
+    rejected: list[Record] = field(default_factory=list)
+    ignored: list[Record] = field(default_factory=list)
+
+
+# --- reading the download -------------------------------------------------------------
+
+def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
+    """Entries of a zip file; unsafe or oversized members become rejections."""
+    entries, rejected = [], []
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise AutograderError(f"{path} is not a readable zip file ({exc})") from None
+    with zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            name = PurePosixPath(info.filename.replace("\\", "/"))
+            if name.is_absolute() or ".." in name.parts:
+                rejected.append(Record(info.filename, "unsafe path inside the zip (absolute or with '..'); not extracted"))
+                continue
+            if info.file_size > MAX_NOTEBOOK_BYTES:
+                rejected.append(Record(str(name), f"too large ({info.file_size} bytes; the limit is {MAX_NOTEBOOK_BYTES})"))
+                continue
+            mtime = dt.datetime(*info.date_time, tzinfo=dt.timezone.utc)
+            entries.append(Entry(name, zf.read(info), mtime))
+    return entries, rejected
+
+
+def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
+    """Entries of a folder tree (symlinks are not followed)."""
+    entries, rejected = [], []
+    for file in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = PurePosixPath(file.relative_to(path).as_posix())
+        if file.is_symlink():
+            rejected.append(Record(str(rel), "symbolic link; not followed"))
+            continue
+        size = file.stat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            rejected.append(Record(str(rel), f"too large ({size} bytes; the limit is {MAX_NOTEBOOK_BYTES})"))
+            continue
+        mtime = dt.datetime.fromtimestamp(file.stat().st_mtime, tz=dt.timezone.utc)
+        entries.append(Entry(rel, file.read_bytes(), mtime))
+    return entries, rejected
+
+
+def read_download(path: Path) -> tuple[list[Entry], list[Record]]:
+    """All files of a folder or zip download, with unreadable members already rejected."""
+    if not path.exists():
+        raise AutograderError(f"{path} does not exist; expected a folder or a .zip of student notebooks")
+    if path.is_dir():
+        return _read_folder(path)
+    if zipfile.is_zipfile(path):
+        return _read_zip(path)
+    raise AutograderError(f"{path} is neither a folder nor a zip file; expected an LMS download")
+
+
+def _is_system(path: PurePosixPath) -> bool:
+    """Files an OS or Jupyter adds on its own (macOS zip metadata, checkpoints, hidden files)."""
+    return any(part in SYSTEM_NAMES or part.startswith(".") for part in path.parts)
+
+
+def unwrap(entries: list[Entry]) -> list[Entry]:
+    """Drop leading folders that only hold folders (a zip of one folder of student folders)."""
+    while entries and all(len(e.path.parts) >= 3 for e in entries) and len({e.path.parts[0] for e in entries}) == 1:
+        entries = [Entry(PurePosixPath(*e.path.parts[1:]), e.data, e.mtime) for e in entries]
+    return entries
+
+
+# --- names -----------------------------------------------------------------------------
+
+def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
+    """(notebook, prefix before it) when a file stem names a notebook, longest name first; else None."""
+    for name in sorted(notebooks, key=len, reverse=True):
+        m = re.fullmatch(rf"(?:(?P<prefix>.*?)[_\-\s.]+)?{re.escape(name)}{COPY_SUFFIX}", stem, flags=re.IGNORECASE)
+        if m:
+            return name, (m.group("prefix") or "")
+    return None
+
+
+def sanitize_id(text: str) -> str | None:
+    """A student id from free text: invalid characters become '_'; None when nothing usable is left."""
+    cleaned = re.sub(r"[^\w.@-]+", "_", text.strip()).strip("_.-")
+    return cleaned if cleaned and STUDENT_ID.fullmatch(cleaned) else None
+
+
+def student_from_folder(folder: str) -> str | None:
+    """Student id of a per-student folder (Moodle folders give their numeric id)."""
+    m = MOODLE_FOLDER.fullmatch(folder)
+    return m.group("id") if m else sanitize_id(folder)
+
+
+def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None]:
+    """Student id (and Blackboard timestamp) from the part of a file name before the notebook name."""
+    if m := BLACKBOARD_PREFIX.fullmatch(prefix):
+        ts = dt.datetime.strptime(m.group("ts"), "%Y-%m-%d-%H-%M-%S").replace(tzinfo=dt.timezone.utc)
+        return sanitize_id(m.group("id")), ts
+    if m := CANVAS_PREFIX.fullmatch(prefix):
+        return sanitize_id(m.group("id")), None
+    return sanitize_id(prefix), None
+
+
+def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
+    """Parse and validate notebook bytes; return (nbformat-4 notebook, note). Raise NotANotebook with the reason."""
+    if not data.strip():
+        raise NotANotebook("empty file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotANotebook(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); not a Jupyter notebook") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NotANotebook(f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); the file is damaged") from None
+    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
+        raise NotANotebook("valid JSON but not a Jupyter notebook (no cells)")
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises several types for a malformed notebook
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NotANotebook(f"not a valid Jupyter notebook ({first})") from None
+    major = raw.get("nbformat", 4)
+    return nb, (f"converted from nbformat {major} to 4" if major != 4 else "")
+
+
+# --- classifying files -------------------------------------------------------------------
+
+def classify(entries: list[Entry], notebooks: list[str]) -> tuple[list[Filed], list[Record], list[Record], set[str]]:
+    """Sort entries into filed notebooks, rejected and ignored files; also return every student seen."""
+    filed, rejected, ignored, seen = [], [], [], set()
+    expected = ", ".join(f"{n}.ipynb" for n in notebooks)
+    for e in entries:
+        if _is_system(e.path):
+            ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)"))
+            continue
+        student, timestamp = None, None
+        if len(e.path.parts) >= 2:
+            student = student_from_folder(e.path.parts[0])
+            if student is None:
+                rejected.append(Record(str(e.path), f"cannot derive a student id from folder {e.path.parts[0]!r}"))
+                continue
+            seen.add(student)
+        if e.path.suffix.lower() != ".ipynb":
+            ignored.append(Record(str(e.path), f"not a notebook ({e.path.suffix or 'no extension'}); only .ipynb files are collected", student))
+            continue
+        hit = match_notebook(e.path.stem, notebooks)
+        if hit is None:
+            close = difflib.get_close_matches(e.path.stem, notebooks, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}.ipynb?" if close else ""
+            rejected.append(Record(str(e.path), f"wrong name: not a notebook of {ASSIGNMENT} (expected one of {expected}){hint}", student))
+            continue
+        notebook, prefix = hit
+        if student is None:
+            student, timestamp = student_from_prefix(prefix) if prefix else (None, None)
+            if student is None:
+                rejected.append(Record(str(e.path), "cannot tell whose file this is: put it in a folder named after the "
+                                                     "student or start the file name with the student id"))
+                continue
+            seen.add(student)
+        try:
+            nb, note = read_notebook(e.data)
+        except NotANotebook as exc:
+            rejected.append(Record(str(e.path), str(exc), student))
+            continue
+        filed.append(Filed(Entry(e.path, e.data, timestamp or e.mtime), student, notebook, nb, note))
+    return filed, rejected, ignored, seen
+
+
+def drop_duplicates(filed: list[Filed]) -> tuple[list[Filed], list[Record]]:
+    """Keep one file per (student, notebook): the newest, then the exact name, then the last path."""
+    groups: dict[tuple[str, str], list[Filed]] = {}
+    for f in filed:
+        groups.setdefault((f.student, f.notebook), []).append(f)
+    kept, rejected = [], []
+    for (student, notebook), group in sorted(groups.items()):
+        group.sort(key=lambda f: (f.entry.mtime, f.entry.path.stem == notebook, str(f.entry.path)))
+        winner = group[-1]
+        kept.append(winner)
+        for loser in group[:-1]:
+            rejected.append(Record(str(loser.entry.path), f"duplicate: {student} handed in {notebook}.ipynb more than once; "
+                                                          f"kept the newer {winner.entry.path}", student))
+    return kept, rejected
+
+
+# --- writing submissions ---------------------------------------------------------------
+
+def _digest(folder: Path) -> str:
+    """sha256 over the names and contents of a submission folder."""
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[str, str]:
+    """File a student's notebooks as submitted/<student>/part-ii; return (status, timestamp)."""
+    dest = course.step_dir("submitted", student)
+    incoming = dest.parent / f".incoming-{ASSIGNMENT}"
+    if incoming.exists():
+        shutil.rmtree(incoming)
+    incoming.mkdir(parents=True)
+    timestamp = max(f.entry.mtime for f in files).strftime(TIMESTAMP_FORMAT)
+    for f in files:
+        data = f.entry.data if not f.note else nbformat.writes(f.nb).encode("utf-8")
+        (incoming / f"{f.notebook}.ipynb").write_bytes(data)
+    (incoming / "timestamp.txt").write_text(timestamp + "\n", encoding="utf-8")
+    if dest.exists():
+        if _digest(dest) == _digest(incoming):
+            shutil.rmtree(incoming)
+            return "unchanged", timestamp
+        shutil.rmtree(dest)
+        status = "updated"
+    else:
+        status = "new"
+    incoming.rename(dest)
+    return status, timestamp
+
+
+def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Record]) -> None:
+    """Copy each rejected file to <course>/rejected/<path in the download> and note where."""
+    by_path = {str(e.path): e for e in entries}
+    for r in records:
+        entry = by_path.get(r.file)
+        if entry is None:
+            continue
+        copy = course.rejected_dir / entry.path
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(entry.data)
+        r.copy = str(copy)
+
+
+def save_report(course: Course, report: CollectReport) -> Path:
+    """Merge this run into reports/collect.json (students of this download replace their old entries)."""
+    path = course.reports_dir / "collect.json"
+    merged = {"students": {}, "rejected": [], "ignored": []}
+    if path.exists():
+        merged = json.loads(path.read_text(encoding="utf-8"))
+    for s in report.students:
+        merged["students"].pop(s, None)
+    merged["rejected"] = [r for r in merged["rejected"] if r.get("student") not in report.students and r.get("student")]
+    merged["ignored"] = [r for r in merged["ignored"] if r.get("student") not in report.students and r.get("student")]
+    merged["students"].update({s: asdict(r) for s, r in report.students.items()})
+    merged["rejected"] += [asdict(r) for r in report.rejected]
+    merged["ignored"] += [asdict(r) for r in report.ignored]
+    merged["last_source"] = report.source
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(merged, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_collect_log(course: Course) -> dict:
+    """reports/collect.json as a dict (empty structure when collect never ran)."""
+    path = course.reports_dir / "collect.json"
+    if not path.exists():
+        return {"students": {}, "rejected": [], "ignored": []}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def collect(course: Course, path: Path) -> CollectReport:
+    """File the download at path as submissions; register its students in the gradebook."""
+    path = Path(path)
+    notebooks = course.notebook_names()
+    entries, unreadable = read_download(path)
+    entries = unwrap(entries)
+    filed, rejected, ignored, seen = classify(entries, notebooks)
+    filed, duplicates = drop_duplicates(filed)
+    rejected = unreadable + rejected + duplicates
+    if not seen and not filed:
+        raise AutograderError(f"found no student files in {path}\n{LAYOUTS_HELP}", 1)
+    report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored)
+    with course.lock("collect"):
+        keep_rejected_copies(course, entries, rejected)
+        with course.gradebook() as gb:
+            for student in sorted(seen):
+                gb.update_or_create_student(student)
+        for student in sorted(seen):
+            files = [f for f in filed if f.student == student]
+            rec = StudentReport(student, "no valid notebook")
+            rec.notebooks = {f.notebook: str(f.entry.path) for f in files}
+            rec.missing = [n for n in notebooks if n not in rec.notebooks]
+            rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note]
+            rec.notes += [f"{r.file}: {r.reason}" for r in rejected if r.student == student]
+            if files:
+                rec.status, rec.timestamp = write_submission(course, student, files)
+            report.students[student] = rec
+        save_report(course, report)
+    return report
+
+
+def print_report(report: CollectReport) -> None:
+    """A readable summary: one line per student, then every rejected and ignored file with its reason."""
+    print(f"collected {report.source}")
+    width = max([len(s) for s in report.students] + [7])
+    print(f"  {'student':<{width}}  {'status':<17}  notebooks  missing")
+    for s, r in sorted(report.students.items()):
+        missing = ", ".join(r.missing) if r.missing else "-"
+        print(f"  {s:<{width}}  {r.status:<17}  {len(r.notebooks):>9}  {missing}")
+    if report.rejected:
+        print(f"rejected files ({len(report.rejected)}), copies kept in the course's rejected/ folder:")
+        for r in report.rejected:
+            print(f"  {r.file}: {r.reason}")
+    if report.ignored:
+        print(f"ignored files ({len(report.ignored)}):")
+        for r in report.ignored:
+            print(f"  {r.file}: {r.reason}")

@@ -1,0 +1,171 @@
+"""Where a course's files live and how every step reaches nbgrader's configuration and gradebook.
+
+All steps share one layout under the course root (``$PART_II_BUILD/course`` by default):
+
+    release/part-ii/           nbgrader's student version
+    student/part-ii/           the student bundle (release notebooks + code/ + data/); PART_II_ROOT of graded kernels
+    student/part-ii.zip        the same bundle as the download for students
+    submitted/<student>/part-ii/, autograded/…, feedback/…   nbgrader's folders
+    rejected/                  files collect could not accept (kept, never dropped)
+    grading/                   one private scratch folder per grading job
+    reports/                   collect.json, grades.csv, grades-per-cell.csv, totals.png
+    gradebook.db               the SQLite gradebook (unless $PART_II_DB_URL points elsewhere)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+PACKAGE = Path(__file__).resolve().parent
+REPO = PACKAGE.parent
+ASSIGNMENT = "part-ii"
+CONFIG_FILE = PACKAGE / "nbgrader_config.py"
+BUNDLE_CONTENT = ("code", "data")  # top-level course folders shipped to students, each as <name>/part-ii
+
+
+class AutograderError(Exception):
+    """A problem the user can fix; the CLI prints the message and exits with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def load_config(build: Path | None = None) -> Config:
+    """Read autograder/nbgrader_config.py; ``build`` overrides $PART_II_BUILD (and is exported to children)."""
+    if build is not None:
+        os.environ["PART_II_BUILD"] = str(Path(build).resolve())
+    return PyFileConfigLoader(CONFIG_FILE.name, path=str(PACKAGE)).load_config()
+
+
+@dataclass(frozen=True)
+class Course:
+    """The paths and gradebook URL of one course, read from an nbgrader Config."""
+
+    config: Config
+
+    @classmethod
+    def load(cls, build: Path | None = None) -> "Course":
+        """The course configured by nbgrader_config.py (optionally in another build folder)."""
+        return cls(load_config(build))
+
+    @property
+    def root(self) -> Path:
+        """nbgrader's course root (everything generated lives under it)."""
+        return Path(self.config.CourseDirectory.root)
+
+    @property
+    def db_url(self) -> str:
+        """The gradebook URL (SQLite by default, any SQLAlchemy URL nbgrader accepts)."""
+        return self.config.CourseDirectory.db_url
+
+    @property
+    def course_id(self) -> str:
+        """nbgrader's course id."""
+        return self.config.CourseDirectory.course_id
+
+    @property
+    def source_dir(self) -> Path:
+        """The instructor notebooks of the assignment (solutions and hidden tests)."""
+        return Path(self.config.CourseDirectory.source_directory) / ASSIGNMENT
+
+    def step_dir(self, step: str, student: str | None = None) -> Path:
+        """nbgrader's folder for a step ('release', 'submitted', 'autograded', 'feedback'), optionally one student's."""
+        base = self.root / step
+        return base / ASSIGNMENT if student is None else base / student / ASSIGNMENT
+
+    @property
+    def release_dir(self) -> Path:
+        """The generated student notebooks."""
+        return self.step_dir("release")
+
+    @property
+    def bundle_dir(self) -> Path:
+        """The unpacked student download: release notebooks + code/part-ii + data/part-ii."""
+        return self.root / "student" / ASSIGNMENT
+
+    @property
+    def bundle_zip(self) -> Path:
+        """The student download."""
+        return self.root / "student" / f"{ASSIGNMENT}.zip"
+
+    @property
+    def reports_dir(self) -> Path:
+        """Reports written by collect, grade and export."""
+        return self.root / "reports"
+
+    @property
+    def rejected_dir(self) -> Path:
+        """Copies of the files collect rejected."""
+        return self.root / "rejected"
+
+    @property
+    def grading_dir(self) -> Path:
+        """Scratch folders of grading jobs."""
+        return self.root / "grading"
+
+    def notebook_names(self) -> list[str]:
+        """Names (without .ipynb) of the released notebooks, sorted; fails if release has not run."""
+        names = sorted(p.stem for p in self.release_dir.glob("*.ipynb"))
+        if not names:
+            raise AutograderError(f"no released notebooks in {self.release_dir}; run `python -m autograder release` first")
+        return names
+
+    def submitted_students(self) -> list[str]:
+        """Ids of students with a collected submission, sorted."""
+        base = self.root / "submitted"
+        return sorted(p.parent.name for p in base.glob(f"*/{ASSIGNMENT}") if p.is_dir())
+
+    def gradebook(self):
+        """Open nbgrader's Gradebook on this course (use as a context manager)."""
+        from nbgrader.api import Gradebook
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        return Gradebook(self.db_url, self.course_id)
+
+    def coursedir(self, **overrides):
+        """An nbgrader CourseDirectory for this course, with trait overrides (assignment_id, student_id…)."""
+        from nbgrader.coursedir import CourseDirectory
+
+        cd = CourseDirectory(config=self.config)
+        cd.assignment_id = ASSIGNMENT
+        for key, value in overrides.items():
+            setattr(cd, key, value)
+        return cd
+
+    @contextlib.contextmanager
+    def lock(self, command: str):
+        """Hold the course's write lock so two commands never change the same course at once."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / ".autograder.lock"
+        with open(path, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                raise AutograderError(f"the course at {self.root} is busy ({holder}); wait for it to finish", 1) from None
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"`{command}` running as pid {os.getpid()}")
+            fh.flush()
+            try:
+                yield
+            finally:
+                fh.seek(0)
+                fh.truncate()
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def quiet_nbgrader_logs(level: int | None = None) -> None:
+    """Keep nbgrader's and traitlets' INFO chatter off the terminal (warnings still show)."""
+    import logging
+
+    logging.getLogger("traitlets").setLevel(level or logging.WARNING)

@@ -1,0 +1,203 @@
+"""Step 4, feedback: one HTML report per student and notebook, with no hidden test in it.
+
+nbgrader's GenerateFeedback renders the autograded notebook with the points of every
+cell. By default it would also show each test cell's full source, hidden tests included
+(nbgrader #917, #1363), and tracebacks that quote hidden lines. Here every autograded
+test cell is rewritten before rendering: its source keeps only the visible checks, and
+its output becomes one short line (passed, or what failed; a failed hidden check says
+only that, with the check's own message when it is an AssertionError). As a last guard,
+every written file is scanned for hidden-test lines and withheld if one slipped through.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbformat.v4 import new_output
+from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
+
+from .course import AutograderError, Course, quiet_nbgrader_logs
+
+BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
+MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
+
+
+def hidden_line_numbers(source: str) -> set[int]:
+    """1-based line numbers of a cell source that lie in a hidden-tests block (markers included)."""
+    hidden, inside = set(), False
+    for number, line in enumerate(source.split("\n"), start=1):
+        if BEGIN_HIDDEN in line:
+            inside = True
+        if inside:
+            hidden.add(number)
+        if END_HIDDEN in line:
+            inside = False
+    return hidden
+
+
+def visible_source(source: str) -> str:
+    """The cell source without its hidden block (one note line in its place)."""
+    hidden = hidden_line_numbers(source)
+    lines, noted = [], False
+    for number, line in enumerate(source.split("\n"), start=1):
+        if number not in hidden:
+            lines.append(line)
+        elif not noted:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.append(indent + HIDDEN_NOTE)
+            noted = True
+    return "\n".join(lines)
+
+
+def failing_line(error) -> int | None:
+    """The line of the test cell where the error was raised (outermost cell frame), if the traceback says."""
+    for entry in error.get("traceback", []):
+        m = CELL_LINE.search(ANSI.sub("", entry))
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def outcome_message(cell) -> str:
+    """One line saying how a test cell went, never quoting hidden test code or inputs."""
+    errors = [o for o in cell.outputs if o.output_type == "error"]
+    if errors:
+        error = errors[0]
+        ename, evalue = error.get("ename", "Error"), str(error.get("evalue", "")).strip()
+        line = failing_line(error)
+        if line is not None and line in hidden_line_numbers(cell.source):
+            if ename == "AssertionError" and evalue:
+                return f"✘ A hidden check failed: {evalue}"
+            return f"✘ A hidden check failed ({ename} raised while it ran)."
+        if ename in ("KeyboardInterrupt", "CellTimeoutError"):
+            return "✘ Failed: the cell did not finish within the time limit and was interrupted."
+        where = f" (line {line} of the visible checks)" if line is not None else ""
+        return f"✘ Failed{where}: {ename}: {evalue}" if evalue else f"✘ Failed{where}: {ename}"
+    if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
+        return "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
+    return "✔ Passed: every check in this cell succeeded."
+
+
+def is_test_cell(cell) -> bool:
+    """An autograded test cell (graded code cell that is not a solution)."""
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+class HideHiddenTests(NbGraderPreprocessor):
+    """Rewrite autograded test cells: visible checks only, and a one-line outcome as the only output."""
+
+    def preprocess_cell(self, cell, resources, index):
+        """Replace a test cell's source and outputs; leave every other cell as the student left it."""
+        if is_test_cell(cell):
+            message = outcome_message(cell)
+            cell.source = visible_source(cell.source)
+            cell.outputs = [new_output("stream", name="stdout", text=message + "\n")]
+        return cell, resources
+
+
+def hidden_lines(course: Course) -> set[str]:
+    """Hidden-test lines of the source notebooks that appear nowhere in the release (the leak signatures)."""
+    visible = "\n".join(p.read_text(encoding="utf-8") for p in course.release_dir.glob("*.ipynb"))
+    found = set()
+    for path in course.source_dir.glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            lines = cell.source.split("\n")
+            for number in hidden_line_numbers(cell.source):
+                text = lines[number - 1].strip()
+                if len(text) >= MIN_LEAK_LINE and BEGIN_HIDDEN not in text and END_HIDDEN not in text \
+                        and json_escaped(text) not in visible:
+                    found.add(text)
+    return found
+
+
+def json_escaped(text: str) -> str:
+    """How a source line looks inside a .ipynb file (for the 'is it visible anyway' test)."""
+    import json
+
+    return json.dumps(text)[1:-1]
+
+
+def page_text(html_text: str) -> str:
+    """The text a reader sees in an HTML page (tags removed, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", html_text))
+
+
+def find_leaks(path: Path, signatures: set[str]) -> list[str]:
+    """Hidden-test lines (or markers) that appear in a feedback file."""
+    text = page_text(path.read_text(encoding="utf-8"))
+    leaks = [m for m in (BEGIN_HIDDEN, END_HIDDEN) if m in text]
+    return leaks + sorted(s for s in signatures if s in text)
+
+
+@dataclass
+class FeedbackResult:
+    """Feedback files written, and students without feedback with the reason."""
+
+    written: list[Path] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _feedback_config(course: Course):
+    """The course config with the hidden-test filter in GenerateFeedback's preprocessors."""
+    config = course.config.copy()
+    config.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+    return config
+
+
+def generate_for(course: Course, student: str) -> list[Path]:
+    """Run nbgrader's GenerateFeedback for one student; return the HTML files."""
+    from nbgrader.converters import GenerateFeedback
+
+    config = _feedback_config(course)
+    converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
+    converter.force = True
+    converter.start()
+    return sorted(course.step_dir("feedback", student).glob("*.html"))
+
+
+def feedback(course: Course, students: list[str] | None = None) -> FeedbackResult:
+    """Write feedback for every graded student (or the ones named) and check each file for leaks."""
+    graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}") if p.is_dir())
+    if students:
+        unknown = sorted(set(students) - set(graded))
+        if unknown:
+            raise AutograderError(f"no graded submission for {', '.join(unknown)}; graded: {', '.join(graded) or 'none'}")
+        graded = [s for s in graded if s in students]
+    if not graded:
+        raise AutograderError("no graded submissions; run `python -m autograder grade` first")
+    quiet_nbgrader_logs()
+    signatures = hidden_lines(course)
+    result = FeedbackResult()
+    for student in graded:
+        try:
+            files = generate_for(course, student)
+        except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
+            result.errors[student] = f"{type(exc).__name__}: {exc}"
+            continue
+        for path in files:
+            leaks = find_leaks(path, signatures)
+            if leaks:
+                path.unlink()
+                result.errors[student] = f"{path.name} withheld: it would show hidden test text ({len(leaks)} lines)"
+            else:
+                result.written.append(path)
+    return result
+
+
+def print_feedback(result: FeedbackResult) -> None:
+    """Where the feedback went, and who has none and why."""
+    students = sorted({p.parent.parent.name for p in result.written})
+    print(f"wrote {len(result.written)} feedback files for {len(students)} students")
+    if result.written:
+        print(f"  e.g. {result.written[0]}")
+    for student, reason in sorted(result.errors.items()):
+        print(f"  {student}: ERROR {reason}")

@@ -1,0 +1,490 @@
+"""Step 3, grade: autograde every collected submission, N at a time, resumable.
+
+Worker model. Each submission is one job, graded by its own worker process
+(``autograder.worker``) in a private folder with a private copy of the gradebook, and
+every kernel talks over unix sockets in that folder (no TCP port race, nbgrader #174;
+no shared ``os.chdir``). This process is the only writer of the real gradebook: when a
+worker finishes, it copies the submission's grades and the job's new state in ONE
+transaction. The job table ``autograder_job`` lives in the gradebook database itself,
+so a grade and the record that it was committed can never disagree:
+
+    pending -> running -> done | error          (state per submission)
+
+A SIGKILL at any moment leaves each job either committed (done, skipped by the next
+run) or not (running/pending, graded again from scratch by the next run); workers die
+with this process (PR_SET_PDEATHSIG). A re-run skips done jobs whose submission is
+unchanged, unless ``--force``; ``commits`` counts how often a job's grades were written.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, select
+
+from .collect import _digest
+from .course import ASSIGNMENT, AutograderError, Course
+
+DEFAULT_CELL_TIMEOUT = 60.0
+DEFAULT_NOTEBOOK_TIMEOUT = 600.0
+RETRIES = 1  # a worker that crashes (not a timeout) is started once more
+POLL_SECONDS = 0.2
+TEMPLATE_TABLES = ("assignment", "notebook", "base_cell", "grade_cells", "solution_cells", "task_cells", "source_cell")
+
+JOBS = Table(
+    "autograder_job", MetaData(),
+    Column("student_id", String(128), primary_key=True),
+    Column("assignment", String(128), primary_key=True),
+    Column("digest", String(64), nullable=False),  # sha256 of the submitted files
+    Column("state", String(16), nullable=False),  # pending, running, done, error
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("commits", Integer, nullable=False, default=0),  # times grades were written for it
+    Column("pid", Integer),
+    Column("error", Text),
+    Column("notebooks", Text),  # JSON: notebook -> {"status", "error", "seconds"}
+    Column("seconds", Float),
+)
+
+
+@dataclass
+class GradeOptions:
+    """How to grade: parallelism, re-grading, timeouts and sandbox."""
+
+    workers: int = os.cpu_count() or 1
+    force: bool = False
+    students: list[str] | None = None
+    cell_timeout: float | None = None
+    notebook_timeout: float | None = None
+    no_sandbox: bool = False
+    limits: dict = field(default_factory=dict)  # SandboxLimits fields
+    progress: bool = True
+
+
+@dataclass
+class GradeResult:
+    """What a grade run did."""
+
+    mode: str
+    graded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every job was graded, 1 when some job failed."""
+        return 1 if self.errors else 0
+
+
+@dataclass
+class Running:
+    """A worker process and its job."""
+
+    student: str
+    proc: multiprocessing.process.BaseProcess
+    job_dir: Path
+    started: float
+    budget: float
+
+
+# --- sandbox mode ------------------------------------------------------------------------
+
+def sandbox_mode(no_sandbox: bool) -> bool:
+    """True to grade in bubblewrap; refuse (AutograderError) when it is missing and not waived."""
+    if no_sandbox:
+        print("WARNING: --no-sandbox: student code runs with YOUR rights, network and files. "
+              "Only do this for code you trust.", file=sys.stderr)
+        return False
+    try:
+        from . import sandbox
+    except ImportError as exc:
+        raise AutograderError(f"the sandbox module cannot be loaded ({exc}); refusing to run student code. "
+                              "Pass --no-sandbox to grade trusted code without it.") from None
+    if not sandbox.bwrap_available():
+        raise AutograderError("bubblewrap (bwrap) is not available, so student code cannot be sandboxed; refusing "
+                              "to grade. Install it (`apt-get install bubblewrap` or `make sysdeps`) or pass "
+                              "--no-sandbox to grade trusted code without a sandbox.")
+    return True
+
+
+# --- job table -----------------------------------------------------------------------------
+
+def job_rows(db_url: str) -> dict[str, dict]:
+    """The job table as {student: row dict} (empty when it does not exist yet)."""
+    engine = create_engine(db_url, future=True)
+    try:
+        JOBS.create(engine, checkfirst=True)
+        with engine.connect() as conn:
+            rows = conn.execute(select(JOBS).where(JOBS.c.assignment == ASSIGNMENT)).mappings().all()
+        return {r["student_id"]: dict(r) for r in rows}
+    finally:
+        engine.dispose()
+
+
+def _update_job(session, student: str, **values) -> None:
+    """UPDATE one job row inside the caller's transaction."""
+    session.execute(JOBS.update().where(JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT).values(**values))
+
+
+def _kill_stale_worker(pid: int | None) -> None:
+    """Kill a worker left running by a grade run that was killed (only if it is really ours)."""
+    if not pid:
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if b"autograder.worker" in cmdline:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def plan_jobs(session, course: Course, students: list[str], force: bool) -> tuple[list[str], list[str]]:
+    """Bring the job table up to date; return (students to grade, students skipped as already graded)."""
+    existing = {r.student_id: r for r in session.execute(select(JOBS).where(JOBS.c.assignment == ASSIGNMENT))}
+    todo, skipped = [], []
+    for student in students:
+        digest = _digest(course.step_dir("submitted", student))
+        row = existing.get(student)
+        if row is None:
+            session.execute(JOBS.insert().values(student_id=student, assignment=ASSIGNMENT, digest=digest,
+                                                 state="pending", attempts=0, commits=0))
+            todo.append(student)
+            continue
+        if row.state == "running":
+            _kill_stale_worker(row.pid)
+        if row.state == "done" and row.digest == digest and not force:
+            skipped.append(student)
+            continue
+        _update_job(session, student, state="pending", digest=digest, pid=None)
+        todo.append(student)
+    session.commit()
+    return todo, skipped
+
+
+# --- private gradebook template --------------------------------------------------------------
+
+def build_template(course: Course, master_engine, path: Path) -> str:
+    """A SQLite gradebook holding only the assignment's structure (no students, no grades); return its URL."""
+    from nbgrader.api import Base, Gradebook
+
+    path.unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    with Gradebook(url, course.course_id):
+        pass  # creates the schema, the alembic version and the course row
+    target = create_engine(url, future=True)
+    try:
+        with master_engine.connect() as src, target.begin() as dst:
+            for name in TEMPLATE_TABLES:
+                table = Base.metadata.tables[name]
+                rows = [dict(r) for r in src.execute(select(table)).mappings()]
+                if rows:
+                    dst.execute(table.insert(), rows)
+    finally:
+        target.dispose()
+    return url
+
+
+# --- one job -------------------------------------------------------------------------------
+
+def prepare_job(course: Course, student: str, attempt: int, template: Path, options: GradeOptions,
+                notebooks: list[str], sandboxed: bool) -> Path:
+    """Create the job's private folder: gradebook copy, submission copy, job.json."""
+    job_dir = course.grading_dir / f"{student}-{attempt}"
+    if job_dir.exists():
+        shutil.rmtree(job_dir)
+    private = job_dir / "course"
+    shutil.copytree(course.step_dir("submitted", student), private / "submitted" / student / ASSIGNMENT)
+    shutil.copyfile(template, job_dir / "gradebook.db")
+    job = {
+        "student": student,
+        "notebooks": notebooks,
+        "course_root": str(private),
+        "course_id": course.course_id,
+        "db_url": f"sqlite:///{job_dir / 'gradebook.db'}",
+        "bundle_dir": str(course.bundle_dir),
+        "cell_timeout": options.cell_timeout or DEFAULT_CELL_TIMEOUT,
+        "notebook_timeout": options.notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT,
+        "sandbox": sandboxed,
+        "limits": options.limits,
+    }
+    (job_dir / "job.json").write_text(json.dumps(job, indent=1), encoding="utf-8")
+    return job_dir
+
+
+def worker_context():
+    """Fork workers from a server that has already imported nbgrader (a worker starts in ms, not seconds)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["autograder.worker"])
+    return ctx
+
+
+def start_worker(ctx, job_dir: Path):
+    """Start autograder.worker.child_main(JOB_DIR) in a fresh forked process (its own session)."""
+    from .worker import child_main
+
+    proc = ctx.Process(target=child_main, args=(str(job_dir),), name=f"grade {job_dir.name}")
+    proc.start()
+    return proc
+
+
+def stop_worker(proc) -> None:
+    """Stop a worker and everything in its session: TERM, then KILL after 3 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for target in (lambda: os.killpg(proc.pid, sig), lambda: os.kill(proc.pid, sig)):
+            try:
+                target()
+                break
+            except OSError:
+                continue
+        proc.join(timeout=3)
+        if proc.exitcode is not None:
+            return
+
+
+def read_private_grades(db_url: str, course_id: str, student: str) -> dict:
+    """The submission's timestamp, penalties, auto scores and auto comments from a private gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, course_id) as gb:
+        sub = gb.find_submission(ASSIGNMENT, student)
+        return {
+            "timestamp": sub.timestamp,
+            "notebooks": {
+                nb.name: {
+                    "late": nb.late_submission_penalty,
+                    "grades": {g.name: g.auto_score for g in nb.grades},
+                    "comments": {c.name: c.auto_comment for c in nb.comments},
+                }
+                for nb in sub.notebooks
+            },
+        }
+
+
+def _new_submission(gb, student: str):
+    """nbgrader's add_submission without its commit (so the caller's transaction stays one)."""
+    from nbgrader.api import Comment, Grade, SubmittedAssignment, SubmittedNotebook
+
+    with gb.db.no_autoflush:
+        assignment, owner = gb.find_assignment(ASSIGNMENT), gb.find_student(student)
+        submission = SubmittedAssignment(assignment=assignment, student=owner)
+        gb.db.add(submission)
+        for notebook in assignment.notebooks:
+            nb = SubmittedNotebook(notebook=notebook, assignment=submission)
+            for cell in notebook.grade_cells:
+                Grade(cell=cell, notebook=nb)
+            for cell in notebook.solution_cells:
+                Comment(cell=cell, notebook=nb)
+            for cell in notebook.task_cells:
+                Comment(cell=cell, notebook=nb)
+                Grade(cell=cell, notebook=nb)
+    return submission
+
+
+def commit_grades(gb, student: str, grades: dict, job_values: dict) -> None:
+    """Write one submission's auto grades and its job row in ONE transaction (manual grades are kept)."""
+    from nbgrader.api import MissingEntry
+
+    session = gb.db
+    try:
+        gb.update_or_create_student(student)  # collect registered it; a no-op then
+        try:
+            submission = gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            submission = _new_submission(gb, student)
+        submission.timestamp = grades["timestamp"]
+        for nb in submission.notebooks:
+            data = grades["notebooks"].get(nb.name)
+            if data is None:
+                continue
+            nb.late_submission_penalty = data["late"]
+            for grade in nb.grades:
+                grade.auto_score = data["grades"].get(grade.name)
+                # nbgrader's rule: a manual score or a missing auto score needs a human
+                grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+            for comment in nb.comments:
+                comment.auto_comment = data["comments"].get(comment.name)
+        _update_job(session, student, **job_values)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+
+
+def install_autograded(course: Course, job_dir: Path, student: str) -> None:
+    """Move the job's graded notebooks to autograded/<student>/part-ii, replacing older ones."""
+    src = job_dir / "course" / "autograded" / student / ASSIGNMENT
+    dest = course.step_dir("autograded", student)
+    if dest.exists():
+        shutil.rmtree(dest)
+    if src.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dest)
+
+
+def _failure_reason(run: Running, rc: int | None, timed_out: bool) -> str:
+    """A one-line reason why a worker produced no result."""
+    if timed_out:
+        return f"grading took longer than {run.budget:.0f} s and was stopped"
+    if rc is not None and rc < 0:
+        return f"the grading process was killed by signal {-rc} ({signal.Signals(-rc).name})"
+    log = run.job_dir / "worker.log"
+    lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines() if log.exists() else []
+    last = lines[-1] if lines else "no output"
+    return f"the grading process failed (exit code {rc}): {last[:300]}"
+
+
+# --- the run -------------------------------------------------------------------------------
+
+class Scheduler:
+    """Runs jobs in up to `workers` processes and commits each finished one."""
+
+    def __init__(self, course: Course, gb, options: GradeOptions, notebooks: list[str], sandboxed: bool, template: Path):
+        self.course, self.gb, self.options = course, gb, options
+        self.notebooks, self.sandboxed, self.template = notebooks, sandboxed, template
+        self.running: dict[str, Running] = {}
+        self.retries: dict[str, int] = {}
+        self.result = GradeResult(mode="sandbox" if sandboxed else "no sandbox")
+        self.ctx = worker_context()
+        self.budget = len(notebooks) * ((options.notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT) + 60) + 120
+
+    def start(self, student: str) -> None:
+        """Prepare and start a job, recording it as running."""
+        attempts = self.gb.db.execute(select(JOBS.c.attempts).where(
+            JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one() + 1
+        job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed)
+        proc = start_worker(self.ctx, job_dir)
+        _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)
+        self.gb.db.commit()
+        self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget)
+
+    def finish(self, run: Running, rc: int | None, timed_out: bool = False) -> bool:
+        """Commit a finished job (or record its failure); return False when it should be retried."""
+        student = run.student
+        result_file = run.job_dir / "result.json"
+        seconds = round(time.monotonic() - run.started, 1)
+        self._keep_log(run)
+        if rc == 0 and result_file.exists():
+            notebooks = json.loads(result_file.read_text(encoding="utf-8"))["notebooks"]
+            grades = read_private_grades(f"sqlite:///{run.job_dir / 'gradebook.db'}", self.course.course_id, student)
+            install_autograded(self.course, run.job_dir, student)
+            problems = {nb: r["error"] for nb, r in notebooks.items() if r["status"] == "error"}
+            error = "; ".join(f"{nb}: {e}" for nb, e in problems.items()) or None
+            commits = self.gb.db.execute(select(JOBS.c.commits).where(
+                JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one()
+            commit_grades(self.gb, student, grades, dict(state="done", commits=commits + 1, pid=None, error=error,
+                                                         notebooks=json.dumps(notebooks, sort_keys=True), seconds=seconds))
+            shutil.rmtree(run.job_dir, ignore_errors=True)
+            self.result.graded.append(student)
+            return True
+        reason = _failure_reason(run, rc, timed_out)
+        if not timed_out and self.retries.get(student, 0) < RETRIES:
+            self.retries[student] = self.retries.get(student, 0) + 1
+            _update_job(self.gb.db, student, state="pending", pid=None, error=reason)
+            self.gb.db.commit()
+            return False
+        _update_job(self.gb.db, student, state="error", pid=None, error=reason, seconds=seconds)
+        self.gb.db.commit()
+        self.result.errors[student] = reason
+        return True
+
+    def _keep_log(self, run: Running) -> None:
+        """Copy the worker's log to reports/grade-logs/<student>.log."""
+        log = run.job_dir / "worker.log"
+        if log.exists():
+            dest = self.course.reports_dir / "grade-logs" / f"{run.student}.log"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, dest)
+
+    def run(self, todo: list[str]) -> GradeResult:
+        """Grade every student in todo; Ctrl-C/SIGTERM stops the workers and leaves their jobs pending."""
+        from tqdm import tqdm
+
+        queue = deque(todo)
+        bar = tqdm(total=len(todo), unit="submission", desc=f"grading ({self.result.mode})", file=sys.stderr,
+                   disable=not self.options.progress, dynamic_ncols=True)
+        try:
+            while queue or self.running:
+                while queue and len(self.running) < self.options.workers:
+                    self.start(queue.popleft())
+                time.sleep(POLL_SECONDS)
+                for student, run in list(self.running.items()):
+                    rc = run.proc.exitcode
+                    timed_out = rc is None and time.monotonic() - run.started > run.budget
+                    if rc is None and not timed_out:
+                        continue
+                    if timed_out:
+                        stop_worker(run.proc)
+                    del self.running[student]
+                    if self.finish(run, rc, timed_out):
+                        bar.update(1)
+                        if student in self.result.errors:
+                            bar.write(f"error: {student}: {self.result.errors[student]}")
+                    else:
+                        queue.append(student)
+        except KeyboardInterrupt:
+            for run in self.running.values():
+                stop_worker(run.proc)
+                _update_job(self.gb.db, run.student, state="pending", pid=None)
+            self.gb.db.commit()
+            left = len(queue) + len(self.running)
+            raise AutograderError(f"interrupted: {len(self.result.graded)} submissions graded in this run, {left} not; "
+                                  "run `python -m autograder grade` again to resume", 130) from None
+        finally:
+            bar.close()
+        return self.result
+
+
+def _raise_interrupt(signum, frame):
+    """SIGTERM handler: stop like Ctrl-C, so running jobs are left pending."""
+    raise KeyboardInterrupt
+
+
+def grade(course: Course, options: GradeOptions) -> GradeResult:
+    """Grade the collected submissions (all, or options.students) and print a summary."""
+    notebooks = course.notebook_names()
+    students = course.submitted_students()
+    if options.students:
+        unknown = sorted(set(options.students) - set(students))
+        if unknown:
+            raise AutograderError(f"no collected submission for student(s) {', '.join(unknown)}; "
+                                  f"collected: {', '.join(students) or 'none'}")
+        students = [s for s in students if s in options.students]
+    if not students:
+        raise AutograderError("nothing to grade: no collected submissions; run `python -m autograder collect PATH` first")
+    sandboxed = sandbox_mode(options.no_sandbox)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with course.lock("grade"), course.gradebook() as gb:
+            JOBS.create(gb.engine, checkfirst=True)
+            todo, skipped = plan_jobs(gb.db, course, students, options.force)
+            course.grading_dir.mkdir(parents=True, exist_ok=True)
+            template = course.grading_dir / "template.db"
+            if todo:
+                build_template(course, gb.engine, template)
+            scheduler = Scheduler(course, gb, options, notebooks, sandboxed, template)
+            result = scheduler.run(todo)
+            result.skipped = skipped
+            template.unlink(missing_ok=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print_summary(course, result)
+    return result
+
+
+def print_summary(course: Course, result: GradeResult) -> None:
+    """One line per student of this run: score, or the reason it has none."""
+    print(f"graded {len(result.graded)}, already graded (skipped) {len(result.skipped)}, "
+          f"errors {len(result.errors)}; mode: {result.mode}")
+    for student, reason in sorted(result.errors.items()):
+        print(f"  {student}: ERROR {reason}")

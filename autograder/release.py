@@ -1,0 +1,114 @@
+"""Step 1, release: nbgrader's student version of part-ii and the zip students download.
+
+The zip holds one folder, ``part-ii/``, with the release notebooks at its top and the
+course's ``code/part-ii`` and ``data/part-ii`` beside them (the notebooks' setup cell finds
+``code/part-ii`` by searching the parent folders). Nothing else goes in: no source
+notebook, no solution, no hidden test. The same unpacked folder is what graded kernels
+see as ``PART_II_ROOT``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from .course import ASSIGNMENT, BUNDLE_CONTENT, REPO, AutograderError, Course, quiet_nbgrader_logs
+
+LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
+SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
+
+
+@dataclass(frozen=True)
+class Release:
+    """What release wrote: the nbgrader release folder, the unpacked bundle and the zip."""
+
+    notebooks: list[Path]
+    bundle_dir: Path
+    zip_path: Path
+
+
+def generate_release(course: Course) -> list[Path]:
+    """Run nbgrader's GenerateAssignment (records the assignment in the gradebook); return the release notebooks."""
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.converters.base import NbGraderException
+
+    if not sorted(course.source_dir.glob("*.ipynb")):
+        raise AutograderError(f"no source notebooks in {course.source_dir}")
+    quiet_nbgrader_logs()
+    converter = GenerateAssignment(coursedir=course.coursedir(), config=course.config)
+    converter.force = True
+    converter.create_assignment = True
+    try:
+        converter.start()
+    except NbGraderException as exc:
+        raise AutograderError(f"nbgrader could not generate the student version: {exc}", 1) from exc
+    return sorted(course.release_dir.glob("*.ipynb"))
+
+
+def find_leaks(notebook: Path) -> list[str]:
+    """Solution or hidden-test markers left in a release notebook, as 'cell N: marker' strings."""
+    nb = nbformat.read(notebook, as_version=4)
+    return [f"cell {i}: {m}" for i, cell in enumerate(nb.cells) for m in LEAK_MARKERS if m in cell.source]
+
+
+def _bundle_files(course: Course) -> list[tuple[Path, str]]:
+    """(file, path inside the bundle) for every file a student gets, sorted."""
+    files = [(nb, nb.name) for nb in sorted(course.release_dir.glob("*.ipynb"))]
+    for top in BUNDLE_CONTENT:
+        base = REPO / top / ASSIGNMENT
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and not any(part in SKIPPED_NAMES or part.endswith(".pyc") for part in path.parts):
+                files.append((path, f"{top}/{ASSIGNMENT}/{path.relative_to(base)}"))
+    return files
+
+
+def write_bundle(course: Course) -> tuple[Path, Path]:
+    """Write the unpacked student bundle and its zip from scratch; return (bundle folder, zip)."""
+    files = _bundle_files(course)
+    if course.bundle_dir.exists():
+        shutil.rmtree(course.bundle_dir)
+    course.bundle_zip.parent.mkdir(parents=True, exist_ok=True)
+    tmp_zip = course.bundle_zip.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp_zip, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for src, rel in files:
+            dest = course.bundle_dir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+            info = zipfile.ZipInfo(f"{ASSIGNMENT}/{rel}", date_time=ZIP_DATE)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, src.read_bytes())
+    tmp_zip.replace(course.bundle_zip)
+    return course.bundle_dir, course.bundle_zip
+
+
+def write_formgrader_config(course: Course) -> Path:
+    """Write <course root>/nbgrader_config.py so JupyterLab started there opens formgrader on this gradebook."""
+    path = course.root / "nbgrader_config.py"
+    path.write_text(
+        "# Written by `python -m autograder release`. Start JupyterLab in this folder and\n"
+        "# nbgrader's formgrader (Nbgrader > Formgrader) opens this course and gradebook.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"load_subconfig({str(REPO / 'autograder' / 'nbgrader_config.py')!r})  # noqa: F821\n"
+        f"c.CourseDirectory.root = {str(course.root)!r}\n"
+        f"c.CourseDirectory.db_url = {course.db_url!r}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def release(course: Course) -> Release:
+    """Generate the release, check it leaks nothing, write the bundle, zip and formgrader config."""
+    with course.lock("release"):
+        notebooks = generate_release(course)
+        leaks = {nb.name: found for nb in notebooks if (found := find_leaks(nb))}
+        if leaks:
+            raise AutograderError(f"the release still contains solution/hidden-test markers: {leaks}", 1)
+        bundle_dir, zip_path = write_bundle(course)
+        write_formgrader_config(course)
+    return Release(notebooks, bundle_dir, zip_path)

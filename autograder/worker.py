@@ -1,0 +1,248 @@
+"""One grading job in its own process: ``python -m autograder.worker JOB_DIR``.
+
+The parent (autograder.grade) prepares JOB_DIR with ``job.json``, a private copy of
+the gradebook (``gradebook.db``) and the submission under ``course/submitted/``. This
+process runs nbgrader's Autograde one notebook at a time, each with its own nbgrader
+Config, its own scratch folder and (unless disabled) the bubblewrap sandbox, and writes
+``result.json``. It never opens the real gradebook: the parent copies the grades over in
+one transaction, so parallel workers cannot lock or corrupt it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from nbformat.v4 import new_output
+from traitlets import Float, Unicode
+
+from .course import ASSIGNMENT, load_config
+
+# A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure)
+WARNING_PATTERN = r"\w*Warning: "
+PR_SET_PDEATHSIG = 1
+
+try:  # helper G's executor: kernel-death recovery and an output cap
+    from .sandbox import GradingExecute as _BaseExecute
+except ImportError:  # pragma: no cover - before the sandbox module exists
+    from nbgrader.preprocessors import Execute as _BaseExecute
+
+
+class BudgetedExecute(_BaseExecute):
+    """Execute with a per-notebook time budget on top of the per-cell timeout, in a chosen folder."""
+
+    notebook_timeout = Float(600.0, help="seconds one notebook may run; later cells are not run").tag(config=True)
+    scratch = Unicode("", help="working folder of the kernel (the submission's private scratch)").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        """Start the notebook's clock, then execute as usual."""
+        self._deadline = time.monotonic() + self.notebook_timeout
+        return super().preprocess(nb, resources, km)
+
+    def _get_timeout(self, cell):
+        """The per-cell timeout, shortened to what is left of the notebook's budget (at least 1 s)."""
+        timeout = super()._get_timeout(cell)
+        remaining = getattr(self, "_deadline", math.inf) - time.monotonic()
+        if cell is None or remaining == math.inf:
+            return timeout
+        return max(1, math.ceil(min(timeout or remaining, remaining)))
+
+    def preprocess_cell(self, cell, resources, index):
+        """Run the cell, or mark it failed without running it once the budget is spent."""
+        if cell.cell_type == "code" and cell.source.strip() and time.monotonic() >= getattr(self, "_deadline", math.inf):
+            message = f"not run: the notebook used up its time budget of {self.notebook_timeout:g} s"
+            cell.outputs = [new_output("error", ename="NotebookTimeout", evalue=message,
+                                       traceback=[f"NotebookTimeout: {message}"])]
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
+
+    async def async_start_new_kernel(self, **kwargs):
+        """Start the kernel in the private scratch folder rather than beside the graded notebook."""
+        if self.scratch:
+            kwargs["cwd"] = self.scratch
+        return await super().async_start_new_kernel(**kwargs)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent (the fork server of `grade`) dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # pragma: no cover - not glibc
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def autograde_preprocessors(config) -> list:
+    """The configured (or nbgrader's default) autograde preprocessors, executing with BudgetedExecute."""
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute
+
+    current = config.Autograde.get("autograde_preprocessors") or Autograde().autograde_preprocessors
+    return [BudgetedExecute if isinstance(p, type) and issubclass(p, Execute) else p for p in current]
+
+
+def notebook_config(job: dict, scratch: Path):
+    """The nbgrader Config for one notebook of this job (private course, timeouts, sandbox)."""
+    config = load_config()
+    config.CourseDirectory.root = job["course_root"]
+    config.CourseDirectory.db_url = job["db_url"]
+    config.Autograde.create_student = True
+    config.OverwriteCells.add_missing_cells = True  # a deleted test cell comes back and is graded
+    config.IgnorePattern.enabled = True
+    config.IgnorePattern.pattern = WARNING_PATTERN
+    config.Execute.timeout = int(math.ceil(job["cell_timeout"]))
+    config.Execute.interrupt_on_timeout = True
+    config.BudgetedExecute.notebook_timeout = float(job["notebook_timeout"])
+    config.BudgetedExecute.scratch = str(scratch)
+    # unix sockets in a private folder: no TCP port race between parallel kernels (nbgrader #174)
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(scratch / "ipc" / "kernel")
+    (scratch / "ipc").mkdir(parents=True, exist_ok=True)
+    readable = [Path(job["bundle_dir"]) / top / ASSIGNMENT for top in ("code", "data")]
+    if job["sandbox"]:
+        from .sandbox import SandboxLimits, configure_sandbox
+
+        configure_sandbox(config, scratch=scratch, readable=readable, limits=SandboxLimits(**job.get("limits", {})))
+    config.Autograde.autograde_preprocessors = autograde_preprocessors(config)
+    return config
+
+
+class ErrorLog(logging.Handler):
+    """Remember the last error logged by nbgrader (its traceback's last line is the reason)."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        """Store the message text."""
+        self.messages.append(record.getMessage())
+
+    def reason(self) -> str:
+        """The most specific error line seen, or a generic phrase."""
+        for message in reversed(self.messages):
+            lines = [ln for ln in message.strip().splitlines() if ln.strip()]
+            if len(lines) > 1 and lines[0].startswith("Traceback"):
+                return lines[-1].strip()
+        return self.messages[0] if self.messages else "nbgrader reported an error"
+
+
+def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger) -> None:
+    """Autograde one notebook of the job's submission; raise RuntimeError with the reason on failure."""
+    from nbgrader.converters import Autograde
+    from nbgrader.coursedir import CourseDirectory
+
+    config = notebook_config(job, scratch)
+    coursedir = CourseDirectory(config=config)
+    coursedir.assignment_id = ASSIGNMENT
+    coursedir.student_id = job["student"]
+    coursedir.notebook_id = notebook
+    errors = ErrorLog()
+    log.addHandler(errors)
+    try:
+        converter = Autograde(coursedir=coursedir, config=config, log=log)
+        converter.force = True
+        converter.start()
+    except Exception as exc:  # noqa: BLE001 - any failure is this notebook's, the others go on
+        raise RuntimeError(errors.reason() if errors.messages else f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        log.removeHandler(errors)
+
+
+def zero_notebook(job: dict, notebook: str) -> None:
+    """Give every grade of a notebook that could not be graded 0 points in the private gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(job["db_url"], job["course_id"]) as gb:
+        submitted = gb.find_submission_notebook(notebook, ASSIGNMENT, job["student"])
+        for grade in submitted.grades:
+            grade.auto_score = 0.0
+            grade.needs_manual_grade = False
+        gb.db.commit()
+
+
+def run_job(job_dir: Path) -> dict:
+    """Grade every notebook of the job; return {notebook: {"status": ..., "error": ...}}."""
+    job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
+    os.environ["PART_II_ROOT"] = job["bundle_dir"]  # the kernels' code/ and data/, no instructor file
+    log = logging.getLogger("autograder.worker")
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    submitted = Path(job["course_root"]) / "submitted" / job["student"] / ASSIGNMENT
+    results = {}
+    for k, notebook in enumerate(job["notebooks"]):
+        if not (submitted / f"{notebook}.ipynb").exists():
+            results[notebook] = {"status": "missing", "error": "not handed in"}
+            continue
+        scratch = job_dir / f"nb{k}"
+        scratch.mkdir(mode=0o755, exist_ok=True)
+        started = time.monotonic()
+        try:
+            grade_notebook(job, notebook, scratch, log)
+            results[notebook] = {"status": "graded"}
+        except RuntimeError as exc:
+            log.error("could not grade %s: %s", notebook, exc)
+            results[notebook] = {"status": "error", "error": str(exc)}
+        results[notebook]["seconds"] = round(time.monotonic() - started, 1)
+        shutil.rmtree(scratch, ignore_errors=True)  # whatever the student's code wrote
+    for notebook, result in results.items():
+        if result["status"] == "error":
+            zero_notebook(job, notebook)
+    return results
+
+
+def write_result(job_dir: Path, results: dict) -> None:
+    """Write result.json atomically (its presence means the job finished)."""
+    tmp = job_dir / "result.json.tmp"
+    tmp.write_text(json.dumps({"notebooks": results}, indent=1), encoding="utf-8")
+    tmp.replace(job_dir / "result.json")
+
+
+def child_main(job_dir: str) -> None:
+    """Body of a worker forked by the grade parent: own session, log to JOB_DIR/worker.log, grade, exit."""
+    os.setsid()  # the parent stops the whole job (worker and kernels) with one killpg
+    die_with_parent(os.getppid())
+    log_fd = os.open(os.path.join(job_dir, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        write_result(Path(job_dir), run_job(Path(job_dir)))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    """Grade one prepared job folder in this process (for debugging a job by hand)."""
+    if len(argv) != 1 or not (Path(argv[0]) / "job.json").is_file():
+        print("usage: python -m autograder.worker JOB_DIR  (a folder prepared by `python -m autograder grade`, "
+              "holding job.json)", file=sys.stderr)
+        return 2
+    write_result(Path(argv[0]), run_job(Path(argv[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
