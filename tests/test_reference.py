@@ -511,6 +511,10 @@ BAD_INPUTS = [
     ("gaussian-shapes", lambda: pp.gaussian_nll([1.0, 2.0], [0.0, 1.0, 2.0], 1.0), ValueError, ["broadcast"]),
     ("sequence-2d", lambda: pp.sequence_log_prob([[0.5, 0.5]]), ValueError, ["cond_probs", "[T]"]),
     ("sequence-empty", lambda: pp.sequence_log_prob([]), ValueError, ["cond_probs", "empty"]),
+    ("nats-to-bits-empty", lambda: pp.nats_to_bits([]), ValueError, ["value", "empty"]),
+    ("sigmoid-empty", lambda: pp.sigmoid([]), ValueError, ["z", "empty"]),
+    ("bce-empty", lambda: pp.bce_with_logits([], []), ValueError, ["z", "empty"]),
+    ("theta-empty", lambda: pp.bernoulli_likelihood([], 1, 2), ValueError, ["theta", "empty"]),
     ("nats-to-bits-none", lambda: pp.nats_to_bits(None), TypeError, ["value"]),
     ("grad-target-range", lambda: pp.softmax_cross_entropy_grad(Z, [0, 5]), ValueError, ["target", "5"]),
 ]

@@ -394,14 +394,16 @@ def kl_divergence(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
 
 
 def nats_to_bits(value):
-    """Convert an information amount from nats to bits (divide by ln 2)."""
+    """Convert an information amount from nats to bits (divide by ln 2): [...] -> [...]."""
     v = _as_float_array(value, "value")
+    _check_nonempty(v, "value")
     return v / math.log(2.0) if v.ndim else float(v) / math.log(2.0)
 
 
 def bits_to_nats(value):
-    """Convert an information amount from bits to nats (multiply by ln 2)."""
+    """Convert an information amount from bits to nats (multiply by ln 2): [...] -> [...]."""
     v = _as_float_array(value, "value")
+    _check_nonempty(v, "value")
     return v * math.log(2.0) if v.ndim else float(v) * math.log(2.0)
 
 
@@ -511,6 +513,7 @@ def _check_counts(k, n) -> tuple[int, int]:
 def _check_theta(theta) -> np.ndarray:
     """Validate a Bernoulli parameter (or an array of them) in [0, 1]."""
     th = _as_float_array(theta, "theta")
+    _check_nonempty(th, "theta")
     _check_probabilities(th, "theta")
     return th
 
@@ -541,8 +544,9 @@ def bernoulli_mle(k: int, n: int) -> float:
 
 
 def sigmoid(z):
-    """sigma(z) = 1 / (1 + e^-z), computed without overflow for large |z|."""
+    """sigma(z) = 1 / (1 + e^-z) elementwise: logits [...] -> probabilities [...], without overflow for large |z|."""
     x = _as_float_array(z, "z")
+    _check_nonempty(x, "z")
     out = np.where(x >= 0, 1.0 / (1.0 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1.0 + np.exp(-np.abs(x))))
     return out.astype(x.dtype) if out.ndim else float(out)
 
@@ -555,6 +559,8 @@ def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
     """
     x = _as_float_array(z, "z")
     t = _as_float_array(y, "y")
+    _check_nonempty(x, "z")
+    _check_nonempty(t, "y")
     _check_probabilities(t, "y")
     try:
         x, t = np.broadcast_arrays(x, t)
