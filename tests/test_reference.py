@@ -22,7 +22,7 @@ from arithmetic_data import load_cases
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy warnings would reach a notebook's stderr
 CASES = load_cases()
-PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+PROPERTY = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 RTOL, ATOL = 1e-10, 1e-12
 
