@@ -19,8 +19,9 @@ every capability inside bubblewrap (and could unmount the hiding tmpfs), and
 RLIMIT_NPROC counts all processes of the real user. As ``nobody`` the ipc folder is made
 read-only for the kernel once its sockets exist, so it cannot fill the host disk.
 
-Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`` per
-notebook, outputs are dropped and one truncation notice is kept; ZeroMQ drops any single
+Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`` per cell
+(and eight times that per notebook) outputs are cut and a truncation notice is kept; error
+outputs and check records are never dropped; ZeroMQ drops any single
 iopub message larger than that cap. A cell that kills the kernel (``os._exit``, a
 segfault, a memory or CPU limit) or ignores the timeout interrupt is marked as failed,
 the kernel is restarted, the earlier cells are replayed quietly, and grading goes on,
@@ -54,6 +55,9 @@ REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 # host folders a kernel never needs and must not read (besides the repository itself)
 ALWAYS_HIDDEN = ("/home", "/root", "/run", "/var/run", "/var/tmp", "/mnt", "/media", "/srv")
+RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record outputs (trusted_checks)
+NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
+RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
@@ -65,7 +69,7 @@ class SandboxLimits:
     memory_bytes: int = 4 * 2**30  # address space; importing torch alone maps ~1.5 GiB
     max_processes: int = 256  # RLIMIT_NPROC: processes and threads of the kernel's user
     file_size_bytes: int = 64 * 2**20  # largest file the kernel may write
-    output_bytes: int = 2 * 2**20  # text and display output kept per notebook
+    output_bytes: int = 2 * 2**20  # text and display output kept per cell (8 times that per notebook)
     disk_bytes: int = 256 * 2**20  # size of the kernel's private working folder and /tmp
 
     def __post_init__(self):
@@ -191,7 +195,8 @@ class LimitedKernelClient(AsyncKernelClient):
         if cap:
             import zmq
 
-            socket.setsockopt(zmq.MAXMSGSIZE, cap + 2**20)
+            # ipykernel batches stdout every 0.2 s, so one message may well exceed the cap itself
+            socket.setsockopt(zmq.MAXMSGSIZE, cap + 64 * 2**20)
         return socket
 
 
@@ -269,6 +274,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         for path in self.readable:
             cmd += self._bind("--ro-bind", path)
         cmd += self._bind("--bind", ipc)
+        for path in self.hidden:  # the covers hide; they are no place to write either
+            if Path(path).is_dir() and not Path(path).is_symlink():
+                cmd += ["--remount-ro", path]
         cmd += ["--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work, "--chdir", work]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
@@ -332,7 +340,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 class GradingExecute(Execute):
     """nbgrader's Execute with an output cap and recovery from kernel death or a stuck cell."""
 
-    output_bytes = Integer(SandboxLimits.output_bytes, help="text/display bytes kept per notebook").tag(config=True)
+    output_bytes = Integer(SandboxLimits.output_bytes, help="text/display bytes kept per cell").tag(config=True)
     sandboxed = Bool(False, help="start kernels with SandboxedKernelManager").tag(config=True)
     max_kernel_restarts = Integer(3, help="kernel restarts per notebook before the rest fails").tag(config=True)
     responsive_timeout = Integer(10, help="seconds a kernel has to answer after an interrupt").tag(config=True)
@@ -351,18 +359,39 @@ class GradingExecute(Execute):
 
     # --- output cap -------------------------------------------------------------------
     def output(self, outs, msg, display_id, cell_index):
-        """Keep an output only while the notebook's output budget lasts."""
-        size = len(json.dumps(msg.get("content", {}), default=str))
-        self._output_used = getattr(self, "_output_used", 0) + size
-        if self._output_used <= self.output_bytes:
+        """Keep outputs while the notebook's budget lasts; errors and check records always pass."""
+        content = msg.get("content", {})
+        if msg.get("msg_type") == "error":  # nbgrader scores by errors: never drop one
+            content["traceback"] = [line[:2000] for line in content.get("traceback", [])[:50]]
+            content["evalue"] = str(content.get("evalue", ""))[:2000]
             return super().output(outs, msg, display_id, cell_index)
-        if not getattr(self, "_output_truncated", False):
-            self._output_truncated = True
-            note = new_output("stream", name="stdout",
-                              text=f"\n[output truncated: this notebook printed more than {self.output_bytes} bytes]\n")
+        if RECORD_MIMETYPE in content.get("data", {}):
+            size = len(json.dumps(content, default=str))
+            self._records_used = getattr(self, "_records_used", 0) + size
+            if self._records_used <= RECORD_BUDGET:
+                return super().output(outs, msg, display_id, cell_index)
+            return None  # a flood of records: the missing ones fail their test cell
+        size = len(json.dumps(content, default=str))
+        if getattr(self, "_budget_cell", None) != cell_index:  # a new cell gets its own budget
+            self._budget_cell, self._cell_used, self._cell_truncated = cell_index, 0, False
+        left = min(self.output_bytes - self._cell_used,
+                   NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - getattr(self, "_output_used", 0))
+        self._cell_used += size
+        self._output_used = getattr(self, "_output_used", 0) + min(size, max(left, 0))
+        if size <= left:
+            return super().output(outs, msg, display_id, cell_index)
+        kept = None
+        if msg.get("msg_type") == "stream" and left > 0:
+            content["text"] = content.get("text", "")[:left]
+            kept = super().output(outs, msg, display_id, cell_index)
+        if not self._cell_truncated:
+            self._cell_truncated = True
+            note = new_output("stream", name="stdout", text=(
+                f"\n[output truncated: a cell may print {self.output_bytes} bytes, "
+                f"a notebook {NOTEBOOK_OUTPUT_FACTOR * self.output_bytes}]\n"))
             outs.append(note)
             return note
-        return None
+        return kept
 
     # --- timeouts and kernel death ------------------------------------------------------
     async def _async_handle_timeout(self, timeout, cell=None):
@@ -379,7 +408,7 @@ class GradingExecute(Execute):
             self.kernel_manager_class = SandboxedKernelManager
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
-        self._output_used, self._output_truncated = 0, False
+        self._output_used, self._records_used, self._budget_cell = 0, 0, None
         cells = self.nb.cells
         failed: set[int] = set()
         position, restarts = 0, 0

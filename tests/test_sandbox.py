@@ -1,0 +1,256 @@
+"""The grading sandbox with a real kernel: what a submission's code can and cannot do.
+
+Two notebooks run in bubblewrap through GradingExecute (nbgrader's Execute underneath):
+one probes isolation with default limits, one with small limits probes the limits. Each
+probe cell prints one line; the tests read those lines.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from autograder.sandbox import GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available, configure_sandbox  # noqa: E402
+
+READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
+
+
+def run_sandboxed(cells: list[str], scratch: Path, limits: SandboxLimits, config: Config | None = None,
+                  timeout: int = 60) -> list[str]:
+    """Execute code cells in one sandboxed kernel; return each cell's text output (errors as 'ERROR name')."""
+    config = config or Config()
+    configure_sandbox(config, scratch, READABLE, limits)
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor = GradingExecute(config=config, timeout=timeout)
+    executor.preprocess(nb, {"metadata": {"path": str(scratch)}})
+    texts = []
+    for cell in nb.cells:
+        parts = []
+        for out in cell.outputs:
+            if out.output_type == "stream":
+                parts.append(out.text)
+            elif out.output_type == "error":
+                parts.append(f"ERROR {out.ename}")
+        texts.append("".join(parts).strip())
+    return texts
+
+
+PROBES = {
+    "whoami": "import os, sys; print(os.getuid(), os.getcwd() == os.environ['HOME'])",
+    "ordinary": (
+        "import json, numpy as np, torch\n"
+        "root = os.environ['PART_II_ROOT']\n"
+        "cases = json.load(open(os.path.join(root, 'data', 'part-ii', 'arithmetic.json')))\n"
+        "sys.path.insert(0, os.path.join(root, 'code', 'part-ii'))\n"
+        "import probability_practice as pp, checks\n"
+        "print('ok', len(cases) > 0, float(torch.softmax(torch.zeros(2, dtype=torch.float64), 0)[0]))"
+    ),
+    "network": (
+        "import socket\n"
+        "def attempt(host, port):\n"
+        "    s = socket.socket(); s.settimeout(3)\n"
+        "    try:\n"
+        "        s.connect((host, port)); return 'connected'\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__\n"
+        "print(attempt('127.0.0.1', 22), attempt('1.1.1.1', 80))"
+    ),
+    "read_source": "import glob; print(len(glob.glob({src!r})), os.path.exists({nb!r}))",
+    "read_gradebook": "print(os.path.exists({db!r}), os.path.exists({course!r}))",
+    "write_outside": (
+        "res = []\n"
+        "for p in ({outside!r}, {repo_file!r}, '/etc/sandbox-probe', {home!r}):\n"
+        "    try:\n"
+        "        open(p, 'w').write('x'); res.append('wrote')\n"
+        "    except OSError as e:\n"
+        "        res.append(type(e).__name__)\n"
+        "print(*res)"
+    ),
+    "write_scratch": "open('here.txt', 'w').write('fine'); print(open('here.txt').read())",
+    "env": "print(sorted(k for k in os.environ if 'DB' in k or 'TOKEN' in k or k == 'JPY_PARENT_PID'))",
+    "processes": "print(len([p for p in os.listdir('/proc') if p.isdigit()]) < 10)",
+}
+
+
+@pytest.fixture(scope="module")
+def isolation(tmp_path_factory):
+    """Run the isolation probes once in a sandboxed kernel with default limits."""
+    if not bwrap_available():
+        pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
+    base = tmp_path_factory.mktemp("sandbox")
+    scratch = base / "scratch"
+    scratch.mkdir()
+    course = base / "course"
+    (course / "submitted" / "other-student").mkdir(parents=True)
+    (course / "gradebook.db").write_text("secret")
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    fields = {
+        "src": str(REPO / "notebooks" / "part-ii" / "*.ipynb"),
+        "nb": str(REPO / "notebooks" / "README.md"),
+        "db": str(course / "gradebook.db"),
+        "course": str(course / "submitted" / "other-student"),
+        "outside": str(base / "outside.txt"),
+        "repo_file": str(REPO / "code" / "part-ii" / "probe.txt"),
+        "home": "/root/probe.txt",
+    }
+    names = list(PROBES)
+    texts = run_sandboxed([PROBES[n].format(**fields) for n in names], scratch, SandboxLimits(), config)
+    return dict(zip(names, texts)), base
+
+
+def test_an_ordinary_cell_imports_numpy_torch_and_reads_the_course_data(isolation):
+    """numpy, torch, the reference module, checks.py and arithmetic.json all work inside."""
+    outputs, _ = isolation
+    assert outputs["ordinary"] == "ok True 0.5"
+
+
+def test_the_kernel_runs_unprivileged_in_its_private_folder(isolation):
+    """As root the grader starts the kernel as nobody; the working folder is HOME."""
+    outputs, _ = isolation
+    uid, cwd_is_home = outputs["whoami"].split()
+    assert cwd_is_home == "True"
+    assert int(uid) == (65534 if os.geteuid() == 0 else os.geteuid())
+
+
+def test_no_network_not_even_loopback(isolation):
+    """A socket to 127.0.0.1 is refused and the outside world is unreachable."""
+    outputs, _ = isolation
+    loopback, outside = outputs["network"].split()
+    assert loopback == "ConnectionRefusedError"
+    assert outside != "connected"
+
+
+def test_instructor_sources_and_gradebook_are_invisible(isolation):
+    """The source notebooks, the gradebook and other submissions do not exist for the kernel."""
+    outputs, base = isolation
+    assert outputs["read_source"] == "0 False"
+    assert outputs["read_gradebook"] == "False False"
+    assert (base / "course" / "gradebook.db").read_text() == "secret"
+
+
+def test_nothing_outside_scratch_is_writable(isolation):
+    """Writes outside the scratch folder fail (or land in a private tmpfs) and never reach the host."""
+    outputs, base = isolation
+    results = outputs["write_outside"].split()
+    assert results[1:] == ["OSError", "OSError", "OSError"]
+    assert not (base / "outside.txt").exists()
+    assert not (REPO / "code" / "part-ii" / "probe.txt").exists()
+    assert outputs["write_scratch"] == "fine"
+
+
+def test_the_environment_is_cleared_and_processes_are_private(isolation):
+    """No grader variables (database URL, tokens, parent pid) and only the sandbox's own processes."""
+    outputs, _ = isolation
+    assert outputs["env"] == "[]"
+    assert outputs["processes"] == "True"
+
+
+LIMITS = SandboxLimits(cpu_seconds=6, memory_bytes=3 * 2**30, max_processes=64,
+                       file_size_bytes=2**20, output_bytes=200_000, disk_bytes=8 * 2**20)
+
+LIMIT_PROBES = [
+    # 0: memory bomb: 4 GiB of address space, untouched (it would succeed without the limit)
+    "import numpy as np\ntry:\n    x = np.empty(2**29)\n    print('allocated')\nexcept MemoryError:\n    print('MemoryError')",
+    # 1: fork bomb: children sleep; forking must fail long before 10000
+    ("import os, time\nkids = 0\ntry:\n    for _ in range(10000):\n        pid = os.fork()\n        if pid == 0:\n"
+     "            time.sleep(60); os._exit(0)\n        kids += 1\nexcept OSError as e:\n    print('stopped', kids < 64, type(e).__name__)\n"
+     "import signal\nfor pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) > os.getpid()]:\n"
+     "    os.kill(int(pid), signal.SIGKILL)\n    os.waitpid(int(pid), 0)"),
+    # 2: a file larger than the limit
+    "try:\n    open('big.bin', 'wb').write(b'x' * 2 * 2**20)\n    print('wrote')\nexcept OSError as e:\n    print('file', e.errno)",
+    # 3: filling the private disk with many small files
+    ("import errno\nn = 0\ntry:\n    for n in range(100):\n        open(f'f{n}.bin', 'wb').write(b'x' * 500_000)\n    print('filled')\n"
+     "except OSError as e:\n    print('disk', e.errno == errno.ENOSPC, n < 20)"),
+    # 4: huge output
+    "for _ in range(2000):\n    print('y' * 1000)",
+    # 5: CPU loop: killed by the CPU limit long before the 60 s cell timeout
+    "while True:\n    pass",
+    # 6: the kernel was restarted and earlier state replayed
+    "print('alive', kids < 64)",
+]
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """Run the limit probes once with small limits."""
+    scratch = tmp_path_factory.mktemp("limited")
+    return run_sandboxed(LIMIT_PROBES, scratch, LIMITS, timeout=60), scratch
+
+
+def test_memory_bomb_raises_memory_error(limited):
+    """An allocation beyond the address-space limit fails inside the kernel."""
+    assert limited[0][0] == "MemoryError"
+
+
+def test_fork_bomb_is_contained(limited):
+    """Forking stops at the process limit; the kernel survives."""
+    assert limited[0][1] == "stopped True BlockingIOError"
+
+
+def test_file_size_and_disk_are_capped(limited):
+    """A file over the size limit fails with EFBIG; the private folder fills up with ENOSPC."""
+    assert limited[0][2] == "file 27"
+    assert limited[0][3] == "disk True True"
+
+
+def test_output_is_capped_by_the_grader(limited):
+    """2 MB of printing keeps at most the cell's output budget and says it was truncated."""
+    assert LIMITS.output_bytes // 2 < len(limited[0][4]) <= LIMITS.output_bytes + 100
+    assert limited[0][4].startswith("y" * 1000)
+    assert limited[0][4].endswith("[output truncated: a cell may print 200000 bytes, a notebook 1600000]")
+
+
+def test_cpu_loop_is_killed_and_grading_goes_on(limited):
+    """The CPU limit kills the looping kernel; a fresh kernel replays earlier cells and runs the rest."""
+    assert limited[0][5] == "ERROR KernelDied"
+    assert limited[0][6] == "alive True"
+
+
+def test_no_sandbox_process_outlives_grading(limited):
+    """After the run, no process of that sandbox (kernel or forked children) is left."""
+    _, scratch = limited
+    for _ in range(30):  # the kernel's namespace is torn down asynchronously after shutdown
+        left = subprocess.run(["pgrep", "-f", str(scratch)], capture_output=True, text=True)
+        if left.returncode == 1:
+            break
+        time.sleep(0.5)
+    assert left.returncode == 1, left.stdout
+
+
+def test_bad_arguments_are_rejected_with_clear_errors(tmp_path):
+    """configure_sandbox and SandboxLimits name what was wrong."""
+    with pytest.raises(ValueError, match="cpu_seconds must be a positive integer"):
+        SandboxLimits(cpu_seconds=0)
+    with pytest.raises(ValueError, match="scratch must be an existing folder"):
+        configure_sandbox(Config(), tmp_path / "missing", READABLE, SandboxLimits())
+    with pytest.raises(ValueError, match="readable paths must exist"):
+        configure_sandbox(Config(), tmp_path, [tmp_path / "nope"], SandboxLimits())
+    with pytest.raises(TypeError, match="limits must be a SandboxLimits"):
+        configure_sandbox(Config(), tmp_path, READABLE, {"cpu_seconds": 1})
+    with pytest.raises(ValueError, match="scratch is not set"):
+        SandboxedKernelManager()
+
+
+def test_configure_sandbox_swaps_in_grading_execute():
+    """The autograde preprocessor list runs GradingExecute, sandboxed, in place of Execute."""
+    from nbgrader.preprocessors import Execute
+
+    config = Config()
+    configure_sandbox(config, REPO / "code", READABLE, SandboxLimits())
+    steps = config.Autograde.autograde_preprocessors
+    assert GradingExecute in steps and Execute not in steps
+    assert config.GradingExecute.sandboxed is True
+    assert json.loads(json.dumps(config.SandboxedKernelManager.setenv))["PART_II_ROOT"] == str(REPO)
