@@ -261,7 +261,7 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
     if reduction == "none":
         return contrib
     if not scored.any():  # PyTorch returns nan (mean) or 0 (sum) here; an empty batch is a data bug worth a message
-        raise ValueError(f"no target is scored (the mask excludes every position); cannot take the {reduction} over zero targets")
+        raise ValueError(f"no target is scored (the mask excludes every position); a {reduction} over zero targets is undefined")
     if reduction == "sum":
         return float(contrib.sum())
     if reduction == "mean":
