@@ -246,13 +246,39 @@ def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list
     return result
 
 
-def record_assignment(source_dir: Path, notebooks: list[str] | None = None, timeout: int = 300) -> dict[str, dict]:
-    """record_expected for every notebook of an assignment folder: {notebook stem: {grade_id: [...]}}."""
+def record_assignment(source_dir: Path, notebooks: list[str] | None = None, timeout: int = 300,
+                      cache_dir: Path | None = None) -> dict[str, dict]:
+    """record_expected for every notebook of an assignment folder: {notebook stem: {grade_id: [...]}}.
+
+    With cache_dir, a notebook is run again only when it, checks.py, the reference module or the
+    data file changed (the cache holds expected values: keep it where kernels cannot read it).
+    """
     folder = Path(source_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"assignment source folder not found: {folder}")
     names = notebooks if notebooks is not None else sorted(p.stem for p in folder.glob("*.ipynb"))
-    return {name: record_expected(folder / f"{name}.ipynb", timeout=timeout) for name in names}
+    result = {}
+    for name in names:
+        path = folder / f"{name}.ipynb"
+        cached = Path(cache_dir) / f"{name}-{_inputs_digest(path)}.json" if cache_dir else None
+        if cached is not None and cached.is_file():
+            result[name] = json.loads(cached.read_text(encoding="utf-8"))
+            continue
+        result[name] = record_expected(path, timeout=timeout)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(result[name]), encoding="utf-8")
+    return result
+
+
+def _inputs_digest(notebook: Path) -> str:
+    """A short hash of a source notebook and the course files its checks depend on."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in [notebook, *sorted((REPO / "code" / "part-ii").glob("*.py")), *sorted((REPO / "data" / "part-ii").glob("*.json"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def weak_cells(expected_records: dict) -> list[str]:
