@@ -12,6 +12,7 @@ every written file is scanned for hidden-test lines and withheld if one slipped 
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,75 +22,10 @@ from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 
+from .cells import BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, outcome_message, visible_source
 from .course import AutograderError, Course, quiet_nbgrader_logs
 
-BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
-HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
-
-
-def hidden_line_numbers(source: str) -> set[int]:
-    """1-based line numbers of a cell source that lie in a hidden-tests block (markers included)."""
-    hidden, inside = set(), False
-    for number, line in enumerate(source.split("\n"), start=1):
-        if BEGIN_HIDDEN in line:
-            inside = True
-        if inside:
-            hidden.add(number)
-        if END_HIDDEN in line:
-            inside = False
-    return hidden
-
-
-def visible_source(source: str) -> str:
-    """The cell source without its hidden block (one note line in its place)."""
-    hidden = hidden_line_numbers(source)
-    lines, noted = [], False
-    for number, line in enumerate(source.split("\n"), start=1):
-        if number not in hidden:
-            lines.append(line)
-        elif not noted:
-            indent = line[: len(line) - len(line.lstrip())]
-            lines.append(indent + HIDDEN_NOTE)
-            noted = True
-    return "\n".join(lines)
-
-
-def failing_line(error) -> int | None:
-    """The line of the test cell where the error was raised (outermost cell frame), if the traceback says."""
-    for entry in error.get("traceback", []):
-        m = CELL_LINE.search(ANSI.sub("", entry))
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def outcome_message(cell) -> str:
-    """One line saying how a test cell went, never quoting hidden test code or inputs."""
-    errors = [o for o in cell.outputs if o.output_type == "error"]
-    if errors:
-        error = errors[0]
-        ename, evalue = error.get("ename", "Error"), str(error.get("evalue", "")).strip()
-        line = failing_line(error)
-        if line is not None and line in hidden_line_numbers(cell.source):
-            if ename == "AssertionError" and evalue:
-                return f"✘ A hidden check failed: {evalue}"
-            return f"✘ A hidden check failed ({ename} raised while it ran)."
-        if ename in ("KeyboardInterrupt", "CellTimeoutError"):
-            return "✘ Failed: the cell did not finish within the time limit and was interrupted."
-        where = f" (line {line} of the visible checks)" if line is not None else ""
-        return f"✘ Failed{where}: {ename}: {evalue}" if evalue else f"✘ Failed{where}: {ename}"
-    if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
-        return "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
-    return "✔ Passed: every check in this cell succeeded."
-
-
-def is_test_cell(cell) -> bool:
-    """An autograded test cell (graded code cell that is not a solution)."""
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -121,8 +57,6 @@ def hidden_lines(course: Course) -> set[str]:
 
 def json_escaped(text: str) -> str:
     """How a source line looks inside a .ipynb file (for the 'is it visible anyway' test)."""
-    import json
-
     return json.dumps(text)[1:-1]
 
 

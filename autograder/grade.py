@@ -18,12 +18,14 @@ unchanged, unless ``--force``; ``commits`` counts how often a job's grades were 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ from pathlib import Path
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, select
 
 from .collect import _digest
-from .course import ASSIGNMENT, AutograderError, Course
+from .course import ASSIGNMENT, REPO, AutograderError, Course
 
 DEFAULT_CELL_TIMEOUT = 60.0
 DEFAULT_NOTEBOOK_TIMEOUT = 600.0
@@ -195,14 +197,63 @@ def build_template(course: Course, master_engine, path: Path) -> str:
     return url
 
 
+# --- trusted checks: the instructor's expected values, recorded outside any student kernel ----------
+
+def _content_digest(paths: list[Path]) -> str:
+    """sha256 over the names and bytes of files (folders are walked)."""
+    h = hashlib.sha256()
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if path.is_dir() else [path]
+        for f in files:
+            h.update(str(f.name).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def expected_records(course: Course, notebooks: list[str]) -> Path | None:
+    """Run the source notebooks in record mode once (cached by content); return the records file, or None
+    when the trusted-checks module is not available."""
+    try:
+        from .trusted_checks import record_assignment
+    except ImportError:
+        print("WARNING: autograder/trusted_checks.py is missing: test cells compare inside the student's kernel",
+              file=sys.stderr)
+        return None
+    sources = [course.source_dir / f"{n}.ipynb" for n in notebooks]
+    digest = _content_digest(sources + [course.bundle_dir / "code", course.bundle_dir / "data"])
+    cache = Path(os.environ.get("PART_II_CACHE") or REPO / "build" / "cache") / f"expected-records-{digest[:24]}.json"
+    if not cache.exists():
+        print(f"recording the expected values of {len(notebooks)} source notebooks (once per version of the sources)",
+              file=sys.stderr, flush=True)
+        saved = os.environ.get("PART_II_ROOT")
+        os.environ["PART_II_ROOT"] = str(course.bundle_dir)  # the same code/ and data/ the graded kernels get
+        try:
+            records = record_assignment(course.source_dir, notebooks)
+        except Exception as exc:  # noqa: BLE001 - CellExecutionError, ValueError...: the sources are broken
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise AutograderError(f"the instructor notebooks cannot be used for grading: {first}", 1) from None
+        finally:
+            if saved is None:
+                os.environ.pop("PART_II_ROOT", None)
+            else:
+                os.environ["PART_II_ROOT"] = saved
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(records, sort_keys=True), encoding="utf-8")
+        tmp.replace(cache)
+    return cache
+
+
 # --- one job -------------------------------------------------------------------------------
 
 def prepare_job(course: Course, student: str, attempt: int, template: Path, options: GradeOptions,
-                notebooks: list[str], sandboxed: bool) -> Path:
+                notebooks: list[str], sandboxed: bool, records: Path | None) -> Path:
     """Create the job's private folder: gradebook copy, submission copy, job.json."""
+    for old in course.grading_dir.glob(f"{student}-*"):
+        discard_job_dir(old)
     job_dir = course.grading_dir / f"{student}-{attempt}"
-    if job_dir.exists():
-        shutil.rmtree(job_dir)
+    # the kernels' scratch folders live outside the course (the sandbox hides the whole course)
+    scratch_root = Path(tempfile.mkdtemp(prefix=f"part-ii-grade-{student[:24]}-"))
+    scratch_root.chmod(0o711)
     private = job_dir / "course"
     shutil.copytree(course.step_dir("submitted", student), private / "submitted" / student / ASSIGNMENT)
     shutil.copyfile(template, job_dir / "gradebook.db")
@@ -217,9 +268,24 @@ def prepare_job(course: Course, student: str, attempt: int, template: Path, opti
         "notebook_timeout": options.notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT,
         "sandbox": sandboxed,
         "limits": options.limits,
+        "scratch_root": str(scratch_root),
+        "real_course_root": str(course.root),
+        "real_db_url": course.db_url,
+        "expected_records": str(records) if records else None,
     }
     (job_dir / "job.json").write_text(json.dumps(job, indent=1), encoding="utf-8")
     return job_dir
+
+
+def discard_job_dir(job_dir: Path) -> None:
+    """Delete a job folder and the scratch folder its job.json names."""
+    try:
+        scratch = json.loads((job_dir / "job.json").read_text(encoding="utf-8")).get("scratch_root")
+    except (OSError, ValueError):
+        scratch = None
+    if scratch and Path(scratch).name.startswith("part-ii-grade-"):
+        shutil.rmtree(scratch, ignore_errors=True)
+    shutil.rmtree(job_dir, ignore_errors=True)
 
 
 def worker_context():
@@ -281,13 +347,10 @@ def _new_submission(gb, student: str):
         gb.db.add(submission)
         for notebook in assignment.notebooks:
             nb = SubmittedNotebook(notebook=notebook, assignment=submission)
-            for cell in notebook.grade_cells:
-                Grade(cell=cell, notebook=nb)
-            for cell in notebook.solution_cells:
-                Comment(cell=cell, notebook=nb)
-            for cell in notebook.task_cells:
-                Comment(cell=cell, notebook=nb)
-                Grade(cell=cell, notebook=nb)
+            rows = [nb] + [Grade(cell=cell, notebook=nb) for cell in notebook.grade_cells]
+            rows += [Comment(cell=cell, notebook=nb) for cell in notebook.solution_cells]
+            rows += [cls(cell=cell, notebook=nb) for cell in notebook.task_cells for cls in (Comment, Grade)]
+            gb.db.add_all(rows)
     return submission
 
 
@@ -349,8 +412,9 @@ def _failure_reason(run: Running, rc: int | None, timed_out: bool) -> str:
 class Scheduler:
     """Runs jobs in up to `workers` processes and commits each finished one."""
 
-    def __init__(self, course: Course, gb, options: GradeOptions, notebooks: list[str], sandboxed: bool, template: Path):
-        self.course, self.gb, self.options = course, gb, options
+    def __init__(self, course: Course, gb, options: GradeOptions, notebooks: list[str], sandboxed: bool, template: Path,
+                 records: Path | None):
+        self.course, self.gb, self.options, self.records = course, gb, options, records
         self.notebooks, self.sandboxed, self.template = notebooks, sandboxed, template
         self.running: dict[str, Running] = {}
         self.retries: dict[str, int] = {}
@@ -362,7 +426,8 @@ class Scheduler:
         """Prepare and start a job, recording it as running."""
         attempts = self.gb.db.execute(select(JOBS.c.attempts).where(
             JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one() + 1
-        job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed)
+        job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed,
+                              self.records)
         proc = start_worker(self.ctx, job_dir)
         _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)
         self.gb.db.commit()
@@ -384,10 +449,11 @@ class Scheduler:
                 JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one()
             commit_grades(self.gb, student, grades, dict(state="done", commits=commits + 1, pid=None, error=error,
                                                          notebooks=json.dumps(notebooks, sort_keys=True), seconds=seconds))
-            shutil.rmtree(run.job_dir, ignore_errors=True)
+            discard_job_dir(run.job_dir)
             self.result.graded.append(student)
             return True
         reason = _failure_reason(run, rc, timed_out)
+        discard_job_dir(run.job_dir)
         if not timed_out and self.retries.get(student, 0) < RETRIES:
             self.retries[student] = self.retries.get(student, 0) + 1
             _update_job(self.gb.db, student, state="pending", pid=None, error=reason)
@@ -470,9 +536,11 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
             todo, skipped = plan_jobs(gb.db, course, students, options.force)
             course.grading_dir.mkdir(parents=True, exist_ok=True)
             template = course.grading_dir / "template.db"
+            records = None
             if todo:
                 build_template(course, gb.engine, template)
-            scheduler = Scheduler(course, gb, options, notebooks, sandboxed, template)
+                records = expected_records(course, notebooks)
+            scheduler = Scheduler(course, gb, options, notebooks, sandboxed, template, records)
             result = scheduler.run(todo)
             result.skipped = skipped
             template.unlink(missing_ok=True)

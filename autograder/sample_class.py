@@ -9,7 +9,7 @@ the source notebooks (the model solutions), matched cell by cell through nbgrade
     broken         perfect, except one notebook is a truncated (invalid JSON) file
     edited-tests   as partial, with that exercise's test cell replaced by `pass`, and
                    another (solved) exercise's test cell deleted: both are restored by nbgrader
-    infinite-loop  perfect, plus `while True: pass` at the end of one solution cell
+    infinite-loop  perfect, plus a new cell `while True: pass` after one solution cell
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from pathlib import Path
 
 import nbformat
 
+from .cells import is_test_cell, nbgrader_meta
 from .course import Course
 
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 LMS_DATE = (2026, 3, 1, 10, 0, 0)
-LOOP = "\n\nwhile True:  # sample class: a loop that never ends\n    pass\n"
+LOOP = "while True:  # sample class: a cell that never ends\n    pass\n"
 EDITED_TEST = '"""The student replaced this test"""\npass\n'
 
 
@@ -45,24 +46,14 @@ class SampleStudent:
     student: str
     description: str
     files: dict[str, bytes] = field(default_factory=dict)
-
-
-def _meta(cell) -> dict:
-    """A cell's nbgrader metadata (empty dict for ordinary cells)."""
-    return cell.metadata.get("nbgrader", {})
-
-
-def is_test_cell(cell) -> bool:
-    """An autograded test cell: a graded code cell that is not a solution."""
-    m = _meta(cell)
-    return cell.cell_type == "code" and bool(m.get("grade")) and not m.get("solution")
+    expected_auto: float = 0.0  # autograded points it should get (test-cell points from the metadata)
 
 
 def exercises(nb: nbformat.NotebookNode, name: str) -> list[Exercise]:
     """The notebook's code exercises in order, each with the test cells that follow its solution."""
     found, current, tests = [], None, []
     for cell in nb.cells:
-        m = _meta(cell)
+        m = nbgrader_meta(cell)
         if cell.cell_type == "code" and m.get("solution"):
             if current and tests:
                 found.append(Exercise(name, current, tuple(tests)))
@@ -81,18 +72,18 @@ def strip_markers(source: str) -> str:
 
 def solved(release: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The release notebook with every solution cell replaced by the source's model solution."""
-    answers = {_meta(c)["grade_id"]: c.source for c in source.cells if _meta(c).get("solution")}
+    answers = {nbgrader_meta(c)["grade_id"]: c.source for c in source.cells if nbgrader_meta(c).get("solution")}
     nb = copy.deepcopy(release)
     for cell in nb.cells:
-        grade_id = _meta(cell).get("grade_id")
-        if _meta(cell).get("solution") and grade_id in answers:
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        if nbgrader_meta(cell).get("solution") and grade_id in answers:
             cell.source = strip_markers(answers[grade_id])
     return nb
 
 
 def _cell(nb: nbformat.NotebookNode, grade_id: str):
     """The cell with this grade id."""
-    return next(c for c in nb.cells if _meta(c).get("grade_id") == grade_id)
+    return next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == grade_id)
 
 
 def _dump(nb: nbformat.NotebookNode) -> bytes:
@@ -130,16 +121,37 @@ class Assignment:
         return found[-1]
 
 
-def build_sample_class(course: Course) -> list[SampleStudent]:
-    """The six sample submissions of the module docstring."""
+def test_points(nb: nbformat.NotebookNode) -> dict[str, float]:
+    """grade id -> points of every autograded test cell of a notebook."""
+    return {nbgrader_meta(c)["grade_id"]: float(nbgrader_meta(c).get("points") or 0) for c in nb.cells if is_test_cell(c)}
+
+
+def _student(a: "Assignment", student: str, description: str, nbs: dict[str, nbformat.NotebookNode],
+             failing: set[tuple[str, str]], broken: dict[str, bytes] | None = None) -> SampleStudent:
+    """A SampleStudent whose expected auto score is every test point of its valid notebooks minus `failing`."""
+    files = {f"{n}.ipynb": _dump(nb) for n, nb in nbs.items()}
+    files.update(broken or {})
+    expected = sum(p for n in nbs for t, p in test_points(a.source[n]).items() if (n, t) not in failing)
+    return SampleStudent(student, description, files, expected)
+
+
+def build_sample_class(course: Course, trimmed: bool = False) -> list[SampleStudent]:
+    """The six sample submissions of the module docstring.
+
+    trimmed: perfect and blank hand in every notebook, the others only the notebooks their
+    case needs (the rest count as missing), which makes the class cheaper to grade.
+    """
     a = Assignment.read(course)
     perfect = a.solved()
     partial_ex = a.partial_exercise()
-    others = [ex for ex in a.exercises() if ex != partial_ex]
     loop_ex = a.exercises()[0]
+    others = [ex for ex in a.exercises() if ex != partial_ex]
+    same_nb = [ex for ex in others if ex.notebook == partial_ex.notebook]
+    deleted_ex = (same_nb or others or [None])[-1]
+    failing = {(partial_ex.notebook, t) for t in partial_ex.test_ids}
 
-    def files(nbs: dict[str, nbformat.NotebookNode]) -> dict[str, bytes]:
-        return {f"{n}.ipynb": _dump(nb) for n, nb in nbs.items()}
+    def keep(nbs: dict, names: set[str]) -> dict:
+        return {n: nb for n, nb in nbs.items() if not trimmed or n in names}
 
     partial = copy.deepcopy(perfect)
     _cell(partial[partial_ex.notebook], partial_ex.solution_id).source = \
@@ -148,27 +160,33 @@ def build_sample_class(course: Course) -> list[SampleStudent]:
     edited = copy.deepcopy(partial)
     for test_id in partial_ex.test_ids:
         _cell(edited[partial_ex.notebook], test_id).source = EDITED_TEST
-    deleted = others[-1].test_ids[0] if others else None
-    if deleted:
-        nb = edited[others[-1].notebook]
-        nb.cells = [c for c in nb.cells if _meta(c).get("grade_id") != deleted]
+    deleted = deleted_ex.test_ids[0] if deleted_ex else None
+    if deleted_ex:
+        nb = edited[deleted_ex.notebook]
+        nb.cells = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") != deleted]
+    edited_nbs = {partial_ex.notebook} | ({deleted_ex.notebook} if deleted_ex else set())
 
     looping = copy.deepcopy(perfect)
-    _cell(looping[loop_ex.notebook], loop_ex.solution_id).source += LOOP
+    cells = looping[loop_ex.notebook].cells
+    at = cells.index(_cell(looping[loop_ex.notebook], loop_ex.solution_id))
+    cells.insert(at + 1, nbformat.v4.new_code_cell(LOOP))
 
-    broken_files = files(perfect)
-    first = sorted(broken_files)[0]
-    text = broken_files[first].decode("utf-8")
-    broken_files[first] = text[: len(text) // 2].encode("utf-8")  # cut mid-JSON, on a character boundary
+    first = sorted(perfect)[0]
+    text = _dump(perfect[first]).decode("utf-8")
+    broken_file = {f"{first}.ipynb": text[: len(text) // 2].encode("utf-8")}  # cut mid-JSON, on a character boundary
+    broken_rest = {n: nb for n, nb in keep(perfect, {partial_ex.notebook}).items() if n != first}
 
     return [
-        SampleStudent("perfect", "every exercise solved", files(perfect)),
-        SampleStudent("blank", "the release handed in unchanged", files(a.release)),
-        SampleStudent("partial", f"all solved but {partial_ex.notebook}:{partial_ex.solution_id}", files(partial)),
-        SampleStudent("broken", f"{first} truncated (invalid JSON), the rest solved", broken_files),
-        SampleStudent("edited-tests", f"as partial, its test replaced by `pass`; test {deleted} deleted", files(edited)),
-        SampleStudent("infinite-loop", f"all solved, `while True: pass` after {loop_ex.notebook}:{loop_ex.solution_id}",
-                      files(looping)),
+        _student(a, "perfect", "every exercise solved", perfect, set()),
+        _student(a, "blank", "the release handed in unchanged", a.release,
+                 {(n, t) for n in a.release for t in test_points(a.source[n])}),
+        _student(a, "partial", f"all solved but {partial_ex.notebook}:{partial_ex.solution_id}",
+                 keep(partial, {partial_ex.notebook}), failing),
+        _student(a, "broken", f"{first}.ipynb truncated (invalid JSON), the rest solved", broken_rest, set(), broken_file),
+        _student(a, "edited-tests", f"as partial, its test replaced by `pass`; test {deleted} deleted",
+                 keep(edited, edited_nbs), failing),
+        _student(a, "infinite-loop", f"all solved, plus a `while True: pass` cell after {loop_ex.notebook}:{loop_ex.solution_id}",
+                 keep(looping, {loop_ex.notebook}), set()),
     ]
 
 

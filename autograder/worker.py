@@ -107,12 +107,39 @@ def notebook_config(job: dict, scratch: Path):
     config.KernelManager.transport = "ipc"
     config.KernelManager.ip = str(scratch / "ipc" / "kernel")
     (scratch / "ipc").mkdir(parents=True, exist_ok=True)
-    readable = [Path(job["bundle_dir"]) / top / ASSIGNMENT for top in ("code", "data")]
     if job["sandbox"]:
-        from .sandbox import SandboxLimits, configure_sandbox
+        config.merge(sandbox_config(job, scratch))
+    if job.get("expected_records"):
+        from .trusted_checks import configure_trusted_checks
 
-        configure_sandbox(config, scratch=scratch, readable=readable, limits=SandboxLimits(**job.get("limits", {})))
+        records = json.loads(Path(job["expected_records"]).read_text(encoding="utf-8"))
+        configure_trusted_checks(config, records)
     config.Autograde.autograde_preprocessors = autograde_preprocessors(config)
+    return config
+
+
+def sandbox_config(job: dict, scratch: Path):
+    """The sandbox settings for one notebook's kernel (helper G's configure_sandbox), as a Config to merge.
+
+    The sandbox hides the course named in the config it is given, so it gets the REAL course
+    root and gradebook (hiding this job's private copy with them), not the private ones nbgrader
+    uses here; PART_II_BUILD is left out because the course root already lies inside it.
+    """
+    from traitlets.config import Config
+
+    from .sandbox import SandboxLimits, configure_sandbox
+
+    config = Config()
+    config.CourseDirectory.root = job["real_course_root"]
+    config.CourseDirectory.db_url = job["real_db_url"]
+    readable = [Path(job["bundle_dir"]) / top / ASSIGNMENT for top in ("code", "data")]
+    build = os.environ.pop("PART_II_BUILD", None)
+    try:
+        configure_sandbox(config, scratch=scratch, readable=readable, limits=SandboxLimits(**job.get("limits", {})))
+    finally:
+        if build is not None:
+            os.environ["PART_II_BUILD"] = build
+    del config["CourseDirectory"]
     return config
 
 
@@ -186,7 +213,7 @@ def run_job(job_dir: Path) -> dict:
         if not (submitted / f"{notebook}.ipynb").exists():
             results[notebook] = {"status": "missing", "error": "not handed in"}
             continue
-        scratch = job_dir / f"nb{k}"
+        scratch = Path(job["scratch_root"]) / f"nb{k}"
         scratch.mkdir(mode=0o755, exist_ok=True)
         started = time.monotonic()
         try:
@@ -194,6 +221,9 @@ def run_job(job_dir: Path) -> dict:
             results[notebook] = {"status": "graded"}
         except RuntimeError as exc:
             log.error("could not grade %s: %s", notebook, exc)
+            kernel_log = scratch / "kernel.log"  # written by the sandbox: why a kernel would not start
+            if kernel_log.exists():
+                log.error("kernel log:\n%s", kernel_log.read_text(errors="replace")[-4000:])
             results[notebook] = {"status": "error", "error": str(exc)}
         results[notebook]["seconds"] = round(time.monotonic() - started, 1)
         shutil.rmtree(scratch, ignore_errors=True)  # whatever the student's code wrote

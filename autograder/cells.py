@@ -1,0 +1,84 @@
+"""What a notebook cell is to nbgrader, and how an autograded test cell went - shared by feedback and check.
+
+A test cell is a graded code cell that is not a solution; its hidden block lies between
+``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``. The outcome message of a test cell
+never quotes hidden test code: a failure inside the hidden block is reported as "a hidden
+check failed", with the check's own AssertionError message (checks.py words those so they
+reveal no expected value) and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+
+BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
+
+
+def hidden_line_numbers(source: str) -> set[int]:
+    """1-based line numbers of a cell source that lie in a hidden-tests block (markers included)."""
+    hidden, inside = set(), False
+    for number, line in enumerate(source.split("\n"), start=1):
+        if BEGIN_HIDDEN in line:
+            inside = True
+        if inside:
+            hidden.add(number)
+        if END_HIDDEN in line:
+            inside = False
+    return hidden
+
+
+def visible_source(source: str) -> str:
+    """The cell source without its hidden block (one note line in its place)."""
+    hidden = hidden_line_numbers(source)
+    lines, noted = [], False
+    for number, line in enumerate(source.split("\n"), start=1):
+        if number not in hidden:
+            lines.append(line)
+        elif not noted:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.append(indent + HIDDEN_NOTE)
+            noted = True
+    return "\n".join(lines)
+
+
+def failing_line(error) -> int | None:
+    """The line of the test cell where the error was raised (outermost cell frame), if the traceback says."""
+    for entry in error.get("traceback", []):
+        m = CELL_LINE.search(ANSI.sub("", entry))
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def outcome_message(cell) -> str:
+    """One line saying how a test cell went, never quoting hidden test code or inputs."""
+    errors = [o for o in cell.outputs if o.output_type == "error"]
+    if errors:
+        error = errors[0]
+        ename, evalue = error.get("ename", "Error"), str(error.get("evalue", "")).strip()
+        line = failing_line(error)
+        if line is not None and line in hidden_line_numbers(cell.source):
+            if ename == "AssertionError" and evalue:
+                return f"✘ A hidden check failed: {evalue}"
+            return f"✘ A hidden check failed ({ename} raised while it ran)."
+        if ename in ("KeyboardInterrupt", "CellTimeoutError"):
+            return "✘ Failed: the cell did not finish within the time limit and was interrupted."
+        where = f" (line {line} of the visible checks)" if line is not None else ""
+        return f"✘ Failed{where}: {ename}: {evalue}" if evalue else f"✘ Failed{where}: {ename}"
+    if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
+        return "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
+    return "✔ Passed: every check in this cell succeeded."
+
+
+def nbgrader_meta(cell) -> dict:
+    """A cell's nbgrader metadata (empty dict for ordinary cells)."""
+    return cell.metadata.get("nbgrader", {})
+
+
+def is_test_cell(cell) -> bool:
+    """An autograded test cell: a graded code cell that is not a solution."""
+    meta = nbgrader_meta(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")

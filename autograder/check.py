@@ -1,0 +1,99 @@
+"""For students: ``python -m autograder check NOTEBOOK`` runs a notebook and prints a table per exercise.
+
+The notebook runs from top to bottom in a fresh kernel, in its own folder (so the setup
+cell finds code/part-ii beside it, as in the student zip). Each graded cell gets a row:
+autograded test cells say passed or failed and the points at stake; free-text answers
+say they are graded by the instructor. Hidden tests are not in a student's notebook, so
+passing here means the visible checks pass, not yet the final score. Exit code 0 when
+every visible test passes, 1 when one fails, 2 when the notebook cannot be read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cells import is_test_cell, nbgrader_meta, outcome_message
+from .collect import NotANotebook, read_notebook
+from .course import AutograderError
+
+
+def read_for_check(path: Path):
+    """The notebook at path, or an AutograderError saying why it cannot be checked."""
+    path = Path(path)
+    if not path.is_file():
+        raise AutograderError(f"{path} is not a file; expected a Jupyter notebook (.ipynb)")
+    if path.suffix != ".ipynb":
+        raise AutograderError(f"{path} is not a .ipynb file; expected a Jupyter notebook")
+    try:
+        nb, _ = read_notebook(path.read_bytes())
+    except NotANotebook as exc:
+        raise AutograderError(f"{path} cannot be checked: {exc}") from None
+    return nb
+
+
+def run_notebook(nb, folder: Path, timeout: float):
+    """Execute every cell in a fresh python3 kernel started in folder; errors are recorded, not raised."""
+    import tempfile
+
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="autograder-check-") as sockets:
+        config = Config()
+        config.KernelManager.transport = "ipc"  # local unix sockets: no open TCP port, no warning
+        config.KernelManager.ip = str(Path(sockets) / "kernel")
+        client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3", allow_errors=True, config=config,
+                                interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}})
+        client.execute()
+    return nb
+
+
+def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
+    """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells."""
+    rows, heading = [], "(before the first exercise)"
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if cell.cell_type == "markdown" and not meta.get("grade"):
+            titles = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln.startswith("#")]
+            heading = titles[-1] if titles else heading
+        if not meta.get("grade"):
+            continue
+        points = float(meta.get("points") or 0)
+        if is_test_cell(cell):
+            message = outcome_message(cell)
+            rows.append((heading, meta.get("grade_id", "?"), points, message, message.startswith("✔")))
+        else:
+            rows.append((heading, meta.get("grade_id", "?"), points, "graded by your instructor", None))
+    return rows
+
+
+def print_table(path: Path, rows) -> None:
+    """The self-check table and a one-line verdict."""
+    print(f"self-check of {path}")
+    current = None
+    for heading, grade_id, points, message, _ in rows:
+        if heading != current:
+            print(f"\n{heading}")
+            current = heading
+        print(f"  {grade_id:<32} {points:>4g} pt  {message}")
+    tests = [r for r in rows if r[4] is not None]
+    passed = [r for r in tests if r[4]]
+    at_stake = sum(r[2] for r in tests)
+    print(f"\nvisible tests passed: {len(passed)} of {len(tests)} cells, "
+          f"{sum(r[2] for r in passed):g} of {at_stake:g} autograded points")
+    manual = sum(r[2] for r in rows if r[4] is None)
+    if manual:
+        print(f"free-text answers worth {manual:g} points are graded by your instructor")
+    print("hidden tests run only when your notebook is graded, so the final score can be lower.")
+
+
+def check(path: Path, timeout: float = 120) -> int:
+    """Run the notebook at path, print the table; 0 when every visible test passes, else 1."""
+    nb = read_for_check(path)
+    rows_before = exercise_rows(nb)
+    if not rows_before:
+        raise AutograderError(f"{path} has no graded cells; is it a notebook of this course?")
+    run_notebook(nb, Path(path).resolve().parent, timeout)
+    rows = exercise_rows(nb)
+    print_table(Path(path), rows)
+    return 0 if all(r[4] is not False for r in rows) else 1

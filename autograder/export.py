@@ -1,0 +1,141 @@
+"""Step 5, export: the gradebook as CSV, one row per student and one row per graded cell.
+
+``grades.csv`` starts with nbgrader's own export columns (assignment, duedate, timestamp,
+student_id, last_name, first_name, email, raw_score, late_submission_penalty, score,
+max_score), then one score column per notebook, the number of cells still waiting for a
+human grader, a status and the reasons behind it (rejected or missing files, notebooks
+that could not be graded, grading errors). Manual scores given in formgrader are part
+of every score. ``grades-per-cell.csv`` has one row per student and graded cell.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from .collect import load_collect_log
+from .course import ASSIGNMENT, AutograderError, Course
+from .grade import job_rows
+
+NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
+                    "raw_score", "late_submission_penalty", "score", "max_score"]
+CELL_COLUMNS = ["assignment", "student_id", "notebook", "cell", "kind", "max_score", "auto_score", "manual_score",
+                "extra_credit", "score", "needs_manual_grade", "result"]
+
+
+def _fmt(value) -> str:
+    """CSV text of a value: '' for None, floats without trailing noise."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def student_notes(student: str, collect_log: dict, job: dict | None) -> tuple[str, list[str]]:
+    """(status, reasons) of one student from the collect report and the job table."""
+    collected = collect_log["students"].get(student, {})
+    notes = [f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student]
+    notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
+    if job is None:
+        if not collected.get("notebooks"):
+            return "no submission", notes or ["nothing was collected"]
+        return "not graded", notes + ["not graded yet; run `python -m autograder grade`"]
+    if job["state"] == "error":
+        return "error", notes + [f"grading failed: {job['error']}"]
+    if job["state"] != "done":
+        return "not graded", notes + [f"grading {job['state']}; run `python -m autograder grade`"]
+    for nb, r in sorted(json.loads(job["notebooks"] or "{}").items()):
+        if r["status"] == "error":
+            notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
+    return ("incomplete" if notes else "graded"), notes
+
+
+def cell_kind(grade, solution_names: set[str]) -> str:
+    """'test' for an autograded test cell, 'answer' for a manually graded answer, 'task' for a task."""
+    if grade.cell.type == "TaskCell":
+        return "task"
+    return "answer" if grade.name in solution_names else "test"
+
+
+def cell_result(grade, kind: str) -> str:
+    """passed / failed / partial / needs manual grading, from the scores."""
+    if grade.needs_manual_grade:
+        return "needs manual grading"
+    if grade.score >= grade.max_score:
+        return "passed"
+    return "failed" if grade.score == 0 else "partial"
+
+
+def export(course: Course) -> list[Path]:
+    """Write reports/grades.csv and reports/grades-per-cell.csv; return their paths."""
+    notebooks = course.notebook_names()
+    collect_log = load_collect_log(course)
+    jobs = job_rows(course.db_url)
+    from nbgrader.api import MissingEntry
+
+    rows, cells = [], []
+    with course.gradebook() as gb:
+        try:
+            assignment = gb.find_assignment(ASSIGNMENT)
+        except MissingEntry:
+            raise AutograderError("the gradebook has no assignment part-ii; run `python -m autograder release` first") from None
+        solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
+        for student in sorted(gb.students, key=lambda s: s.id):
+            status, notes = student_notes(student.id, collect_log, jobs.get(student.id))
+            row = {"assignment": ASSIGNMENT, "duedate": _fmt(assignment.duedate), "student_id": student.id,
+                   "last_name": _fmt(student.last_name), "first_name": _fmt(student.first_name),
+                   "email": _fmt(student.email), "max_score": _fmt(assignment.max_score)}
+            try:
+                submission = gb.find_submission(ASSIGNMENT, student.id)
+            except MissingEntry:
+                submission = None
+            if submission is None or status in ("no submission", "not graded"):
+                row.update(timestamp="", raw_score="0", late_submission_penalty="0", score="0", needs_manual_grading="")
+                row.update({nb: "" for nb in notebooks})
+            else:
+                penalty = submission.late_submission_penalty or 0.0
+                row.update(timestamp=_fmt(submission.timestamp), raw_score=_fmt(submission.score),
+                           late_submission_penalty=_fmt(penalty), score=_fmt(max(0.0, submission.score - penalty)))
+                by_name = {nb.name: nb for nb in submission.notebooks}
+                row.update({nb: _fmt(by_name[nb].score) if nb in by_name else "" for nb in notebooks})
+                waiting = 0
+                for nb in sorted(submission.notebooks, key=lambda n: n.name):
+                    for grade in sorted(nb.grades, key=lambda g: g.name):
+                        kind = cell_kind(grade, solution_names.get(nb.name, set()))
+                        waiting += bool(grade.needs_manual_grade)
+                        cells.append({"assignment": ASSIGNMENT, "student_id": student.id, "notebook": nb.name,
+                                      "cell": grade.name, "kind": kind, "max_score": _fmt(grade.max_score),
+                                      "auto_score": _fmt(grade.auto_score), "manual_score": _fmt(grade.manual_score),
+                                      "extra_credit": _fmt(grade.extra_credit), "score": _fmt(grade.score),
+                                      "needs_manual_grade": str(bool(grade.needs_manual_grade)).lower(),
+                                      "result": cell_result(grade, kind)})
+                row["needs_manual_grading"] = str(waiting)
+            row["status"] = status
+            row["notes"] = "; ".join(notes)
+            rows.append(row)
+    if not rows:
+        raise AutograderError("the gradebook has no students; run `python -m autograder collect PATH` first")
+    course.reports_dir.mkdir(parents=True, exist_ok=True)
+    grades_csv = course.reports_dir / "grades.csv"
+    cells_csv = course.reports_dir / "grades-per-cell.csv"
+    _write_csv(grades_csv, NBGRADER_COLUMNS + notebooks + ["needs_manual_grading", "status", "notes"], rows)
+    _write_csv(cells_csv, CELL_COLUMNS, cells)
+    return [grades_csv, cells_csv]
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    """Write rows atomically with a header line."""
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+def read_totals(path: Path) -> dict[str, float]:
+    """student_id -> score from a grades.csv (students with a status other than 'no submission')."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(fh) if r["status"] != "no submission"}
