@@ -60,8 +60,12 @@ PROB_ATOL = 1e-6  # tolerance for "sums to 1": float32 softmax rows are off by ~
 # ---------------------------------------------------------------- validation
 
 
-def _as_float_array(x, name: str) -> np.ndarray:
-    """Return x as a float array (float32 kept, everything else float64); reject nan and non-numbers."""
+def _as_float_array(x, name: str, check_nan: bool = True) -> np.ndarray:
+    """Return x as a float array (float32 kept, everything else float64); reject non-numbers, and nan unless told not to.
+
+    check_nan=False is for callers that check each chunk themselves (see _lse_rows):
+    a whole-array np.isnan costs a pass over the data and a boolean array as large.
+    """
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}")
     try:
@@ -73,10 +77,21 @@ def _as_float_array(x, name: str) -> np.ndarray:
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise TypeError(f"{name} must hold real numbers, got complex dtype {arr.dtype}")
     if arr.dtype != np.float32:
-        arr = arr.astype(np.float64)
-    if np.isnan(arr).any():
-        raise ValueError(f"{name} contains nan at index {tuple(np.argwhere(np.isnan(arr))[0])}; expected real numbers")
+        arr = arr.astype(np.float64, copy=False)  # no copy of float64 input: nothing here writes into it
+    if check_nan:
+        _check_no_nan(arr, name)
     return arr
+
+
+def _check_no_nan(arr: np.ndarray, name: str) -> None:
+    """Reject nan anywhere in arr, naming the first index."""
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} contains nan at index {_first_index(np.isnan(arr))}; expected real numbers")
+
+
+def _first_index(flags: np.ndarray) -> tuple[int, ...]:
+    """Index of the first True in flags, as plain ints (prints as (3, 1), not (np.int64(3), ...))."""
+    return tuple(int(i) for i in np.argwhere(flags)[0])
 
 
 def _check_nonempty(arr: np.ndarray, name: str, min_ndim: int = 0) -> None:
@@ -90,7 +105,7 @@ def _check_nonempty(arr: np.ndarray, name: str, min_ndim: int = 0) -> None:
 def _check_finite(arr: np.ndarray, name: str) -> None:
     """Reject +-inf where only finite values make sense (e.g. logits)."""
     if not np.isfinite(arr).all():
-        bad = tuple(np.argwhere(~np.isfinite(arr))[0])
+        bad = _first_index(~np.isfinite(arr))
         raise ValueError(f"{name} must be finite, got {arr[bad]} at index {bad}")
 
 
@@ -173,12 +188,58 @@ def _check_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
 # ---------------------------------------------------------------- softmax family
 
 
+# Rows are processed in chunks of about this many bytes, so that a chunk and its
+# scratch buffer stay in a core's L2 cache (512 KiB here) while the passes of one row
+# (max, shift, exp, sum) run over it: only the first pass reads main memory.
+CHUNK_BYTES = 256 * 1024
+
+
+def _lse_rows(z2: np.ndarray, full: np.ndarray, name: str = "logits", chunk_rows: int | None = None) -> np.ndarray:
+    """ln sum_j exp(z_ij) per row of z2 [N, K] -> [N] float64, in row chunks with one preallocated buffer.
+
+    Each chunk gets the stable form m + ln sum exp(z - m) with the row maximum m:
+    the shift and exp run in place in a buffer of chunk_rows x K (extra memory
+    independent of N), the sum is numpy's pairwise summation along the row (error
+    O(eps log K) relative, so float32 input keeps float32 accuracy), and m + ln(sum)
+    is formed in float64. The validation rides on the reductions already made: a
+    row maximum is nan or +inf when the row holds one, and the chunk's minimum is
+    -inf when it holds one. Any of them sends the whole array (full) through the
+    usual checks, so the error message is the same as for the unchunked path.
+    """
+    n, k = z2.shape
+    rows = chunk_rows or max(1, CHUNK_BYTES // (k * z2.itemsize))
+    rows = min(rows, n)
+    buf = np.empty((rows, k), dtype=z2.dtype)
+    lse = np.empty(n, dtype=np.float64)
+    with np.errstate(under="ignore"):  # exp of a very negative shifted logit is 0: that is the right answer
+        for start in range(0, n, rows):
+            chunk = z2[start:start + rows]
+            b = buf[: len(chunk)]
+            m = chunk.max(axis=1)
+            if not (np.isfinite(m).all() and np.isfinite(chunk.min())):
+                _check_no_nan(full, name)
+                _check_finite(full, name)
+            np.subtract(chunk, m[:, None], out=b)
+            np.exp(b, out=b)
+            lse[start:start + len(chunk)] = np.log(np.add.reduce(b, axis=1), dtype=np.float64) + m
+    return lse
+
+
+def _rows_view(z: np.ndarray) -> np.ndarray:
+    """z [..., K] as rows [N, K]: a view for C-contiguous input (a copy otherwise)."""
+    return z.reshape(-1, z.shape[-1])
+
+
 def logsumexp(logits, axis: int = -1) -> np.ndarray:
-    """ln sum_j exp(z_j) along axis: [..., K] -> [...]; stable via the row maximum."""
-    z = _as_float_array(logits, "logits")
+    """ln sum_j exp(z_j) along axis: [..., K] -> [...]; stable via the row maximum (same dtype as the logits)."""
+    z = _as_float_array(logits, "logits", check_nan=False)
     _check_nonempty(z, "logits", min_ndim=1)
-    _check_finite(z, "logits")
     ax = _norm_axis(axis, z.ndim)
+    if ax == z.ndim - 1:  # the class axis last (the usual layout): chunked rows, nothing of size N x K allocated
+        out = _lse_rows(_rows_view(z), z).astype(z.dtype).reshape(z.shape[:-1])
+        return out[()]
+    _check_no_nan(z, "logits")
+    _check_finite(z, "logits")
     m = z.max(axis=ax, keepdims=True)
     return np.squeeze(m, axis=ax) + np.log(np.exp(z - m).sum(axis=ax))
 
@@ -206,14 +267,25 @@ def softmax(logits, axis: int = -1) -> np.ndarray:
 
 def nll_from_logits(logits, target) -> np.ndarray:
     """m - z_y + ln sum_j exp(z_j - m): logits [..., K], target int [...] -> loss [...] in nats."""
-    z = _as_float_array(logits, "logits")
+    z = _as_float_array(logits, "logits", check_nan=False)  # nan and inf are checked chunk by chunk in _lse_rows
     _check_nonempty(z, "logits", min_ndim=1)
     y = _as_int_targets(target, "target")
     if y.shape != z.shape[:-1]:
         raise ValueError(f"target must have shape {z.shape[:-1]} (logits without the class axis), got {y.shape}")
     _check_target_range(y, z.shape[-1], "target")
-    z_y = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]
-    return logsumexp(z, axis=-1) - z_y
+    return _nll_rows(z, y)[()]
+
+
+def _nll_rows(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """lse(z) - z_y for validated logits [..., K] and in-range int targets [...] -> [...] in z's dtype.
+
+    The target logit is an index lookup (no one-hot, no log-softmax array); the
+    difference is taken in float64 and rounded once to z's dtype.
+    """
+    z2 = _rows_view(z)
+    rows = np.arange(z2.shape[0])
+    z_y = z2[rows, y.reshape(-1)].astype(np.float64)
+    return (_lse_rows(z2, z) - z_y).astype(z.dtype).reshape(y.shape)
 
 
 def nll_from_probs(probs, target) -> np.ndarray:
@@ -289,14 +361,15 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
     and ignore_index drop positions; class_weights [K] weight each integer target by
     its class, and the mean then divides by the summed weights (PyTorch's rule).
     """
-    z = _as_float_array(logits, "logits")
+    z = _as_float_array(logits, "logits", check_nan=False)  # integer targets: nan and inf checked per chunk
     _check_nonempty(z, "logits", min_ndim=1)
-    _check_finite(z, "logits")
     num_classes = z.shape[-1]
-    log_q = log_softmax(z, axis=-1)
     t = np.asarray(targets)
     soft = t.shape == z.shape and np.issubdtype(t.dtype, np.floating)
     if soft:
+        _check_no_nan(z, "logits")
+        _check_finite(z, "logits")
+        log_q = log_softmax(z, axis=-1)
         ref = _as_float_array(t, "targets")
         _check_distribution(ref, "targets (soft)")
         if ignore_index is not None or class_weights is not None:
@@ -312,7 +385,7 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
         ignored = np.zeros(y.shape, bool) if ignore_index is None else (y == int(ignore_index))
         _check_target_range(y, num_classes, "targets", skip=ignored)
         safe_y = np.where(ignored, 0, y)
-        per_pos = -np.take_along_axis(log_q, safe_y[..., None], axis=-1)[..., 0]
+        per_pos = _nll_rows(z, safe_y)  # -log softmax(z)_y, chunked: no [..., K] array is allocated
         mask = ~ignored if mask is None else (_check_mask(mask, y.shape) & ~ignored)
         weights = None
         if class_weights is not None:
