@@ -3,9 +3,10 @@
 The release is generated once per session into a temporary build folder
 (``PART_II_BUILD``), then each release notebook is executed once, top to bottom, with
 errors allowed. Checks: no solution code, no hidden test and no output leak into the
-release; every cell outside the exercises runs; every solution cell and demo cell fails
-only because the student has not answered yet; every autograded test cell fails with
-NotImplementedError, AssertionError or NameError and nothing else.
+release; every cell outside the exercises runs; solution cells raise only NotImplementedError
+(from the stub) and demo cells only NotImplementedError or NameError (an answer not given
+yet); every autograded test cell fails, with NotImplementedError, AssertionError or
+NameError and nothing else.
 
 That the *source* notebooks pass every graded cell is checked by nbval, not here:
 pytest.ini runs ``--nbval`` over notebooks/part-ii/, which executes every source cell
@@ -191,6 +192,8 @@ def test_release_fails_only_where_the_student_must_work(executed, name):
         ename = err.ename if err else None
         meta = _nbgrader(cell)
         if _is_solution(cell):
+            # a cell that only defines stubbed functions runs cleanly (its stub raises when called, and
+            # test_release_has_no_solution_code checks the stub is there); any top-level answer raises
             in_exercise = True
             if ename not in (None, "NotImplementedError"):
                 problems.append(f"solution cell {meta['grade_id']!r} raised {ename}: {err.evalue}")
