@@ -1,0 +1,166 @@
+"""collect: every LMS layout it documents, and every file accounted for (filed, rejected or ignored)."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.collect import collect, match_notebook, read_notebook, NotANotebook
+from autograder.course import AutograderError, Course
+
+NOTEBOOKS = ["00-vectors-shapes-and-gradients", "02-shapes-and-loss"]
+
+
+@pytest.fixture()
+def course(tmp_path, monkeypatch):
+    """A course whose release holds two (empty) notebooks; no nbgrader run needed."""
+    monkeypatch.setenv("PART_II_BUILD", str(tmp_path / "build"))
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    c = Course.load()
+    c.release_dir.mkdir(parents=True)
+    for name in NOTEBOOKS:
+        nbformat.write(nbformat.v4.new_notebook(), c.release_dir / f"{name}.ipynb")
+    return c
+
+
+def notebook_bytes(marker: str) -> bytes:
+    """A small valid notebook whose only cell says marker (same bytes on every call)."""
+    cell = nbformat.v4.new_code_cell(f"# {marker}")
+    cell.id = "only-cell"
+    return nbformat.writes(nbformat.v4.new_notebook(cells=[cell])).encode()
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> Path:
+    """Create files (relative path -> bytes) under root."""
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def submitted(course: Course, student: str) -> dict[str, bytes]:
+    """The notebooks filed for a student, by file name."""
+    folder = course.step_dir("submitted", student)
+    return {p.name: p.read_bytes() for p in folder.glob("*.ipynb")}
+
+
+def test_student_folders_inside_a_wrapper_zip_are_filed(course, tmp_path):
+    zpath = tmp_path / "download.zip"
+    members = {"export/alice/02-shapes-and-loss.ipynb": notebook_bytes("alice 02"),
+               "export/alice/part-ii/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("alice 00"),
+               "export/bob/02-shapes-and-loss.ipynb": notebook_bytes("bob 02"),
+               "export/__MACOSX/bob/._02-shapes-and-loss.ipynb": b"\0\1"}
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2026, 2, 3, 4, 5, 6)), data)
+    report = collect(course, zpath)
+    assert sorted(report.students) == ["alice", "bob"]
+    assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("alice 02")
+    assert submitted(course, "alice")["00-vectors-shapes-and-gradients.ipynb"] == notebook_bytes("alice 00")
+    assert report.students["bob"].missing == ["00-vectors-shapes-and-gradients"]
+    assert [r.file for r in report.ignored] == ["__MACOSX/bob/._02-shapes-and-loss.ipynb"]
+    assert (course.step_dir("submitted", "alice") / "timestamp.txt").read_text().startswith("2026-02-03 04:05:06")
+
+
+def test_ids_in_file_names_canvas_blackboard_and_plain(course, tmp_path):
+    download = write_tree(tmp_path / "flat", {
+        "carol_02-shapes-and-loss.ipynb": notebook_bytes("carol"),
+        "doejane_late_1234_5678_02-shapes-and-loss-1.ipynb": notebook_bytes("jane"),
+        "Part II_jsmith_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb": notebook_bytes("smith"),
+    })
+    report = collect(course, download)
+    assert sorted(report.students) == ["carol", "doejane", "jsmith"]
+    assert submitted(course, "doejane") == {"02-shapes-and-loss.ipynb": notebook_bytes("jane")}
+    stamp = (course.step_dir("submitted", "jsmith") / "timestamp.txt").read_text()
+    assert stamp.startswith("2026-03-01 10:00:00")
+
+
+def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
+    download = write_tree(tmp_path / "moodle", {
+        "Zhang San_4711_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z"),
+    })
+    assert list(collect(course, download).students) == ["4711"]
+
+
+def test_every_bad_file_is_recorded_with_its_reason_and_kept(course, tmp_path):
+    old, new = notebook_bytes("old"), notebook_bytes("new")
+    download = write_tree(tmp_path / "bad", {
+        "erin/02-shapes-and-loss.ipynb": b'{"cells": [',
+        "erin/00-vectors-shapes-and-gradients.ipynb": b"",
+        "frank/homework.ipynb": notebook_bytes("frank"),
+        "frank/02-shapes-and-loss.ipynb": b"\xff\xfe not text",
+        "gina/02-shapes-and-loss.ipynb": old,
+        "gina/02-shapes-and-loss (1).ipynb": new,
+        "gina/notes.txt": b"hello",
+        "02-shapes-and-loss.ipynb": notebook_bytes("whose?"),
+    })
+    os.utime(download / "gina/02-shapes-and-loss.ipynb", (1_700_000_000, 1_700_000_000))
+    os.utime(download / "gina/02-shapes-and-loss (1).ipynb", (1_800_000_000, 1_800_000_000))
+    report = collect(course, download)
+    reasons = {r.file: r.reason for r in report.rejected}
+    assert "invalid JSON" in reasons["erin/02-shapes-and-loss.ipynb"]
+    assert reasons["erin/00-vectors-shapes-and-gradients.ipynb"] == "empty file"
+    assert reasons["frank/homework.ipynb"].startswith("wrong name")
+    assert "not UTF-8" in reasons["frank/02-shapes-and-loss.ipynb"]
+    assert reasons["gina/02-shapes-and-loss.ipynb"].startswith("duplicate")
+    assert reasons["02-shapes-and-loss.ipynb"].startswith("cannot tell whose file")
+    assert {r.file for r in report.ignored} == {"gina/notes.txt"}
+    assert submitted(course, "gina") == {"02-shapes-and-loss.ipynb": new}  # the newer file wins
+    for r in report.rejected:  # never dropped: a byte-identical copy is kept
+        assert Path(r.copy).read_bytes() == (download / r.file).read_bytes()
+    assert report.students["erin"].status == "no valid notebook"
+    saved = json.loads((course.reports_dir / "collect.json").read_text())
+    assert {r["file"] for r in saved["rejected"]} == set(reasons)
+
+
+def test_collect_again_reports_unchanged_then_updated(course, tmp_path):
+    download = write_tree(tmp_path / "d", {"hana/02-shapes-and-loss.ipynb": notebook_bytes("v1")})
+    assert collect(course, download).students["hana"].status == "new"
+    assert collect(course, download).students["hana"].status == "unchanged"
+    (download / "hana/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("v2"))
+    assert collect(course, download).students["hana"].status == "updated"
+    assert submitted(course, "hana")["02-shapes-and-loss.ipynb"] == notebook_bytes("v2")
+
+
+def test_unsafe_zip_member_is_rejected_not_extracted(course, tmp_path):
+    zpath = tmp_path / "evil.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr("../escape/02-shapes-and-loss.ipynb", notebook_bytes("x"))
+        zf.writestr("ivan/02-shapes-and-loss.ipynb", notebook_bytes("ivan"))
+    report = collect(course, zpath)
+    assert any("unsafe path" in r.reason for r in report.rejected)
+    assert not (tmp_path / "escape").exists()
+
+
+def test_bad_paths_raise_clear_errors(course, tmp_path):
+    with pytest.raises(AutograderError, match="does not exist"):
+        collect(course, tmp_path / "missing")
+    (tmp_path / "plain.txt").write_text("x")
+    with pytest.raises(AutograderError, match="neither a folder nor a zip"):
+        collect(course, tmp_path / "plain.txt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AutograderError, match="no student files"):
+        collect(course, tmp_path / "empty")
+
+
+def test_notebook_name_matching_prefers_the_longest_name():
+    names = ["loss", "02-shapes-and-loss"]
+    assert match_notebook("kim_02-shapes-and-loss", names) == ("02-shapes-and-loss", "kim")
+    assert match_notebook("02-Shapes-and-Loss-2", names) == ("02-shapes-and-loss", "")
+    assert match_notebook("homework", names) is None
+
+
+def test_nbformat3_is_converted_and_garbage_is_named():
+    v3 = json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {},
+                     "worksheets": [{"cells": [{"cell_type": "code", "input": "1", "outputs": [],
+                                                "language": "python", "metadata": {}}], "metadata": {}}]})
+    nb, note = read_notebook(v3.encode())
+    assert nb.nbformat == 4 and note == "converted from nbformat 3 to 4"
+    with pytest.raises(NotANotebook, match="not a Jupyter notebook"):
+        read_notebook(b'{"hello": 1}')
