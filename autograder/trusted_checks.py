@@ -60,6 +60,7 @@ import importlib.util
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -225,9 +226,14 @@ def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list
     if not path.is_file():
         raise FileNotFoundError(f"source notebook not found: {path}")
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute(env={**os.environ, **RECORD_ENV})
+    with tempfile.TemporaryDirectory(prefix="part-ii-record-") as tmp:
+        config = Config()  # unix sockets: no TCP port race with parallel kernels, no plain-text TCP warning
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(Path(tmp) / "kernel")
+        config.KernelManager.connection_file = str(Path(tmp) / "kernel.json")
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=config,
+                                resources={"metadata": {"path": str(path.parent)}})
+        client.execute(env={**os.environ, **RECORD_ENV})
     result = {}
     for cell in nb.cells:
         if not is_autograded_test(cell):

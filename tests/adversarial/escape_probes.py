@@ -1,0 +1,28 @@
+"""Try to leave the sandbox: network, the instructor's source notebook, the gradebook, writing outside scratch.
+
+Each probe prints one line; the test reads them from the autograded notebook. Nothing here
+changes a score: every exercise stays solved, so every test cell must still pass.
+"""
+
+PROBES = r'''
+import os, socket, glob
+def _attempt(action):
+    try:
+        action()
+        return "SUCCEEDED"
+    except Exception as err:  # noqa: BLE001
+        return "blocked"
+def _net():
+    s = socket.socket(); s.settimeout(3); s.connect(("127.0.0.1", 22))
+def _read(path):
+    return lambda: open(path, "rb").read(1)
+def _write():
+    open({outside!r}, "w").write("escaped")
+print("probe network:", _attempt(_net))
+print("probe source notebook:", _attempt(_read({source_notebook!r})))
+print("probe gradebook:", _attempt(_read({gradebook!r})))
+print("probe write outside scratch:", _attempt(_write))
+print("probe listing sources:", "SUCCEEDED" if glob.glob({source_glob!r}) else "blocked")
+'''
+
+INJECT = [("after", "setup", PROBES)]

@@ -1,0 +1,11 @@
+"""Stop the kernel mid-notebook: sys.exit(), os._exit() and a segfault, each in its own cell.
+
+sys.exit() is caught by IPython; os._exit() and the segfault kill the kernel, which the
+grader restarts (replaying the earlier cells), so every solved exercise still scores.
+"""
+
+INJECT = [
+    ("after", "setup", "import sys\nsys.exit(3)"),
+    ("after", "ex_stable_softmax", "import os\nos._exit(1)"),
+    ("after", "ex_masked_mean_loss", "import ctypes\nctypes.string_at(0)"),
+]

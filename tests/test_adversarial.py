@@ -1,0 +1,271 @@
+"""The adversarial catalogue (tests/adversarial/) graded by the real pipeline.
+
+One temporary course: ``python -m autograder release``, then one LMS folder per catalogue
+entry (a solved release notebook with the entry's bad cells, wrong solutions or file-level
+damage), then ``collect``, ``grade --workers 2`` (sandboxed), ``feedback`` and ``export``.
+The tests check each entry's outcome from manifest.json, that nothing was lost, that the
+sandbox probes were blocked, and that no hidden-test source or hidden expected value reaches
+any feedback file or CLI output.
+"""
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CATALOGUE = REPO / "tests" / "adversarial"
+MANIFEST = json.loads((CATALOGUE / "manifest.json").read_text(encoding="utf-8"))
+NOTEBOOK = MANIFEST["notebook"]
+ENTRIES = {e["id"]: e for e in MANIFEST["entries"]}
+GRADED = [i for i, e in ENTRIES.items() if e["outcome"] == "graded"]
+REJECTED = [i for i, e in ENTRIES.items() if e["outcome"] == "rejected"]
+sys.path.insert(0, str(REPO))
+
+
+def load_entry(entry: dict):
+    """Import one catalogue file as a module."""
+    spec = importlib.util.spec_from_file_location(f"adversarial_{entry['id'].replace('-', '_')}", CATALOGUE / entry["file"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def grade_id(cell) -> str:
+    """A cell's nbgrader grade id ('' when it has none)."""
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+
+def build_submission(entry: dict, solved: nbformat.NotebookNode, fields: dict) -> bytes:
+    """The entry's notebook file: the solved notebook plus its injected cells, wrong solutions or transform."""
+    module = load_entry(entry)
+    nb = copy.deepcopy(solved)
+    for gid, source in getattr(module, "WRONG", {}).items():
+        next(c for c in nb.cells if grade_id(c) == gid).source = source
+    for where, anchor, code in reversed(getattr(module, "INJECT", [])):
+        code = code.format(**fields) if entry.get("format") else code
+        cell = nbformat.v4.new_code_cell(code)
+        if where == "end":
+            nb.cells.append(cell)
+            continue
+        if anchor == "setup":  # the notebook's first code cell
+            index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+        else:
+            index = next(i for i, c in enumerate(nb.cells) if grade_id(c) == anchor)
+        nb.cells.insert(index + 1, cell)
+    if hasattr(module, "transform"):
+        result = module.transform(nb)
+        if isinstance(result, bytes):
+            return result
+        nb = result
+    return nbformat.writes(nb).encode("utf-8")
+
+
+def run_cli(*args: str, env: dict, timeout: int = 1200) -> subprocess.CompletedProcess:
+    """Run `python -m autograder ARGS`; keep its output for the leak checks."""
+    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """Release, build the catalogue class, collect, grade, feedback, export; return what the tests need."""
+    from autograder.course import Course
+    from autograder.sample_class import Assignment
+
+    base = tmp_path_factory.mktemp("adversarial")
+    build = base / "build"
+    env = {**os.environ, "PART_II_BUILD": str(build), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    outputs = [run_cli("release", "--build", str(build), env=env)]
+    assert outputs[0].returncode == 0, outputs[0].stdout + outputs[0].stderr
+    course = Course.load(build)
+    solved = Assignment.read(course).solved()[NOTEBOOK]
+    fields = {
+        "outside": str(base / "escaped.txt"),
+        "source_notebook": str(course.source_dir / f"{NOTEBOOK}.ipynb"),
+        "gradebook": str(course.root / "gradebook.db"),
+        "source_glob": str(course.source_dir / "*.ipynb"),
+    }
+    download = base / "download"
+    for entry_id, entry in ENTRIES.items():
+        folder = download / entry_id
+        folder.mkdir(parents=True)
+        (folder / f"{NOTEBOOK}.ipynb").write_bytes(build_submission(entry, solved, fields))
+    outputs.append(run_cli("collect", str(download), "--build", str(build), env=env))
+    outputs.append(run_cli("grade", "--build", str(build), "--workers", "2", "--cell-timeout", "8",
+                           "--notebook-timeout", "240", env=env))
+    outputs.append(run_cli("feedback", "--build", str(build), env=env))
+    outputs.append(run_cli("export", "--build", str(build), env=env))
+    os.environ["PART_II_BUILD"] = str(build)  # Course.load above exported it for children; keep it consistent
+    return {"course": Course.load(build), "outputs": outputs, "base": base}
+
+
+def cell_scores(course, student: str) -> dict[str, tuple[float, float]]:
+    """grade id -> (auto score, max score) of the student's autograded test cells in NOTEBOOK."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url, course.course_id) as gb:
+        nb = gb.find_submission_notebook(NOTEBOOK, "part-ii", student)
+        return {g.name: (g.auto_score, g.max_score) for g in nb.grades if g.cell_type == "code" and not g.name.startswith("ex_")}
+
+
+def test_the_grader_survives_every_entry(graded_class):
+    """release, collect, grade, feedback and export all finish without a crash."""
+    for proc in graded_class["outputs"]:
+        assert "Traceback (most recent call last)" not in proc.stdout + proc.stderr, proc.args
+    release, collect, grade, feedback, export = graded_class["outputs"]
+    assert collect.returncode == 0, collect.stdout + collect.stderr
+    assert feedback.returncode == 0, feedback.stdout + feedback.stderr
+    assert export.returncode == 0, export.stdout + export.stderr
+
+
+def test_nothing_is_lost(graded_class):
+    """Every entry is either filed and graded, or rejected by collect with a readable reason."""
+    from autograder.collect import load_collect_log
+
+    log = load_collect_log(graded_class["course"])
+    rejected = {r.get("student"): r["reason"] for r in log["rejected"]}
+    for entry_id in REJECTED:
+        assert ENTRIES[entry_id]["reason"] in rejected.get(entry_id, ""), (entry_id, rejected.get(entry_id))
+    for entry_id in GRADED:
+        assert NOTEBOOK in log["students"][entry_id]["notebooks"], entry_id
+        autograded = graded_class["course"].step_dir("autograded", entry_id) / f"{NOTEBOOK}.ipynb"
+        assert autograded.is_file(), f"{entry_id} was not graded"
+
+
+@pytest.mark.parametrize("entry_id", [i for i in GRADED if not ENTRIES[i].get("needs_trusted_checks")])
+def test_sandboxed_entries_score_as_expected(graded_class, entry_id):
+    """Resource abuse, escapes and tampering: the failing cells score 0, every honest cell full points."""
+    assert_scores(graded_class["course"], entry_id)
+
+
+@pytest.mark.parametrize("entry_id", [i for i in GRADED if ENTRIES[i].get("needs_trusted_checks")])
+def test_monkeypatching_earns_nothing(graded_class, entry_id):
+    """Patched numpy, a patched or forging check helper, swallowed errors: only honest work scores.
+
+    These outcomes need the trusted checks (autograder/trusted_checks.py) wired into the grade
+    worker; with in-kernel comparisons the cheating cells would score.
+    """
+    assert_scores(graded_class["course"], entry_id)
+
+
+def assert_scores(course, entry_id: str) -> None:
+    """Compare one student's per-cell auto scores with the manifest."""
+    failing = set(ENTRIES[entry_id]["failing"])
+    scores = cell_scores(course, entry_id)
+    assert scores, f"{entry_id}: no autograded test cells in the gradebook"
+    got = {gid: score for gid, (score, _) in scores.items()}
+    want = {gid: (0.0 if gid in failing else maximum) for gid, (_, maximum) in scores.items()}
+    assert got == want, entry_id
+
+
+def test_escape_probes_are_blocked(graded_class):
+    """Network, the source notebook, the gradebook and the host file system were out of reach."""
+    course = graded_class["course"]
+    text = (course.step_dir("autograded", "escape-probes") / f"{NOTEBOOK}.ipynb").read_text(encoding="utf-8")
+    for line in ENTRIES["escape-probes"]["probes"]:
+        assert line in text
+    assert "SUCCEEDED" not in text
+    assert not (graded_class["base"] / "escaped.txt").exists()
+
+
+def test_no_hidden_source_or_expected_value_leaks(graded_class):
+    """No feedback file and no CLI output holds a hidden-test line or a hidden expected value."""
+    from autograder.feedback import hidden_lines
+
+    course = graded_class["course"]
+    secrets = hidden_lines(course)
+    assert secrets, "the source notebook has no hidden-test lines to look for"
+    feedback = list((course.root / "feedback").rglob("*.html"))
+    assert len(feedback) >= len(GRADED)
+    texts = [p.read_text(encoding="utf-8") for p in feedback]
+    texts += [proc.stdout + proc.stderr for proc in graded_class["outputs"]]
+    for text in texts:
+        leaked = [line for line in secrets if line in text]
+        assert not leaked, leaked[:3]
+    # a distinctive hidden expected value: torch.softmax of the first fresh row in test_stable_softmax
+    for text in texts:
+        assert "0.00025678749" not in text and "2.56787492" not in text
+
+
+# --- the trusted-check machinery without a kernel (fast) ----------------------------------------
+
+def test_blinding_removes_expected_values_and_variables_used_only_for_them():
+    """Expected arguments become None, and so do assignments feeding only them; actual inputs stay."""
+    from autograder.trusted_checks import blind_source
+
+    source = (
+        "_z = rng.normal(size=3)\n"
+        "_expected = torch.softmax(torch.from_numpy(_z), -1).numpy()\n"
+        "check_close('agrees', f(_z), _expected, reveal=False)\n"
+        "checks.check_equal('shape', f(_z).shape, expected=(3,))\n"
+        "check_true('finite', np.isfinite(f(_z)).all())\n"
+    )
+    blinded = blind_source(source)
+    assert "torch.softmax" not in blinded and "(3,)" not in blinded
+    assert "_expected = None" in blinded
+    assert "_z = rng.normal(size=3)" in blinded and "np.isfinite(f(_z)).all()" in blinded
+    assert blind_source("def broken(:\n") == "def broken(:\n"
+
+
+def test_plain_values_round_trip_and_reject_objects():
+    """Numbers, arrays, tensors, tuples and non-finite floats cross as JSON; other objects do not."""
+    import numpy as np
+    import torch
+
+    from autograder.trusted_checks import checks
+
+    values = [1.5, float("inf"), -3, True, "nats", (2, 3), [1.0, float("nan")],
+              np.array([[0.25, np.inf]]), torch.tensor([1.0, 2.0], dtype=torch.float64), np.float64(0.5)]
+    for value in values:
+        plain = checks.to_plain(value)
+        assert json.loads(json.dumps(plain, allow_nan=False)) == plain
+        back = checks.from_plain(plain)
+        expected = value.numpy() if isinstance(value, torch.Tensor) else value
+        if isinstance(expected, (np.ndarray, list)):
+            assert np.array_equal(np.asarray(back, dtype=float), np.asarray(expected, dtype=float), equal_nan=True)
+        else:
+            assert back == expected or (back != back and expected != expected)
+    assert isinstance(checks.from_plain(checks.to_plain(object())), checks.Unsupported)
+    assert isinstance(checks.from_plain({"ndarray": [[1], [2, 3]], "dtype": "f", "shape": [2]}), checks.Unsupported)
+    assert isinstance(checks.from_plain({"__reduce__": "os.system"}), checks.Unsupported)
+
+
+def test_records_are_judged_against_the_instructor_not_the_kernel():
+    """A record passes only with the instructor's value; missing, extra or forged verdicts fail."""
+    from autograder.trusted_checks import cell_failure, checks
+
+    expected = [{"kind": "close", "label": "p", "expected": checks.to_plain(np.array([0.25, 0.75])), "rtol": 1e-9, "atol": 1e-12},
+                {"kind": "equal", "label": "shape", "expected": checks.to_plain((2,))}]
+    good = [{"kind": "close", "actual": checks.to_plain(np.array([0.25, 0.75]))}, {"kind": "equal", "actual": {"tuple": [2]}}]
+    assert cell_failure(expected, good) is None
+    wrong = [{"kind": "close", "actual": 0.5, "rtol": 1e9}, good[1]]  # a forged tolerance is ignored
+    assert cell_failure(expected, wrong) == "p: the shape differs from the expected one"
+    assert "did not report" in cell_failure(expected, good[:1])
+    assert "more checks" in cell_failure(expected, good + good[:1])
+    assert cell_failure([{"kind": "true", "label": "t"}], [{"kind": "true", "holds": "yes"}]) == "t: property does not hold"
+
+
+def test_checks_keep_their_in_process_behaviour_outside_the_grader(monkeypatch):
+    """Without PART_II_CHECKS the public checks compare and raise exactly as before."""
+    from autograder.trusted_checks import checks
+
+    monkeypatch.delenv("PART_II_CHECKS", raising=False)
+    checks.check_close("x", [1.0, 2.0], np.array([1.0, 2.0]))
+    with pytest.raises(AssertionError, match=r"x: got 1.0, expected 2.0 \(max abs difference 1\)"):
+        checks.check_close("x", 1.0, 2.0)
+    with pytest.raises(AssertionError, match="the value differs from the expected one"):
+        checks.check_equal("y", (1, 2), [1, 2, 3], reveal=False)
+    with pytest.raises(AssertionError, match="z: property does not hold"):
+        checks.check_true("z", [True, False])
+    assert checks.check_raises("r", ValueError, int, "x").startswith("invalid literal")
+    with pytest.raises(AssertionError, match="expected ValueError to be raised"):
+        checks.check_raises("r", ValueError, int, "3")
