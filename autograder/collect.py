@@ -364,8 +364,8 @@ def load_collect_log(course: Course) -> dict:
 def collect(course: Course, path: Path) -> CollectReport:
     """File the download at path as submissions; register its students in the gradebook."""
     path = Path(path)
-    notebooks = course.notebook_names()
     entries, unreadable = read_download(path)
+    notebooks = course.notebook_names()
     entries = unwrap(entries)
     filed, rejected, ignored, seen = classify(entries, notebooks)
     filed, duplicates = drop_duplicates(filed)

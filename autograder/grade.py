@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, select
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .collect import _digest
 from .course import ASSIGNMENT, REPO, AutograderError, Course
@@ -123,7 +123,8 @@ def job_rows(db_url: str) -> dict[str, dict]:
     """The job table as {student: row dict} (empty when it does not exist yet)."""
     engine = create_engine(db_url, future=True)
     try:
-        JOBS.create(engine, checkfirst=True)
+        if not inspect(engine).has_table(JOBS.name):
+            return {}
         with engine.connect() as conn:
             rows = conn.execute(select(JOBS).where(JOBS.c.assignment == ASSIGNMENT)).mappings().all()
         return {r["student_id"]: dict(r) for r in rows}

@@ -1,0 +1,72 @@
+"""The command line: --help on every command; bad arguments exit non-zero with a message naming the problem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from autograder.cli import main
+from autograder.course import REPO
+
+COMMANDS = ["release", "collect", "grade", "feedback", "export", "check", "demo"]
+
+
+def run(argv, capsys) -> tuple[int, str]:
+    """Exit code and stderr of `python -m autograder argv`, run in this process."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse exits for usage errors and --help
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_on_every_command(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert f"python -m autograder {command}" in capsys.readouterr().out
+
+
+@pytest.fixture()
+def empty_build(tmp_path, monkeypatch):
+    """A build folder with no course in it (nothing released); env restored afterwards."""
+    monkeypatch.setenv("PART_II_BUILD", str(tmp_path))
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    return str(tmp_path / "build")
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([], "required"),
+    (["release", "--bogus"], "unrecognized arguments"),
+    (["collect"], "required: path"),
+    (["collect", "/no/such/download.zip", "--build", "{build}"], "does not exist"),
+    (["grade", "--workers", "0", "--build", "{build}"], "whole number >= 1"),
+    (["grade", "--workers", "two", "--build", "{build}"], "whole number >= 1"),
+    (["grade", "--cell-timeout", "-1", "--build", "{build}"], "seconds > 0"),
+    (["grade", "--notebook-timeout", "inf", "--build", "{build}"], "finite number of seconds"),
+    (["grade", "--student", "bad id!", "--build", "{build}"], "student id"),
+    (["grade", "--build", "{build}"], "run `python -m autograder release` first"),
+    (["feedback", "--build", "{build}"], "no graded submissions"),
+    (["feedback", "--student", "x/y", "--build", "{build}"], "student id"),
+    (["export", "--build", "{build}"], "release` first"),
+    (["check"], "required: notebook"),
+    (["check", "/no/such/notebook.ipynb"], "is not a file"),
+    (["check", str(REPO / "README.md")], "not a .ipynb file"),
+    (["check", "x.ipynb", "--timeout", "0"], "seconds > 0"),
+    (["demo", "--workers", "0"], "whole number >= 1"),
+    (["demo", "--cell-timeout", "soon"], "number of seconds"),
+])
+def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, capsys):
+    code, err = run([a.replace("{build}", empty_build) for a in argv], capsys)
+    assert code != 0
+    assert "error" in err and words in err, err
+
+
+def test_the_module_entry_point_reports_errors_too():
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", "--workers", "0"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "--workers: expected a whole number >= 1, got 0" in proc.stderr
