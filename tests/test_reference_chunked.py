@@ -95,6 +95,18 @@ def test_one_row_gives_a_scalar_and_extreme_rows_stay_finite(monkeypatch):
     np.testing.assert_allclose(pp.nll_from_logits(z, [1, 2, 0]), torch_nll(z, np.array([1, 2, 0])), rtol=1e-12)
 
 
+def test_float32_rows_that_need_the_shift_share_a_chunk_with_rows_that_do_not(monkeypatch):
+    """exp(z) overflows float32 above ~88.7 and is tiny when every logit is far below 0: those chunks take the shift."""
+    monkeypatch.setattr(pp, "CHUNK_BYTES", 2 * 1001 * 4)
+    z = logits(9, 1001, np.float32, seed=7)
+    z[1] += 80.0   # max around 120: exp(z) = inf in float32
+    z[4] -= 75.0   # max around -37: sum exp(z) ~ 1e-16, underflow would cost accuracy
+    z[8] = 88.0    # a whole row at the edge of float32's exp
+    y = np.random.default_rng(8).integers(0, 1001, 9)
+    np.testing.assert_allclose(pp.nll_from_logits(z, y), torch_nll(z, y), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(pp.logsumexp(z), unchunked_lse(z), rtol=4 * EPS32)
+
+
 @pytest.mark.parametrize("where, value, words", [
     ((36, 1000), math.nan, ["nan", "(36, 1000)"]),   # in the remainder chunk
     ((9, 0), math.inf, ["finite", "(9, 0)"]),

@@ -189,40 +189,56 @@ def _check_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
 
 
 # Rows are processed in chunks of about this many bytes, so that a chunk and its
-# scratch buffer stay in a core's L2 cache (512 KiB here) while the passes of one row
-# (max, shift, exp, sum) run over it: only the first pass reads main memory.
+# scratch buffer stay in a core's L2 cache (512 KiB on the machines we measured) while
+# the passes over it run: only the first pass reads the logits from main memory.
 CHUNK_BYTES = 256 * 1024
+# The unshifted sum exp(z) is used only when it is at least this large: then the row
+# maximum is above ln(1e-3 / K), and the terms lost to underflow (z below ~-87 in
+# float32) are negligible against it.
+_UNSHIFTED_MIN_SUM = 1e-3
 
 
 def _lse_rows(z2: np.ndarray, full: np.ndarray, name: str = "logits", chunk_rows: int | None = None) -> np.ndarray:
     """ln sum_j exp(z_ij) per row of z2 [N, K] -> [N] float64, in row chunks with one preallocated buffer.
 
-    Each chunk gets the stable form m + ln sum exp(z - m) with the row maximum m:
-    the shift and exp run in place in a buffer of chunk_rows x K (extra memory
-    independent of N), the sum is numpy's pairwise summation along the row (error
-    O(eps log K) relative, so float32 input keeps float32 accuracy), and m + ln(sum)
-    is formed in float64. The validation rides on the reductions already made: a
-    row maximum is nan or +inf when the row holds one, and the chunk's minimum is
-    -inf when it holds one. Any of them sends the whole array (full) through the
-    usual checks, so the error message is the same as for the unchunked path.
+    Per chunk (extra memory chunk_rows x K, independent of N):
+    1. min of the chunk (the pass that brings it into cache) catches -inf and nan;
+    2. exp(z) into the buffer and its row sums (numpy's pairwise summation: error
+       O(eps log K) relative, so float32 input keeps float32 accuracy).
+    Where every row sum is finite and not tiny, ln(sum) is the answer: without the
+    shift nothing overflowed and nothing that matters underflowed. Otherwise (a row
+    with a logit above ~88 in float32, or all of its logits far below 0) the chunk
+    is redone in the stable form m + ln sum exp(z - m), m the row maximum. A nan or
+    +-inf sends the whole array (full) through the usual checks, so the error
+    message is the same as for the unchunked path.
     """
     n, k = z2.shape
-    rows = chunk_rows or max(1, CHUNK_BYTES // (k * z2.itemsize))
-    rows = min(rows, n)
+    rows = min(chunk_rows or max(1, CHUNK_BYTES // (k * z2.itemsize)), n)
     buf = np.empty((rows, k), dtype=z2.dtype)
     lse = np.empty(n, dtype=np.float64)
-    with np.errstate(under="ignore"):  # exp of a very negative shifted logit is 0: that is the right answer
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # overflow and nan are handled below
         for start in range(0, n, rows):
             chunk = z2[start:start + rows]
             b = buf[: len(chunk)]
-            m = chunk.max(axis=1)
-            if not (np.isfinite(m).all() and np.isfinite(chunk.min())):
-                _check_no_nan(full, name)
-                _check_finite(full, name)
+            if not np.isfinite(chunk.min()):  # -inf, or nan (min propagates it)
+                _raise_non_finite(full, name)
+            sums = np.add.reduce(np.exp(chunk, out=b), axis=1)
+            if np.isfinite(sums).all() and (sums >= _UNSHIFTED_MIN_SUM).all():
+                lse[start:start + len(chunk)] = np.log(sums, dtype=np.float64)
+                continue
+            m = chunk.max(axis=1)  # the stable form
+            if not np.isfinite(m).all():  # +inf (a nan elsewhere in the array is still named first)
+                _raise_non_finite(full, name)
             np.subtract(chunk, m[:, None], out=b)
-            np.exp(b, out=b)
-            lse[start:start + len(chunk)] = np.log(np.add.reduce(b, axis=1), dtype=np.float64) + m
+            sums = np.add.reduce(np.exp(b, out=b), axis=1)
+            lse[start:start + len(chunk)] = np.log(sums, dtype=np.float64) + m
     return lse
+
+
+def _raise_non_finite(full: np.ndarray, name: str) -> None:
+    """Run the whole-array checks, nan first then +-inf, as the unchunked path would."""
+    _check_no_nan(full, name)
+    _check_finite(full, name)
 
 
 def _rows_view(z: np.ndarray) -> np.ndarray:
