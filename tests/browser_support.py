@@ -1,8 +1,8 @@
 """Support for the browser test: a student tree, a JupyterLab server, and what a notebook expects.
 
-The student tree is laid out like the student zip: ``part-ii/*.ipynb`` (the nbgrader
-release) beside ``code/part-ii`` and ``data/part-ii``, so the notebooks' setup cell finds
-the course code by searching parent folders. The server runs on a free loopback port
+The student tree is the student zip unpacked, as written by ``python -m autograder release``:
+``part-ii/*.ipynb`` (nbgrader's release) with ``part-ii/code/part-ii`` and
+``part-ii/data/part-ii`` beside them, where the notebooks' setup cell finds the course code. The server runs on a free loopback port
 with a token and temporary Jupyter config/data/runtime folders; stopping it also ends
 every kernel it (or nbgrader's Validate) started, whatever state the test left it in.
 """
@@ -13,7 +13,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +45,7 @@ CHROMIUM_ARGS = [
 # and every cell kept in the DOM (the default windowing renders only visible cells).
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "contentVisibility"},
 }
 
 SOLUTION_ERRORS = {"NotImplementedError"}
@@ -68,21 +68,17 @@ def source_notebooks() -> list[Path]:
 
 
 def build_student_tree(build: Path, student: Path) -> Path:
-    """Release the assignment with nbgrader into build/course; lay out student like the zip; return it."""
-    (build / "course").mkdir(parents=True, exist_ok=True)
-    cmd = [str(VENV_BIN / "nbgrader"), "generate_assignment", ASSIGNMENT, "--force"]
-    done = subprocess.run(cmd, cwd=REPO / "autograder", env=venv_env(PART_II_BUILD=str(build)),
-                          capture_output=True, text=True, timeout=600)
+    """Release part-ii with the course CLI into build; unpack the student zip into student; return its part-ii/."""
+    cmd = [sys.executable, "-m", "autograder", "release", "--build", str(build)]
+    done = subprocess.run(cmd, cwd=REPO, env=venv_env(), capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
-        raise RuntimeError(f"nbgrader generate_assignment failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-    release = build / "course" / "release" / ASSIGNMENT
-    if not release.is_dir():
-        raise RuntimeError(f"nbgrader wrote no release folder at {release}")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
-    shutil.copytree(release, student / ASSIGNMENT, ignore=ignore)
-    for top in ("code", "data"):
-        shutil.copytree(REPO / top / ASSIGNMENT, student / top / ASSIGNMENT, ignore=ignore)
-    return student
+        raise RuntimeError(f"python -m autograder release failed (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    bundle = build / "course" / "student" / f"{ASSIGNMENT}.zip"
+    if not bundle.is_file():
+        raise RuntimeError(f"the release wrote no student zip at {bundle}:\n{done.stdout[-2000:]}")
+    with zipfile.ZipFile(bundle) as zf:
+        zf.extractall(student)
+    return student / ASSIGNMENT
 
 
 def free_port() -> int:
@@ -326,8 +322,9 @@ def referenced_files(nb) -> list[tuple[int, str]]:
 
 
 def resolve_reference(target: str, notebook: Path, student: Path) -> Path | None:
-    """Where a referenced path lands: beside the notebook, or under the student root / its data folder."""
-    for base in (notebook.parent, student, student / "data" / ASSIGNMENT, student / "code" / ASSIGNMENT):
+    """Where a referenced path lands: beside the notebook, in the bundle's data/code folder, or under the root."""
+    bases = (notebook.parent, notebook.parent / "data" / ASSIGNMENT, notebook.parent / "code" / ASSIGNMENT, student)
+    for base in bases:
         path = (base / target).resolve()
         if path.is_file() and path.is_relative_to(student.resolve()):
             return path

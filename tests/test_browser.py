@@ -1,12 +1,12 @@
 """The student's view in a real browser: JupyterLab opens, renders and runs every release notebook.
 
-nbgrader releases the assignment into a temporary build folder laid out like the student
-zip; JupyterLab serves it on a free loopback port with a token; headless Chromium (Debian's
+``python -m autograder release`` builds the student zip in a temporary build folder; JupyterLab
+serves the unpacked zip on a free loopback port with a token; headless Chromium (Debian's
 /usr/bin/chromium, driven by Playwright) opens each notebook as a student would. For every
 notebook: the kernel starts without a "Select Kernel" dialog, the math is typeset, every
 image and referenced file loads, "Run All" (resumed after each expected failure) runs every
 cell with only the exercise stubs and their tests failing, and nbgrader's Validate button
-reports exactly the autograded test cells as failing. A screenshot of the first screen and
+reports exactly the graded cells as failing (test cells, and free-text answers not given yet). A screenshot of the first screen and
 of the verdict goes to <build>/screenshots. One source notebook is opened in the
 instructor's view to check nbgrader's Create Assignment sidebar.
 """
@@ -40,17 +40,17 @@ def test_assignment_has_notebooks():
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """JupyterLab serving the student tree (nbgrader's release of part-ii beside code/ and data/, as in
-    the student zip); the server boots while nbgrader builds the release; stopped whatever the outcome."""
+    """JupyterLab serving the unpacked student zip (``python -m autograder release`` into a temporary
+    build folder); the server boots while the release is built; stopped whatever the outcome."""
     build = tmp_path_factory.mktemp("browser-build")
-    student = build / "student"
+    student = build / "unzipped"
     student.mkdir()
     server = bs.LabServer(root=student, state=tmp_path_factory.mktemp("jupyter-state"))
     try:
         server.launch()
-        bs.build_student_tree(build, student)
-        released = sorted(p.name for p in (student / bs.ASSIGNMENT).glob("*.ipynb"))
-        assert released == NOTEBOOKS, f"the release holds {released}, the source {NOTEBOOKS}"
+        bundle = bs.build_student_tree(build, student)
+        released = sorted(p.name for p in bundle.glob("*.ipynb"))
+        assert released == NOTEBOOKS, f"the student zip holds {released}, the source {NOTEBOOKS}"
         server.wait_ready()
         yield server
     finally:
@@ -276,6 +276,10 @@ def test_instructor_create_assignment_sidebar(lab, page):
                   " return p && p.querySelectorAll('.nbgrader-CellWidget').length === n; }")
     page.wait_for_function(rows_ready, arg=len(nb.cells))
     sidebar = page.evaluate(bs.JS_CREATE_ASSIGNMENT)
+    # select the first exercise cell so the sidebar (and the screenshot) scroll to the graded cells
+    first = next(i for i, c in enumerate(nb.cells) if bs.expected_sidebar_type(c) == "solution")
+    page.locator(bs.PANEL).locator(".jp-Notebook .jp-Cell").nth(first).locator(".jp-InputPrompt").click()
+    page.locator(".nbgrader-CellWidget.nbgrader-mod-active").wait_for(state="visible")
     screenshot(page, f"instructor-{source.stem}-create-assignment.png")
 
     expected, shown = [], []
