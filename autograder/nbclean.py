@@ -48,6 +48,9 @@ def clean_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                 continue
             if out.output_type in ("execute_result", "display_data"):
                 out.metadata = {}
+            if out.output_type == "stream" and kept and kept[-1].output_type == "stream" and kept[-1].name == out.name:
+                kept[-1].text += out.text  # how stdout is chunked depends on timing; one block diffs stably
+                continue
             kept.append(out)
         cell.outputs = kept
     return nb
