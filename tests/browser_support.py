@@ -497,3 +497,15 @@ JS_DRAWS_CHINESE = """
   return draw('熵') !== draw('率');
 }
 """
+
+# The first cell as the first screen shows it: its h1, its bottom edge, the viewport height, its text.
+JS_FIRST_SCREEN = """
+(panelSel) => {
+  const cell = document.querySelector(panelSel + ' .jp-Notebook .jp-Cell');
+  const md = cell && cell.querySelector('.jp-RenderedMarkdown');
+  if (!md) return null;
+  const h1 = md.querySelector('h1');
+  return {h1: h1 ? h1.textContent.replace('¶', '').trim() : null, bottom: cell.getBoundingClientRect().bottom,
+          height: window.innerHeight, text: md.innerText};
+}
+"""

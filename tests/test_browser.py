@@ -157,6 +157,16 @@ def check_images(pg, rel: str) -> None:
     assert not broken, f"{rel}: images that did not load: {broken}"
 
 
+def check_first_screen(pg, rel: str) -> None:
+    """The first screen shows the whole title cell: a heading, and how to work the notebook."""
+    first = pg.evaluate(bs.JS_FIRST_SCREEN, bs.PANEL)
+    assert first is not None, f"{rel}: the first cell is not a rendered markdown title cell"
+    assert first["h1"], f"{rel}: the title cell has no level-1 heading"
+    assert first["bottom"] <= first["height"], (
+        f"{rel}: the title cell does not fit the first screen ({first['bottom']:.0f} px of {first['height']} px)")
+    assert "YOUR CODE HERE" in first["text"], f"{rel}: the title cell does not say where to write code (YOUR CODE HERE)"
+
+
 def check_references(pg, lab, rel: str, nb) -> None:
     """Every local file a cell links, embeds or names exists in the student tree and the server serves it."""
     notebook = lab.root / rel
@@ -222,6 +232,7 @@ def test_student_notebook_in_jupyterlab(name, lab, page):
     assert page.evaluate(bs.JS_DRAWS_CHINESE), "the browser has no CJK font: Chinese prose renders as boxes"
     check_math(page, rel, nb)
     check_images(page, rel)
+    check_first_screen(page, rel)
     screenshot(page, f"{stem}.png")
     check_references(page, lab, rel, nb)
 
@@ -279,7 +290,9 @@ def test_instructor_create_assignment_sidebar(lab, page):
     # select the first exercise cell so the sidebar (and the screenshot) scroll to the graded cells
     first = next(i for i, c in enumerate(nb.cells) if bs.expected_sidebar_type(c) == "solution")
     page.locator(bs.PANEL).locator(".jp-Notebook .jp-Cell").nth(first).locator(".jp-InputPrompt").click()
-    page.locator(".nbgrader-CellWidget.nbgrader-mod-active").wait_for(state="visible")
+    active = page.locator(".nbgrader-CellWidget.nbgrader-mod-active")
+    active.wait_for(state="attached")
+    active.evaluate("w => w.scrollIntoView({block: 'start'})")
     screenshot(page, f"instructor-{source.stem}-create-assignment.png")
 
     expected, shown = [], []
