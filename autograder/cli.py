@@ -55,7 +55,7 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1,
                         help="submissions graded in parallel (default: the number of cores, %(default)s here)")
     parser.add_argument("--cell-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
-                        help="a cell running longer is interrupted and scored as failed (default 60; demo 15)")
+                        help="a cell running longer is interrupted and scored as failed (default 60)")
     parser.add_argument("--notebook-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="time budget of one notebook; cells after it are not run (default 600; demo 120)")
     parser.add_argument("--no-sandbox", action="store_true",
@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write one HTML feedback file per student and notebook: points per cell, "
                                    "passed/failed, the student's code and output. Hidden tests are never shown.")
     p.add_argument("--student", type=_student_id, action="append", metavar="ID", help="only this student (repeatable)")
+    p.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1,
+                   help="students rendered in parallel (default: the number of cores, %(default)s here)")
 
     sub.add_parser("export", parents=[common], help="write grades.csv and grades-per-cell.csv",
                    description="Write the grades as CSV into <course>/reports: grades.csv (one row per student: "
@@ -157,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "feedback":
         from .feedback import feedback, print_feedback
 
-        result = feedback(course, students=args.student)
+        result = feedback(course, students=args.student, workers=args.workers)
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":

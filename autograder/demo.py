@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .course import REPO, Course
 
-DEMO_CELL_TIMEOUT = 30.0  # the sample infinite loop costs one cell timeout
+DEMO_CELL_TIMEOUT = 60.0  # the sample infinite loop costs one cell timeout; honest cells need far less
 DEMO_NOTEBOOK_TIMEOUT = 300.0
 
 
@@ -108,7 +108,7 @@ def demo(build: Path | None = None, workers: int | None = None, cell_timeout: fl
     graded = grade(course, options)
 
     _step("feedback")
-    feedback_result = feedback(course)
+    feedback_result = feedback(course, workers=options.workers)
     print_feedback(feedback_result)
 
     _step("export")

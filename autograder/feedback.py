@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,8 +99,18 @@ def generate_for(course: Course, student: str) -> list[Path]:
     return sorted(course.step_dir("feedback", student).glob("*.html"))
 
 
-def feedback(course: Course, students: list[str] | None = None) -> FeedbackResult:
-    """Write feedback for every graded student (or the ones named) and check each file for leaks."""
+def _generate_safely(course: Course, student: str) -> tuple[list[Path], str | None]:
+    """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
+    quiet_nbgrader_logs()
+    try:
+        return generate_for(course, student), None
+    except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
+        return [], f"{type(exc).__name__}: {exc}"
+
+
+def feedback(course: Course, students: list[str] | None = None, workers: int | None = None) -> FeedbackResult:
+    """Write feedback for every graded student (or the ones named), `workers` students at a time,
+    and check each file for leaks."""
     graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}") if p.is_dir())
     if students:
         unknown = sorted(set(students) - set(graded))
@@ -111,11 +122,15 @@ def feedback(course: Course, students: list[str] | None = None) -> FeedbackResul
     quiet_nbgrader_logs()
     signatures = hidden_lines(course)
     result = FeedbackResult()
-    for student in graded:
-        try:
-            files = generate_for(course, student)
-        except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
-            result.errors[student] = f"{type(exc).__name__}: {exc}"
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("forkserver")  # nbgrader's converters chdir: processes, not threads
+    with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(graded)), mp_context=ctx) as pool:
+        outcomes = list(pool.map(_generate_safely, [course] * len(graded), graded))
+    for student, (files, error) in zip(graded, outcomes):
+        if error:
+            result.errors[student] = error
             continue
         for path in files:
             leaks = find_leaks(path, signatures)

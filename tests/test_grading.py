@@ -1,0 +1,337 @@
+"""End to end on the real part-ii assignment: release, sample class, collect, grade, feedback, export.
+
+One sample class is graded once (2 workers, the sandbox when bubblewrap works here) and
+shared by the tests. Expected scores come from the source notebooks' nbgrader metadata,
+read here directly: a test cell earns its points or 0; free-text answers get no auto score.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.collect import collect
+from autograder.course import REPO, Course
+from autograder.export import export
+from autograder.feedback import feedback
+from autograder.grade import GradeOptions, grade, job_rows
+from autograder.release import release
+from autograder.sample_class import build_sample_class, write_lms_zip
+
+CELL_TIMEOUT = 60.0  # generous: a loaded CI machine must not time out honest cells; the loop costs one
+NOTEBOOK_TIMEOUT = 300.0
+SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
+
+
+def _sandbox_works() -> bool:
+    """Grade like the demo: in the sandbox when bubblewrap can run here."""
+    try:
+        from autograder.sandbox import bwrap_available
+    except ImportError:
+        return False
+    return bwrap_available()
+
+
+def options(workers: int, students=None) -> GradeOptions:
+    """Grading options of these tests."""
+    return GradeOptions(workers=workers, students=students, cell_timeout=CELL_TIMEOUT, notebook_timeout=NOTEBOOK_TIMEOUT,
+                        no_sandbox=not _sandbox_works(), progress=False)
+
+
+# --- expectations, read straight from the source notebooks --------------------------------
+
+def source_notebooks() -> dict[str, nbformat.NotebookNode]:
+    """The instructor notebooks of part-ii by name."""
+    return {p.stem: nbformat.read(p, as_version=4) for p in sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb"))}
+
+
+def meta(cell) -> dict:
+    """nbgrader metadata of a cell."""
+    return cell.metadata.get("nbgrader", {})
+
+
+def graded_test_cells(nb) -> dict[str, float]:
+    """grade id -> points of the autograded test cells (graded code cells that are not solutions)."""
+    return {meta(c)["grade_id"]: float(meta(c)["points"]) for c in nb.cells
+            if c.cell_type == "code" and meta(c).get("grade") and not meta(c).get("solution")}
+
+
+def answer_cells(nb) -> set[str]:
+    """grade ids of manually graded answers (graded solution cells)."""
+    return {meta(c)["grade_id"] for c in nb.cells if meta(c).get("grade") and meta(c).get("solution")}
+
+
+def last_exercise(sources) -> tuple[str, set[str]]:
+    """(notebook, its test ids) of the last code exercise of the last notebook that has one."""
+    for name in sorted(sources, reverse=True):
+        solution, tests = None, set()
+        for cell in sources[name].cells:
+            if cell.cell_type == "code" and meta(cell).get("solution"):
+                solution, tests = meta(cell)["grade_id"], set()
+            elif solution and meta(cell).get("grade") and not meta(cell).get("solution") and cell.cell_type == "code":
+                tests.add(meta(cell)["grade_id"])
+        if tests:
+            return name, tests
+    raise AssertionError("no code exercise with tests in part-ii")
+
+
+def dump(db_url: str, students=None) -> dict:
+    """Every grade and comment of the gradebook, by names (row ids are random in nbgrader)."""
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(db_url, "llm-probability-part-ii") as gb:
+        for sub in gb.assignment_submissions("part-ii"):
+            if students and sub.student.id not in students:
+                continue
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    out[(sub.student.id, nb.name, g.name, "grade")] = (g.auto_score, g.manual_score, g.needs_manual_grade)
+                for c in nb.comments:
+                    out[(sub.student.id, nb.name, c.name, "comment")] = c.auto_comment
+                out[(sub.student.id, nb.name, "", "notebook")] = (nb.late_submission_penalty, str(sub.timestamp))
+    return out
+
+
+def grades_of(dumped: dict, student: str) -> dict[tuple[str, str], tuple]:
+    """(notebook, cell) -> (auto, manual, needs_manual) for one student."""
+    return {(k[1], k[2]): v for k, v in dumped.items() if k[0] == student and k[3] == "grade"}
+
+
+def make_build() -> Path:
+    """A build folder under build/ that the sandbox user may traverse (pytest's tmp is private)."""
+    (REPO / "build").mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="test-grading-", dir=REPO / "build"))
+    path.chmod(0o755)
+    return path
+
+
+def copy_course(snapshot: Path) -> tuple[Path, Course]:
+    """A fresh build holding a copy of the collected (ungraded) course."""
+    build = make_build()
+    shutil.copytree(snapshot, build / "course")
+    db = build / "course" / "gradebook.db"
+    course = Course.load(build)
+    assert course.db_url == f"sqlite:///{db}"
+    return build, course
+
+
+@pytest.fixture(scope="module")
+def graded():
+    """Release, sample class, collect, grade with 2 workers, feedback, export - once for the module."""
+    saved_env = {k: os.environ.get(k) for k in ("PART_II_BUILD", "PART_II_DB_URL")}
+    os.environ.pop("PART_II_DB_URL", None)
+    build = make_build()
+    course = Course.load(build)
+    release(course)
+    students = build_sample_class(course, trimmed=True)
+    lms = write_lms_zip(students, build / "lms.zip")
+    collect(course, lms)
+    snapshot = build / "collected"
+    shutil.copytree(course.root, snapshot)
+    result = grade(course, options(workers=2))
+    fb = feedback(course)
+    export(course)
+    yield {"course": course, "build": build, "snapshot": snapshot, "students": {s.student: s for s in students},
+           "result": result, "feedback": fb, "dump": dump(course.db_url), "extra_builds": []}
+    for key, value in saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    shutil.rmtree(build, ignore_errors=True)
+
+
+def test_every_sample_submission_is_graded_without_job_errors(graded):
+    result = graded["result"]
+    assert result.errors == {}
+    assert sorted(result.graded) == sorted(SAMPLE)
+    jobs = job_rows(graded["course"].db_url)
+    assert {s: (r["state"], r["commits"]) for s, r in jobs.items()} == {s: ("done", 1) for s in SAMPLE}
+
+
+def test_perfect_blank_partial_exact_scores_per_cell(graded):
+    sources = source_notebooks()
+    got = graded["dump"]
+    partial_nb, partial_tests = last_exercise(sources)
+    for name, nb in sources.items():
+        for cell, points in graded_test_cells(nb).items():
+            assert grades_of(got, "perfect")[(name, cell)] == (points, None, False), (name, cell)
+            assert grades_of(got, "blank")[(name, cell)] == (0.0, None, False), (name, cell)
+            want = 0.0 if name != partial_nb or cell in partial_tests else points  # partial hands in one notebook
+            assert grades_of(got, "partial")[(name, cell)] == (want, None, False), (name, cell)
+        for cell in answer_cells(nb):
+            # a written answer has no auto score and waits for a human; the unchanged stub scores 0
+            assert grades_of(got, "perfect")[(name, cell)] == (None, None, True), (name, cell)
+            assert grades_of(got, "blank")[(name, cell)] == (0.0, None, False), (name, cell)
+
+
+def test_totals_in_the_csv_match_the_metadata(graded):
+    sources = source_notebooks()
+    partial_nb, partial_tests = last_exercise(sources)
+    points = {n: graded_test_cells(nb) for n, nb in sources.items()}
+    total = sum(sum(p.values()) for p in points.values())
+    partial = sum(v for c, v in points[partial_nb].items() if c not in partial_tests)
+    with open(graded["course"].reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert float(rows["perfect"]["score"]) == total
+    assert float(rows["blank"]["score"]) == 0
+    assert float(rows["partial"]["score"]) == partial
+    assert float(rows["edited-tests"]["score"]) == partial  # its edited test graded on the original
+    for student in ("broken", "infinite-loop"):  # solved notebooks only; the broken file scores 0
+        handed_in = [n.removesuffix(".ipynb") for n, d in graded["students"][student].files.items() if not _invalid_json(d)]
+        assert float(rows[student]["score"]) == sum(sum(points[n].values()) for n in handed_in), student
+    assert list(rows["perfect"])[:11] == ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
+                                          "email", "raw_score", "late_submission_penalty", "score", "max_score"]
+    assert [float(rows["perfect"][n]) for n in sorted(points)] == [sum(points[n].values()) for n in sorted(points)]
+    with open(graded["course"].reports_dir / "grades-per-cell.csv", newline="", encoding="utf-8") as fh:
+        cells = [r for r in csv.DictReader(fh) if r["student_id"] == "perfect"]
+    assert sum(float(r["score"]) for r in cells) == total
+    assert {r["result"] for r in cells if r["kind"] == "answer"} == {"needs manual grading"}
+
+
+def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
+    sources = source_notebooks()
+    partial_nb, partial_tests = last_exercise(sources)
+    course = graded["course"]
+    autograded = nbformat.read(course.step_dir("autograded", "edited-tests") / f"{partial_nb}.ipynb", as_version=4)
+    by_id = {meta(c).get("grade_id"): c for c in autograded.cells}
+    originals = {meta(c).get("grade_id"): c.source for c in sources[partial_nb].cells}
+    for test_id in partial_tests:
+        assert by_id[test_id].source == originals[test_id]  # hidden tests included: the student's `pass` is gone
+        assert grades_of(graded["dump"], "edited-tests")[(partial_nb, test_id)][0] == 0.0
+    # the test cell the sample deleted is back and earns its points (its exercise is solved)
+    submitted = nbformat.read(course.step_dir("submitted", "edited-tests") / f"{partial_nb}.ipynb", as_version=4)
+    present = {meta(c).get("grade_id") for c in submitted.cells}
+    deleted = [t for nb in [sources[partial_nb]] for t in graded_test_cells(nb) if t not in present]
+    assert len(deleted) == 1
+    assert deleted[0] in by_id
+    points = graded_test_cells(sources[partial_nb])[deleted[0]]
+    assert grades_of(graded["dump"], "edited-tests")[(partial_nb, deleted[0])] == (points, None, False)
+
+
+def test_broken_file_is_reported_and_kept_not_lost(graded):
+    course = graded["course"]
+    sample = graded["students"]["broken"]
+    broken_name = next(n for n, data in sample.files.items() if _invalid_json(data))
+    log = json.loads((course.reports_dir / "collect.json").read_text())
+    record = next(r for r in log["rejected"] if r["file"] == f"broken/{broken_name}")
+    assert record["student"] == "broken" and "invalid JSON" in record["reason"]
+    assert Path(record["copy"]).read_bytes() == sample.files[broken_name]
+    with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["student_id"] == "broken")
+    assert row["status"] == "incomplete" and broken_name in row["notes"]
+    assert row[broken_name.removesuffix(".ipynb")] == "0"
+
+
+def _invalid_json(data: bytes) -> bool:
+    """True when data does not parse as JSON."""
+    try:
+        json.loads(data)
+    except ValueError:
+        return True
+    return False
+
+
+def test_infinite_loop_is_cut_and_the_rest_of_the_notebook_graded(graded):
+    sources = source_notebooks()
+    sample = graded["students"]["infinite-loop"]
+    (name,) = [n.removesuffix(".ipynb") for n in sample.files]
+    got = grades_of(graded["dump"], "infinite-loop")
+    for cell, points in graded_test_cells(sources[name]).items():
+        assert got[(name, cell)] == (points, None, False), cell
+    autograded = nbformat.read(graded["course"].step_dir("autograded", "infinite-loop") / f"{name}.ipynb", as_version=4)
+    loop = next(c for c in autograded.cells if c.cell_type == "code" and c.source.startswith("while True:"))
+    assert [o.output_type for o in loop.outputs] == ["error"]
+
+
+def test_feedback_exists_and_shows_no_hidden_test_text(graded):
+    course = graded["course"]
+    assert graded["feedback"].errors == {}
+    release_text = "\n".join(p.read_text(encoding="utf-8") for p in course.release_dir.glob("*.ipynb"))
+    hidden = set()
+    for nb in source_notebooks().values():
+        for cell in nb.cells:
+            inside = False
+            for line in cell.source.split("\n"):
+                if "BEGIN HIDDEN TESTS" in line:
+                    inside = True
+                elif "END HIDDEN TESTS" in line:
+                    inside = False
+                elif inside and len(line.strip()) >= 8 and json.dumps(line.strip())[1:-1] not in release_text:
+                    hidden.add(line.strip())
+    assert hidden, "the part-ii notebooks have hidden tests"
+    files = sorted((course.root / "feedback").rglob("*.html"))
+    expected = {(s.student, n.removesuffix(".ipynb")) for s in graded["students"].values() for n, d in s.files.items()
+                if not _invalid_json(d)}
+    assert {(f.parent.parent.name, f.stem) for f in files} == expected
+    for path in files:
+        text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
+        assert "HIDDEN TESTS" not in text, path
+        leaked = [line for line in hidden if line in text]
+        assert not leaked, f"{path} shows hidden test lines: {leaked[:3]}"
+
+
+def test_grading_twice_changes_nothing(graded):
+    course = graded["course"]
+    before = dump(course.db_url)
+    again = grade(course, options(workers=2))
+    assert again.graded == [] and sorted(again.skipped) == sorted(SAMPLE)
+    assert dump(course.db_url) == before == graded["dump"]
+    assert {r["commits"] for r in job_rows(course.db_url).values()} == {1}
+
+
+def test_one_worker_gives_the_same_gradebook_as_two(graded):
+    subset = ["partial", "edited-tests", "broken"]
+    build, course = copy_course(graded["snapshot"])
+    try:
+        result = grade(course, options(workers=1, students=subset))
+        assert sorted(result.graded) == sorted(subset)
+        assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded):
+    subset = ["partial", "edited-tests", "broken", "infinite-loop"]
+    build, course = copy_course(graded["snapshot"])
+    try:
+        cmd = [sys.executable, "-m", "autograder", "grade", "--build", str(build), "--workers", "2",
+               "--cell-timeout", str(CELL_TIMEOUT)] + [a for s in subset for a in ("--student", s)]
+        if not _sandbox_works():
+            cmd.append("--no-sandbox")
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and proc.poll() is None:
+            jobs = job_rows(course.db_url)
+            if any(r["state"] == "done" for r in jobs.values()) and any(r["state"] == "running" for r in jobs.values()):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the grade run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        killed = job_rows(course.db_url)
+        assert any(r["state"] != "done" for r in killed.values())
+        done_before = {s for s, r in killed.items() if r["state"] == "done"}
+        result = grade(course, options(workers=2, students=subset))
+        assert sorted(result.skipped) == sorted(done_before)
+        assert sorted(result.graded) == sorted(set(subset) - done_before)
+        assert {s: (r["state"], r["commits"]) for s, r in job_rows(course.db_url).items()} == \
+            {s: ("done", 1) for s in subset}
+        assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+        assert not list(course.grading_dir.glob("*-*")), "job folders of the killed run were not cleaned up"
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
