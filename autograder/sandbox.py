@@ -14,9 +14,12 @@ outside cannot reach it. The kernel sees:
 - no network (``--unshare-net``), its own PID/IPC/UTS namespaces, a cleared environment,
   and ``prlimit`` limits on CPU seconds, address space, processes and file size.
 
-When the grader runs as root the kernel runs as ``nobody`` (``setpriv``): root would keep
-every capability inside bubblewrap (and could unmount the hiding tmpfs), and
-RLIMIT_NPROC counts all processes of the real user. As ``nobody`` the ipc folder is made
+When the grader runs as root the kernel runs as an unprivileged user id of its own
+(``setpriv``; derived from the scratch path, 200000-999999, no passwd entry): root would keep
+every capability inside bubblewrap (and could unmount the hiding tmpfs), and RLIMIT_NPROC
+counts all processes of the real user - with one id per sandbox, a fork bomb exhausts only
+its own process budget, not that of kernels grading other submissions in parallel. As that
+user the ipc folder is made
 read-only for the kernel once its sockets exist, so it cannot fill the host disk.
 
 Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`` per cell
@@ -39,6 +42,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,7 +56,7 @@ from traitlets.config import Config
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager"]
 
 REPO = Path(__file__).resolve().parent.parent
-NOBODY = 65534
+SANDBOX_UIDS = (200_000, 800_000)  # first id and count of the per-sandbox user ids (root grader)
 # host folders a kernel never needs and must not read (besides the repository itself)
 ALWAYS_HIDDEN = ("/home", "/root", "/run", "/var/run", "/var/tmp", "/mnt", "/media", "/srv")
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record outputs (trusted_checks)
@@ -107,11 +111,19 @@ def _namespace_options() -> list[str]:
     return ["--unshare-user", "--disable-userns"]
 
 
-def _drop_to_nobody() -> list[str]:
-    """Command run inside the sandbox that becomes nobody with no capabilities (root only)."""
+def sandbox_uid(scratch: str) -> int:
+    """The unprivileged user id a root grader gives the kernel of this scratch folder."""
+    import zlib
+
+    first, count = SANDBOX_UIDS
+    return first + zlib.crc32(str(scratch).encode()) % count
+
+
+def _drop_to_nobody(uid: int = 65534) -> list[str]:
+    """Command run inside the sandbox that becomes uid with no capabilities (root only)."""
     if not _run_as_nobody():
         return []
-    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--inh-caps=-all", "--no-new-privs", "--"]
 
 
@@ -235,7 +247,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         """Write the connection file where the unprivileged kernel can read it."""
         super().write_connection_file(**kwargs)
         if _run_as_nobody():
-            os.chown(self.connection_file, NOBODY, NOBODY)
+            os.chown(self.connection_file, sandbox_uid(self.scratch), sandbox_uid(self.scratch))
 
     def format_kernel_cmd(self, extra_arguments=None):
         """Wrap the kernel spec's command in setpriv/bwrap/prlimit."""
@@ -251,6 +263,8 @@ class SandboxedKernelManager(AsyncKernelManager):
             "HOME": work,
             "TMPDIR": "/tmp",
             "LANG": "C.UTF-8",
+            "USER": "student",  # the sandbox user has no passwd entry; getpass.getuser() reads this
+            "LOGNAME": "student",
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"),
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -280,7 +294,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         cmd += ["--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work, "--chdir", work]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
-        cmd += ["--", *_drop_to_nobody()]
+        cmd += ["--", *_drop_to_nobody(sandbox_uid(self.scratch))]
         cmd += [
             "prlimit", f"--cpu={self.cpu_seconds}", f"--as={self.memory_bytes}",
             f"--nproc={self.max_processes}", f"--fsize={self.file_size_bytes}", "--core=0", "--",
@@ -412,13 +426,22 @@ class GradingExecute(Execute):
         cells = self.nb.cells
         failed: set[int] = set()
         position, restarts = 0, 0
+        startup_failures = 0
         while position < len(cells):
-            with self.setup_kernel():
-                info = self.wait_for_reply(self.kc.kernel_info())
-                if info:
-                    self.nb.metadata["language_info"] = info["content"]["language_info"]
-                self._replay(cells[:position], failed)
-                position = self._run_from(position, resources, failed)
+            try:
+                with self.setup_kernel():
+                    info = self.wait_for_reply(self.kc.kernel_info())
+                    if info:
+                        self.nb.metadata["language_info"] = info["content"]["language_info"]
+                    self._replay(cells[:position], failed)
+                    position = self._run_from(position, resources, failed)
+            except Exception:  # noqa: BLE001 - e.g. "Kernel died before replying to kernel_info"
+                # a kernel that cannot start (a busy machine, a transient limit) gets two more tries
+                startup_failures += 1
+                if startup_failures > 2:
+                    raise
+                time.sleep(2 * startup_failures)
+                continue
             if position < len(cells):
                 restarts += 1
                 if restarts > self.max_kernel_restarts:

@@ -81,7 +81,7 @@ GRADER_ERRORS = {
 }
 
 __all__ = ["record_expected", "record_assignment", "configure_trusted_checks", "weak_cells",
-           "blind_source", "BlindExpectedValues", "TrustedChecks", "RECORD_ENV"]
+           "blind_source", "BlindExpectedValues", "TrustedChecks", "DropEmptyGradeMetadata", "RECORD_ENV"]
 
 
 def _load_checks():
@@ -351,6 +351,21 @@ class TrustedChecks(NbGraderPreprocessor):
         return [_error(message)] if message else []
 
 
+class DropEmptyGradeMetadata(NbGraderPreprocessor):
+    """After DeduplicateIds: remove the empty nbgrader metadata it leaves on duplicate cells.
+
+    nbgrader 0.9.6's OverwriteCells(add_missing_cells=True) reads ``grade_id`` from every cell
+    with nbgrader metadata and crashes (KeyError) on those empty dicts, so one duplicated grade
+    id would stop the whole notebook from being graded.
+    """
+
+    def preprocess_cell(self, cell, resources, index):
+        """Turn a duplicate (emptied) grade cell into a plain cell."""
+        if cell.get("metadata", {}).get("nbgrader", None) == {}:
+            del cell.metadata["nbgrader"]
+        return cell, resources
+
+
 def _error_summary(ename: str) -> str:
     """A fixed phrase for an error raised in a test cell (the student controls its message)."""
     if ename in GRADER_ERRORS:
@@ -396,3 +411,10 @@ def configure_trusted_checks(config: Config, expected_records: dict) -> None:
     current.insert(after, TrustedChecks)
     current.insert(at, BlindExpectedValues)
     config.Autograde.autograde_preprocessors = current
+    from nbgrader.preprocessors import DeduplicateIds
+
+    sanitize = [p for p in (config.Autograde.get("sanitize_preprocessors") or Autograde().sanitize_preprocessors)
+                if p is not DropEmptyGradeMetadata]
+    if DeduplicateIds in sanitize:
+        sanitize.insert(sanitize.index(DeduplicateIds) + 1, DropEmptyGradeMetadata)
+    config.Autograde.sanitize_preprocessors = sanitize

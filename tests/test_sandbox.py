@@ -20,7 +20,8 @@ from traitlets.config import Config
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.sandbox import GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available, configure_sandbox  # noqa: E402
+from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
+                                configure_sandbox, sandbox_uid)
 
 READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
 
@@ -118,11 +119,12 @@ def test_an_ordinary_cell_imports_numpy_torch_and_reads_the_course_data(isolatio
 
 
 def test_the_kernel_runs_unprivileged_in_its_private_folder(isolation):
-    """As root the grader starts the kernel as nobody; the working folder is HOME."""
-    outputs, _ = isolation
+    """As root the grader starts the kernel under a user id of its own; the working folder is HOME."""
+    outputs, base = isolation
     uid, cwd_is_home = outputs["whoami"].split()
     assert cwd_is_home == "True"
-    assert int(uid) == (65534 if os.geteuid() == 0 else os.geteuid())
+    assert int(uid) == (sandbox_uid(str((base / "scratch").resolve())) if os.geteuid() == 0 else os.geteuid())
+    assert int(uid) != 0
 
 
 def test_no_network_not_even_loopback(isolation):
