@@ -13,13 +13,14 @@ from autograder.course import REPO
 COMMANDS = ["release", "collect", "grade", "feedback", "export", "check", "demo"]
 
 
-def run(argv, capsys) -> tuple[int, str]:
-    """Exit code and stderr of `python -m autograder argv`, run in this process."""
+def run(argv, capsys) -> tuple[int, str, str]:
+    """Exit code, stderr and stdout of `python -m autograder argv`, run in this process."""
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse exits for usage errors and --help
         code = exc.code
-    return code, capsys.readouterr().err
+    captured = capsys.readouterr()
+    return code, captured.err, captured.out
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -60,7 +61,7 @@ def empty_build(tmp_path, monkeypatch):
     (["demo", "--cell-timeout", "soon"], "number of seconds"),
 ])
 def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, capsys):
-    code, err = run([a.replace("{build}", empty_build) for a in argv], capsys)
+    code, err, _ = run([a.replace("{build}", empty_build) for a in argv], capsys)
     assert code != 0
     assert "error" in err and words in err, err
 
@@ -70,3 +71,34 @@ def test_the_module_entry_point_reports_errors_too():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "--workers: expected a whole number >= 1, got 0" in proc.stderr
+
+
+def _smallest_source_notebook():
+    """The part-ii source notebook with the fewest code cells, read with nbformat."""
+    import nbformat
+
+    paths = sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb"))
+    nbs = {p: nbformat.read(p, as_version=4) for p in paths}
+    return min(nbs.items(), key=lambda item: sum(c.cell_type == "code" for c in item[1].cells))
+
+
+def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, capsys):
+    import nbformat
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))  # the copy in tmp_path finds code/ and data/ through it
+    solved = tmp_path / path.name
+    nbformat.write(nb, solved)
+    code, _, out = run(["check", str(solved)], capsys)
+    assert code == 0, out
+    meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
+    solution = next(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code")
+    test_id = next(m["grade_id"] for m in meta[solution:] if m.get("grade") and not m.get("solution"))
+    nb.cells[solution].source = "raise NotImplementedError()"
+    stubbed = tmp_path / "stubbed" / path.name
+    stubbed.parent.mkdir()
+    nbformat.write(nb, stubbed)
+    code, _, out = run(["check", str(stubbed)], capsys)
+    assert code == 1
+    line = next(ln for ln in out.splitlines() if test_id in ln)
+    assert "✘" in line
