@@ -247,7 +247,7 @@ def _rows_view(z: np.ndarray) -> np.ndarray:
 
 
 def logsumexp(logits, axis: int = -1) -> np.ndarray:
-    """ln sum_j exp(z_j) along axis: [..., K] -> [...]; stable via the row maximum (same dtype as the logits)."""
+    """ln sum_j exp(z_j) along axis: [..., K] -> [...] (logits' dtype); m + ln sum exp(z - m) wherever exp(z) could overflow."""
     z = _as_float_array(logits, "logits", check_nan=False)
     _check_nonempty(z, "logits", min_ndim=1)
     ax = _norm_axis(axis, z.ndim)
