@@ -51,7 +51,7 @@ LAB_SETTINGS = {
 SOLUTION_ERRORS = {"NotImplementedError"}
 TEST_ERRORS = {"NotImplementedError", "AssertionError", "NameError"}
 DEMO_ERRORS = {"NotImplementedError", "NameError"}
-DATA_SUFFIXES = (".json", ".csv", ".txt", ".npz", ".npy", ".png", ".jpg", ".svg")
+DATA_SUFFIXES = (".json", ".csv", ".txt", ".npz", ".npy", ".png", ".jpg", ".svg", ".py")
 
 
 def venv_env(**extra: str) -> dict[str, str]:
@@ -301,15 +301,17 @@ def execution_problems(nb) -> list[str]:
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HTML_SRC = re.compile(r"""<(?:img|a)\b[^>]*?(?:src|href)\s*=\s*["']([^"']+)["']""", re.I)
-STRING = re.compile(r"""["']([\w./-]+(?:%s))["']""" % "|".join(re.escape(s) for s in DATA_SUFFIXES))
+_FILE = r"([\w./-]+(?:%s))" % "|".join(re.escape(s) for s in DATA_SUFFIXES)
+STRING = re.compile(r"""["']%s["']""" % _FILE)  # a file name in a code cell's string literal
+CODE_SPAN = re.compile(r"`%s`" % _FILE)  # a file path named in markdown prose
 
 
 def referenced_files(nb) -> list[tuple[int, str]]:
-    """(cell index, path) for every local file a cell links, embeds or names in a string literal."""
+    """(cell index, path) for every local file a cell links, embeds, names in a code span or a string literal."""
     refs = []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
-            targets = LINK.findall(cell.source) + HTML_SRC.findall(cell.source)
+            targets = LINK.findall(cell.source) + HTML_SRC.findall(cell.source) + CODE_SPAN.findall(cell.source)
         elif cell.cell_type == "code":
             targets = STRING.findall(cell.source)
         else:

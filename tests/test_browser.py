@@ -61,6 +61,7 @@ def lab(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     """Headless Debian Chromium under Playwright (Playwright never downloads a browser here)."""
+    assert Path(bs.CHROMIUM).is_file(), f"{bs.CHROMIUM} is missing: install Debian's chromium (make sysdeps)"
     with playwright_api.sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=bs.CHROMIUM, headless=True, args=bs.CHROMIUM_ARGS)
         try:
