@@ -334,8 +334,7 @@ class TrustedChecks(NbGraderPreprocessor):
             elif cell.get("cell_type") == "code":
                 strip_records(cell)
                 if seen_test and self.hide_outputs_after_tests and cell.outputs:
-                    cell.outputs = [new_output("stream", name="stdout", text=(
-                        "[output not shown: cells that run after a test cell could display its hidden inputs]\n"))]
+                    cell.outputs = _hidden_outputs(cell.outputs)
         return nb, resources
 
     def _verdict(self, cell, expected: list | None) -> list:
@@ -364,6 +363,18 @@ class DropEmptyGradeMetadata(NbGraderPreprocessor):
         if cell.get("metadata", {}).get("nbgrader", None) == {}:
             del cell.metadata["nbgrader"]
         return cell, resources
+
+
+def _hidden_outputs(outputs: list) -> list:
+    """What is kept of a cell that ran after a test cell: that it failed (and how), or a note."""
+    for output in outputs:
+        if output.get("output_type") == "error":
+            name = output.get("ename", "")
+            name = name if name in SAFE_ENAMES or name in GRADER_ERRORS else "Exception"
+            message = "details not shown: cells that run after a test cell could display its hidden inputs"
+            return [new_output("error", ename=name, evalue=message, traceback=[f"{name}: {message}"])]
+    return [new_output("stream", name="stdout",
+                       text="[output not shown: cells that run after a test cell could display its hidden inputs]\n")]
 
 
 def _error_summary(ename: str) -> str:
