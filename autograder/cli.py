@@ -1,4 +1,4 @@
-"""Command line: ``python -m autograder <command>``, one command per pipeline step.
+"""The Part II grading harness: one command per pipeline step (python -m autograder <command>).
 
     release             student version of part-ii + the zip students download
     collect PATH        file an LMS download (folder or zip) as nbgrader submissions
@@ -57,7 +57,7 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="a cell running longer is interrupted and scored as failed (default 60)")
     parser.add_argument("--notebook-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
-                        help="time budget of one notebook; cells after it are not run (default 600; demo 120)")
+                        help="time budget of one notebook; cells after it are not run (default 600; demo 300)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run student code WITHOUT the bubblewrap sandbox (only for trusted code)")
 

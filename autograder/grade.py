@@ -238,7 +238,7 @@ def expected_records(course: Course, notebooks: list[str]) -> Path | None:
             else:
                 os.environ["PART_II_ROOT"] = saved
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # parallel test runs may record the same sources
         tmp.write_text(json.dumps(records, sort_keys=True), encoding="utf-8")
         tmp.replace(cache)
     return cache
@@ -536,6 +536,9 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
             JOBS.create(gb.engine, checkfirst=True)
             todo, skipped = plan_jobs(gb.db, course, students, options.force)
             course.grading_dir.mkdir(parents=True, exist_ok=True)
+            for stale in course.grading_dir.iterdir():  # left by a killed run (we hold the lock: none is live)
+                if stale.is_dir():
+                    discard_job_dir(stale)
             template = course.grading_dir / "template.db"
             records = None
             if todo:
