@@ -28,7 +28,13 @@ outputs and check records are never dropped; ZeroMQ drops any single
 iopub message larger than that cap. A cell that kills the kernel (``os._exit``, a
 segfault, a memory or CPU limit) or ignores the timeout interrupt is marked as failed,
 the kernel is restarted, the earlier cells are replayed quietly, and grading goes on,
-so the honest cells after it are still scored.
+so the honest cells after it are still scored (at most ``max_kernel_restarts`` times per
+notebook; then the remaining cells are marked failed). A kernel that fails to start is tried
+twice more before the notebook counts as not gradable.
+
+Residual: CPU time is limited per process, not per sandbox, so a fork bomb's processes burn
+CPU until the cell timeout kills its kernel (and with it the PID namespace); cgroups would
+bound that, but need privileges the grader does not assume.
 
 Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``.
 """

@@ -14,6 +14,8 @@ def transform(nb):
     fake.source = "pass"
     fake.metadata["nbgrader"]["points"] = 50
     index = nb.cells.index(test)
-    nb.cells.insert(index, fake)
-    nb.cells.insert(0, copy.deepcopy(fake))
+    first, second = fake, copy.deepcopy(fake)
+    first["id"], second["id"] = "duplicate-grade-id-1", "duplicate-grade-id-2"  # distinct cell ids, same grade id
+    nb.cells.insert(index, first)
+    nb.cells.insert(0, second)
     return nb
