@@ -165,6 +165,9 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     scratch = Path(scratch).resolve()
     if not scratch.is_dir():
         raise ValueError(f"scratch must be an existing folder, got {scratch}")
+    if len(str(scratch / "ipc" / "kernel-99999")) > 100:  # unix socket paths are limited to 107 bytes
+        raise ValueError(f"scratch path too long for unix sockets ({len(str(scratch))} characters): {scratch}; "
+                         "use a folder with a path of at most 80 characters")
     readable = [Path(p).resolve() for p in readable]
     missing = [str(p) for p in readable if not p.exists()]
     if missing:

@@ -238,6 +238,10 @@ def test_bad_arguments_are_rejected_with_clear_errors(tmp_path):
         SandboxLimits(cpu_seconds=0)
     with pytest.raises(ValueError, match="scratch must be an existing folder"):
         configure_sandbox(Config(), tmp_path / "missing", READABLE, SandboxLimits())
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    with pytest.raises(ValueError, match="scratch path too long for unix sockets"):
+        configure_sandbox(Config(), deep, READABLE, SandboxLimits())
     with pytest.raises(ValueError, match="readable paths must exist"):
         configure_sandbox(Config(), tmp_path, [tmp_path / "nope"], SandboxLimits())
     with pytest.raises(TypeError, match="limits must be a SandboxLimits"):
