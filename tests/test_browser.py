@@ -13,6 +13,7 @@ instructor's view to check nbgrader's Create Assignment sidebar.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -88,6 +89,17 @@ def screenshot(pg, name: str) -> Path:
     path = SCREENSHOTS / name
     pg.screenshot(path=str(path))
     return path
+
+
+@contextlib.contextmanager
+def screenshot_on_failure(pg, name: str):
+    """On any failure inside the block, save what the browser showed, then re-raise."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            screenshot(pg, name)
+        raise
 
 
 def close_notebook(pg) -> None:
@@ -227,6 +239,12 @@ def first_line(source: str) -> str:
 @pytest.mark.parametrize("name", NOTEBOOKS, ids=[Path(n).stem for n in NOTEBOOKS])
 def test_student_notebook_in_jupyterlab(name, lab, page):
     """A student opens, reads, runs and validates the release notebook in JupyterLab."""
+    with screenshot_on_failure(page, f"{Path(name).stem}-failure.png"):
+        student_session(page, lab, name)
+
+
+def student_session(page, lab, name: str) -> None:
+    """What a student does with one release notebook, checked step by step."""
     rel = f"{bs.ASSIGNMENT}/{name}"
     stem = Path(name).stem
     nb, _panel = open_notebook(page, lab, rel)
@@ -274,6 +292,12 @@ def instructor_notebook() -> Path:
 
 def test_instructor_create_assignment_sidebar(lab, page):
     """The instructor's view: nbgrader's Create Assignment sidebar shows every cell's type, id and points."""
+    with screenshot_on_failure(page, "instructor-failure.png"):
+        instructor_session(page, lab)
+
+
+def instructor_session(page, lab) -> None:
+    """Open a source notebook, show the Create Assignment sidebar, compare it with the cells' metadata."""
     source = instructor_notebook()
     # a copy, beside the student tree's code/ and data/: the sidebar rewrites metadata in memory
     target = lab.root / INSTRUCTOR_DIR / bs.ASSIGNMENT / source.name
