@@ -7,13 +7,14 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 # nbgrader calls alembic from PATH; kernels must come from the venv
 RUN := PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 PYTHONHASHSEED=0
 
-SYSTEM_PACKAGES := bubblewrap chromium chromium-driver
+# bubblewrap: the grading sandbox; chromium (+ a CJK font for the Chinese prose): the browser test
+SYSTEM_PACKAGES := bubblewrap chromium chromium-driver fonts-wqy-microhei
+LAB_DIR := build/lab
 
 .PHONY: venv sysdeps test test-unit demo lab clean
 
 venv: $(STAMP)
 
-## system packages: bubblewrap (the grading sandbox), chromium (the browser test)
 sysdeps:
 	@missing=""; \
 	for pkg in $(SYSTEM_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
@@ -44,6 +45,12 @@ test-unit: $(STAMP)
 ## the main job: release, sample class, grade, feedback, export
 demo: sysdeps $(STAMP)
 	$(RUN) $(BIN)/python -m autograder demo
+
+## the student's view: JupyterLab on the unpacked student zip (unpacked once; work stays in build/lab/part-ii)
+lab: $(STAMP)
+	@test -d $(LAB_DIR)/part-ii || { $(RUN) $(BIN)/python -m autograder release --build build && \
+	  $(BIN)/python -m zipfile -e build/course/student/part-ii.zip $(LAB_DIR); }
+	cd $(LAB_DIR)/part-ii && $(RUN) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean:
 	rm -rf build
