@@ -67,6 +67,8 @@ def outcome_message(cell) -> str:
         if ename in ("KeyboardInterrupt", "CellTimeoutError"):
             return "✘ Failed: the cell did not finish within the time limit and was interrupted."
         where = f" (line {line} of the visible checks)" if line is not None else ""
+        if ename == "AssertionError" and evalue:  # a check's own message says what differed
+            return f"✘ Failed{where}: {evalue}"
         return f"✘ Failed{where}: {ename}: {evalue}" if evalue else f"✘ Failed{where}: {ename}"
     if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
         return "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
