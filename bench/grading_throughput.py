@@ -349,6 +349,10 @@ def main() -> None:
                  "CPU /nb", "CPU overhead vs nbclient /nb"], rows))
     print("(CPU: user + system seconds of the configuration's processes and kernels; on a shared, loaded machine it is "
           "the steadier measure of cost, while wall time also reflects how much of the machine the run got)")
+    if sandbox and any(c.startswith("harness") for c in configs):
+        print("(harness in the sandbox: a kernel killed inside bubblewrap's PID namespace is reaped by no one we wait "
+              "for, so its CPU time is missing; the harness's CPU figures are lower bounds. Use --no-sandbox to "
+              "count them.)")
     print(f"kernel start-up under nbclient: empty notebook {fmt(kcost['empty'], 2, ' s')}, "
           f"'{PRELOAD}' only {fmt(kcost['imports'], 2, ' s')}")
     for c, v in per_nb.items():
