@@ -3,7 +3,7 @@
 The zip holds one folder, ``part-ii/``, with the release notebooks at its top and the
 course's ``code/part-ii`` and ``data/part-ii`` beside them (the notebooks' setup cell finds
 ``code/part-ii`` by searching the parent folders). Nothing else goes in: no source
-notebook, no solution, no hidden test. The same unpacked folder is what graded kernels
+notebook, no solution, no hidden test, no marking note. The same unpacked folder is what graded kernels
 see as ``PART_II_ROOT``.
 """
 
@@ -19,6 +19,8 @@ import nbformat
 from .course import ASSIGNMENT, BUNDLE_CONTENT, REPO, AutograderError, Course, quiet_nbgrader_logs
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+# marking notes quote the model answer; graders read them in the source notebooks, students never get them
+MARKING_NOTE_PREFIX = "note_"
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
 SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
 
@@ -48,6 +50,17 @@ def generate_release(course: Course) -> list[Path]:
     except NbGraderException as exc:
         raise AutograderError(f"nbgrader could not generate the student version: {exc}", 1) from exc
     return sorted(course.release_dir.glob("*.ipynb"))
+
+
+def strip_marking_notes(notebook: Path) -> int:
+    """Remove the instructor-only marking notes (grade ids note_*) from a release notebook; return how many."""
+    nb = nbformat.read(notebook, as_version=4)
+    kept = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(MARKING_NOTE_PREFIX)]
+    removed = len(nb.cells) - len(kept)
+    if removed:
+        nb.cells = kept
+        nbformat.write(nb, notebook)
+    return removed
 
 
 def find_leaks(notebook: Path) -> list[str]:
@@ -106,6 +119,8 @@ def release(course: Course) -> Release:
     """Generate the release, check it leaks nothing, write the bundle, zip and formgrader config."""
     with course.lock("release"):
         notebooks = generate_release(course)
+        for nb in notebooks:
+            strip_marking_notes(nb)
         leaks = {nb.name: found for nb in notebooks if (found := find_leaks(nb))}
         if leaks:
             raise AutograderError(f"the release still contains solution/hidden-test markers: {leaks}", 1)

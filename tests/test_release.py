@@ -77,16 +77,15 @@ def _error(cell):
 
 @pytest.fixture(scope="module")
 def release_dir(tmp_path_factory) -> Path:
-    """Generate the student release once (nbgrader generate_assignment, cwd autograder/) into a temporary build folder."""
+    """Generate the student release once with the harness (`python -m autograder release`) into a temporary build folder."""
     build = tmp_path_factory.mktemp("part-ii-build")
-    (build / "course").mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PART_II_SOURCE", "PART_II_DB_URL")}
-    env.update(PART_II_BUILD=str(build), PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}")
+    env = {k: v for k, v in os.environ.items() if k not in ("PART_II_SOURCE", "PART_II_DB_URL", "PART_II_BUILD")}
+    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}")
     result = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "generate_assignment", "part-ii", "--force"],
-        cwd=REPO / "autograder", env=env, capture_output=True, text=True, timeout=900,
+        [sys.executable, "-m", "autograder", "release", "--build", str(build)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )
-    assert result.returncode == 0, f"nbgrader generate_assignment failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"python -m autograder release failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return build / "course" / "release" / "part-ii"
 
 
@@ -156,6 +155,18 @@ def test_release_has_no_hidden_tests(release_dir, name):
     for i, cell in enumerate(release.cells):
         for marker in MARKERS[2:]:
             assert marker not in cell.source, f"{name}: release cell {i} still contains {marker!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_has_no_marking_notes(release_dir, name):
+    """The instructor's marking notes (note_* cells, which quote the model answer) are not shipped."""
+    source = nbformat.read(SOURCE_DIR / name, as_version=4)
+    notes = [c for c in source.cells if _nbgrader(c).get("grade_id", "").startswith("note_")]
+    assert notes, f"{name}: expected at least one note_* marking note in the source"
+    released = nbformat.read(release_dir / name, as_version=4)
+    left = [_nbgrader(c).get("grade_id") for c in released.cells if _nbgrader(c).get("grade_id", "").startswith("note_")]
+    assert not left, f"{name}: marking notes {left} are in the student release"
+    assert not any("评分要点" in c.source for c in released.cells), f"{name}: a 评分要点 text is in the student release"
 
 
 @pytest.mark.parametrize("name", NAMES)
