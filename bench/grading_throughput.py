@@ -258,8 +258,8 @@ def main() -> None:
     parser.add_argument("--no-sandbox", action="store_true", help="grade with the harness's --no-sandbox")
     parser.add_argument("--only", action="append", choices=CONFIGS, help="run only these configurations (repeatable)")
     args = parser.parse_args()
-    students = args.students or (2 if args.quick else 40)
-    kernel_reps = args.kernel_reps or (3 if args.quick else 5)
+    students = args.students if args.students is not None else (2 if args.quick else 40)
+    kernel_reps = args.kernel_reps if args.kernel_reps is not None else (3 if args.quick else 5)
     if students < 1 or args.reps < 1 or kernel_reps < 1:
         die(f"--students, --reps and --kernel-reps must be >= 1, got {students}, {args.reps}, {kernel_reps}")
     configs = [c for c in CONFIGS if not args.only or c in args.only]

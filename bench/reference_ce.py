@@ -169,8 +169,8 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
     parser.add_argument("--memory-child", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rows = args.rows or (512 if args.quick else 4096)
-    reps = args.reps or (3 if args.quick else 5)
+    rows = args.rows if args.rows is not None else (512 if args.quick else 4096)
+    reps = args.reps if args.reps is not None else (3 if args.quick else 5)
     if rows < 1 or args.classes < 2:
         die(f"--rows must be >= 1 and --classes >= 2, got {rows} and {args.classes}")
     if reps < 3:
