@@ -108,6 +108,8 @@ def check_equal(label: str, actual, expected, *, reveal: bool = True) -> None:
 
 def check_true(label: str, condition, hint: str = "") -> None:
     """Assert a property holds; hint says what the property means when it fails."""
+    if hasattr(condition, "detach"):  # a torch tensor: np.all cannot read it directly
+        condition = condition.detach().cpu().numpy()
     try:
         holds = bool(np.all(condition))
     except Exception:  # noqa: BLE001 - a condition that cannot be evaluated does not hold

@@ -443,7 +443,7 @@ def entropy(p, axis: int = -1, unit: str = "nats") -> np.ndarray:
     ax = _norm_axis(axis, p.ndim)
     _check_distribution(p, "p", axis=ax)
     terms = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
-    return -terms.sum(axis=ax) / _log_in(unit)
+    return (0.0 - terms.sum(axis=ax)) / _log_in(unit)  # 0.0 - x, not -x: a certain outcome prints 0, not -0
 
 
 def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
