@@ -335,3 +335,32 @@ def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded
         assert not list(course.grading_dir.glob("*-*")), "job folders of the killed run were not cleaned up"
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_a_worker_killed_alone_is_retried_and_every_submission_graded_once(graded):
+    subset = ["partial", "edited-tests", "broken"]
+    build, course = copy_course(graded["snapshot"])
+    try:
+        cmd = [sys.executable, "-m", "autograder", "grade", "--build", str(build), "--workers", "2",
+               "--cell-timeout", str(CELL_TIMEOUT)] + [a for s in subset for a in ("--student", s)]
+        if not _sandbox_works():
+            cmd.append("--no-sandbox")
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        victim = None
+        deadline = time.monotonic() + 900
+        while victim is None and time.monotonic() < deadline and proc.poll() is None:
+            running = [r for r in job_rows(course.db_url).values() if r["state"] == "running" and r["pid"]]
+            if running:
+                victim = running[0]
+            else:
+                time.sleep(0.2)
+        assert victim is not None, "no worker was seen running before the grade run ended"
+        os.kill(victim["pid"], signal.SIGKILL)  # the worker alone; the parent grader lives on
+        _, err = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, f"grade failed after a worker was killed:\n{err[-3000:]}"
+        jobs = job_rows(course.db_url)
+        assert {s: (r["state"], r["commits"]) for s, r in jobs.items()} == {s: ("done", 1) for s in subset}
+        assert jobs[victim["student_id"]]["attempts"] >= 2, "the killed worker's submission was not retried"
+        assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
