@@ -305,14 +305,18 @@ def test_one_worker_gives_the_same_gradebook_as_two(graded):
         shutil.rmtree(build, ignore_errors=True)
 
 
+def grade_command(build: Path, students: list[str]) -> list[str]:
+    """`python -m autograder grade` with 2 workers on the given students, as a subprocess argv."""
+    cmd = [sys.executable, "-m", "autograder", "grade", "--build", str(build), "--workers", "2",
+           "--cell-timeout", str(CELL_TIMEOUT)] + [a for s in students for a in ("--student", s)]
+    return cmd if _sandbox_works() else cmd + ["--no-sandbox"]
+
+
 def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded):
     subset = ["partial", "edited-tests", "broken", "infinite-loop"]
     build, course = copy_course(graded["snapshot"])
     try:
-        cmd = [sys.executable, "-m", "autograder", "grade", "--build", str(build), "--workers", "2",
-               "--cell-timeout", str(CELL_TIMEOUT)] + [a for s in subset for a in ("--student", s)]
-        if not _sandbox_works():
-            cmd.append("--no-sandbox")
+        cmd = grade_command(build, subset)
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline and proc.poll() is None:
@@ -341,10 +345,7 @@ def test_a_worker_killed_alone_is_retried_and_every_submission_graded_once(grade
     subset = ["partial", "edited-tests", "broken"]
     build, course = copy_course(graded["snapshot"])
     try:
-        cmd = [sys.executable, "-m", "autograder", "grade", "--build", str(build), "--workers", "2",
-               "--cell-timeout", str(CELL_TIMEOUT)] + [a for s in subset for a in ("--student", s)]
-        if not _sandbox_works():
-            cmd.append("--no-sandbox")
+        cmd = grade_command(build, subset)
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         victim = None
         deadline = time.monotonic() + 900
