@@ -35,10 +35,16 @@ MAX_ELEMENTS = 100_000  # values larger than this are not sent (the check then f
 MAX_DEPTH = 16
 
 
+def _from_tensor(value):
+    """A torch tensor as a numpy array (numpy cannot read tensors directly); anything else unchanged."""
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        return value.detach().cpu().numpy()
+    return value
+
+
 def _as_array(value, label: str) -> np.ndarray:
     """Turn a number, list or tensor-like value into a float64 array for comparison."""
-    if hasattr(value, "detach"):  # a torch tensor crossed in by a student
-        value = value.detach().cpu().numpy()
+    value = _from_tensor(value)
     try:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -108,10 +114,8 @@ def check_equal(label: str, actual, expected, *, reveal: bool = True) -> None:
 
 def check_true(label: str, condition, hint: str = "") -> None:
     """Assert a property holds; hint says what the property means when it fails."""
-    if hasattr(condition, "detach"):  # a torch tensor: np.all cannot read it directly
-        condition = condition.detach().cpu().numpy()
     try:
-        holds = bool(np.all(condition))
+        holds = bool(np.all(_from_tensor(condition)))
     except Exception:  # noqa: BLE001 - a condition that cannot be evaluated does not hold
         holds = False
     if recording():
@@ -164,11 +168,10 @@ def to_plain(value, _depth: int = 0):
     """Encode a value as plain JSON: numbers, strings, lists, tagged arrays/tuples/non-finite floats."""
     if _depth > MAX_DEPTH:
         return {"unsupported": "nested too deeply"}
-    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
-        try:
-            value = value.detach().cpu().numpy()
-        except Exception:  # noqa: BLE001
-            return {"unsupported": type(value).__name__}
+    try:
+        value = _from_tensor(value)
+    except Exception:  # noqa: BLE001 - a tensor-like that cannot become an array is not plain data
+        return {"unsupported": type(value).__name__}
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf" or value.size > MAX_ELEMENTS:
             return {"unsupported": f"array of {value.size} {value.dtype}"}
