@@ -32,11 +32,20 @@ so the honest cells after it are still scored (at most ``max_kernel_restarts`` t
 notebook; then the remaining cells are marked failed). A kernel that fails to start is tried
 twice more before the notebook counts as not gradable.
 
+Start-up cost is hidden, not shared: ``GradingExecute.prestart()`` launches the kernel a
+notebook will need (same manager class, configuration, working folder and environment)
+while the grader is still busy with the previous notebook, and the executor of that
+notebook adopts it instead of starting one; every notebook still gets a fresh process.
+Kernels import ``preload_modules`` (numpy, torch, matplotlib.pyplot) while they boot,
+binding no name in the student's namespace, so the import cost lands in the kernel's
+start-up rather than in the first cell's timeout.
+
 Residual: CPU time is limited per process, not per sandbox, so a fork bomb's processes burn
 CPU until the cell timeout kills its kernel (and with it the PID namespace); cgroups would
 bound that, but need privileges the grader does not assume.
 
-Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``.
+Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
+(``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,13 +63,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
 from jupyter_client.manager import AsyncKernelManager
-from nbformat.v4 import new_output
+from jupyter_core.utils import ensure_async, run_sync
+from nbformat.v4 import new_notebook, new_output
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Dict, Integer, List, Unicode
+from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Config
 
-__all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager"]
+__all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
+           "discard_prestarted", "prestarted_kernels"]
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX_UIDS = (200_000, 800_000)  # first id and count of the per-sandbox user ids (root grader)
@@ -69,6 +82,10 @@ RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record out
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot"]  # what the part-ii notebooks import first
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+# kernels started ahead of their notebook, by scratch folder (one worker process, one job at a time)
+_PRESTARTED: dict[str, AsyncKernelManager] = {}
 
 
 @dataclass(frozen=True)
@@ -336,8 +353,17 @@ class SandboxedKernelManager(AsyncKernelManager):
             log.close()
 
     async def _async_post_start_kernel(self, **kw):
-        """Once the kernel has bound its sockets, stop it from creating files in the ipc folder."""
+        """Once the kernel has bound its sockets, stop it from creating files in the ipc folder.
+
+        A pre-started kernel (``defer_ipc_lock``) is not waited for here: its executor calls
+        ``lock_ipc()`` when it adopts the kernel, before any student code runs in it.
+        """
         await super()._async_post_start_kernel(**kw)
+        if not getattr(self, "defer_ipc_lock", False):
+            await self.lock_ipc()
+
+    async def lock_ipc(self) -> None:
+        """Wait until the kernel's ipc sockets exist, then make the ipc folder read-only for it (root only)."""
         if not _run_as_nobody():
             return
         info = self.get_connection_info()
@@ -368,17 +394,102 @@ class GradingExecute(Execute):
     max_kernel_restarts = Integer(3, help="kernel restarts per notebook before the rest fails").tag(config=True)
     responsive_timeout = Integer(10, help="seconds a kernel has to answer after an interrupt").tag(config=True)
     kernel_env = Dict(help="environment variables added to the kernel's (unsandboxed) environment").tag(config=True)
+    scratch = Unicode("", help="working folder of the kernel (the submission's private scratch); also the key "
+                               "under which prestart() leaves the kernel for this executor").tag(config=True)
+    preload_modules = List(Unicode(), default_value=PRELOAD_MODULES,
+                           help="modules a Python kernel imports while it starts, binding no name in the "
+                                "student's namespace").tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         if self.sandboxed:
             self.kernel_manager_class = SandboxedKernelManager
 
+    @validate("preload_modules")
+    def _valid_modules(self, proposal):
+        """Module names only: they end up in code the kernel runs at start-up."""
+        bad = [m for m in proposal["value"] if not MODULE_NAME.fullmatch(m)]
+        if bad:
+            raise TraitError(f"preload_modules must be dotted module names like 'matplotlib.pyplot', got {bad}")
+        return proposal["value"]
+
+    def preload_argument(self) -> str | None:
+        """The ipykernel option that imports preload_modules at start-up (None when there are none).
+
+        One statement inside ``if True:`` so IPython displays nothing and sets no ``_``; the
+        comprehension's variable is local to it, so the user namespace gains no name.
+        """
+        if not self.preload_modules:
+            return None
+        code = (f"if True: [__import__('importlib').import_module(m) for m in "
+                f"{tuple(self.preload_modules)!r}]")
+        return f"--IPKernelApp.exec_lines={code}"
+
     async def async_start_new_kernel(self, **kwargs):
-        """Start the kernel with kernel_env added to its environment."""
+        """Start the kernel in the scratch folder, with kernel_env in its environment and the preload."""
+        if self.scratch:
+            kwargs["cwd"] = self.scratch
         if self.kernel_env:
             kwargs["env"] = {**os.environ, **kwargs.get("env", {}), **self.kernel_env}
-        return await super().async_start_new_kernel(**kwargs)
+        preload = self.preload_argument()
+        saved = self.extra_arguments
+        if preload and getattr(self.km, "ipykernel", False):
+            self.extra_arguments = [*saved, preload]
+        try:
+            return await super().async_start_new_kernel(**kwargs)
+        finally:
+            self.extra_arguments = saved
+
+    # nbclient's start_new_kernel wraps NotebookClient.async_start_new_kernel itself, which
+    # would skip the override above (scratch folder, kernel_env, preload): wrap ours
+    def start_new_kernel(self, **kwargs):
+        """Blocking async_start_new_kernel (this class's, not nbclient's)."""
+        return run_sync(self.async_start_new_kernel)(**kwargs)
+
+    # --- kernels started ahead of their notebook --------------------------------------------
+    def prestart(self, kernel_name: str = "") -> None:
+        """Launch the kernel a later preprocess() in the same scratch folder will adopt; do not wait for it.
+
+        Same kernel manager class, configuration, working folder, environment and arguments
+        as preprocess() would use. kernel_name: the kernelspec the notebook will ask for
+        ('' for the manager's default); the adopting executor checks it.
+        """
+        from nbclient import NotebookClient
+
+        if not self.scratch:
+            raise ValueError("GradingExecute.scratch is not set; a pre-started kernel is found by its scratch folder")
+        discard_prestarted(self.scratch)
+        NotebookClient.__init__(self, new_notebook(), None)
+        if self.sandboxed:
+            self.kernel_manager_class = SandboxedKernelManager
+        self.kernel_name = self.kernel_name or kernel_name
+        km = self.create_kernel_manager()
+        km.defer_ipc_lock = True  # the adopter locks it (SandboxedKernelManager.lock_ipc)
+        try:
+            self.start_new_kernel()
+        except BaseException:
+            _shutdown_kernel(km)
+            raise
+        finally:
+            self.km = None
+        _PRESTARTED[_prestart_key(self.scratch)] = km
+
+    def _adopt_prestarted(self) -> None:
+        """Use the kernel pre-started for this scratch folder if it is alive and the kernel the notebook needs."""
+        km = _PRESTARTED.pop(_prestart_key(self.scratch), None) if self.scratch else None
+        if km is None:
+            return
+        wanted = self.kernel_name or self.nb.metadata.get("kernelspec", {}).get("name") or NATIVE_KERNEL_NAME
+        usable = isinstance(km, self.kernel_manager_class) and km.kernel_name == wanted
+        if usable and run_sync(_alive)(km):
+            if isinstance(km, SandboxedKernelManager):
+                run_sync(km.lock_ipc)()
+            km.defer_ipc_lock = False  # a restart of this manager locks at once again
+            self.km = km
+            return
+        self.log.info("pre-started kernel not used (%s): starting a fresh one",
+                      "died" if usable else f"{km.kernel_name!r} instead of {wanted!r}")
+        _shutdown_kernel(km)
 
     # --- output cap -------------------------------------------------------------------
     def output(self, outs, msg, display_id, cell_index):
@@ -429,6 +540,8 @@ class GradingExecute(Execute):
         NotebookClient.__init__(self, nb, km)
         if self.sandboxed:
             self.kernel_manager_class = SandboxedKernelManager
+        if km is None:
+            self._adopt_prestarted()  # self.km set, owns_km still True: nbclient shuts it down as its own
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
         self._output_used, self._records_used, self._budget_cell = 0, 0, None
@@ -521,3 +634,43 @@ class GradingExecute(Execute):
             if cell.cell_type == "code" and cell.source.strip():
                 cell.outputs = []
                 self._fail_cell(cell, message)
+
+
+# --- the registry of pre-started kernels ------------------------------------------------------
+
+def _prestart_key(scratch: str) -> str:
+    """Registry key of a scratch folder (its real path)."""
+    return os.path.realpath(scratch)
+
+
+async def _alive(km) -> bool:
+    """True when the manager's kernel process is running."""
+    return bool(await ensure_async(km.is_alive()))
+
+
+async def _async_shutdown_kernel(km) -> None:
+    """Kill a kernel that is not needed (any more) and remove its connection files."""
+    try:
+        if km.has_kernel:
+            await ensure_async(km.shutdown_kernel(now=True))
+    finally:
+        await ensure_async(km.cleanup_resources())
+
+
+def _shutdown_kernel(km) -> None:
+    """Blocking _async_shutdown_kernel."""
+    run_sync(_async_shutdown_kernel)(km)
+
+
+def discard_prestarted(scratch: str | None = None) -> None:
+    """Shut down the kernel pre-started for a scratch folder (every pre-started kernel when scratch is None)."""
+    keys = list(_PRESTARTED) if scratch is None else [_prestart_key(scratch)]
+    for key in keys:
+        km = _PRESTARTED.pop(key, None)
+        if km is not None:
+            _shutdown_kernel(km)
+
+
+def prestarted_kernels() -> dict[str, AsyncKernelManager]:
+    """A copy of the registry: scratch folder -> kernel manager waiting for its notebook."""
+    return dict(_PRESTARTED)

@@ -22,25 +22,21 @@ import time
 from pathlib import Path
 
 from nbformat.v4 import new_output
-from traitlets import Float, Unicode
+from traitlets import Float
 
 from .course import ASSIGNMENT, load_config
+from .sandbox import GradingExecute, discard_prestarted
 
 # A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure)
 WARNING_PATTERN = r"\w*Warning: "
 PR_SET_PDEATHSIG = 1
 
-try:  # helper G's executor: kernel-death recovery and an output cap
-    from .sandbox import GradingExecute as _BaseExecute
-except ImportError:  # pragma: no cover - before the sandbox module exists
-    from nbgrader.preprocessors import Execute as _BaseExecute
 
 
-class BudgetedExecute(_BaseExecute):
-    """Execute with a per-notebook time budget on top of the per-cell timeout, in a chosen folder."""
+class BudgetedExecute(GradingExecute):
+    """Execute with a per-notebook time budget on top of the per-cell timeout (kernel in GradingExecute.scratch)."""
 
     notebook_timeout = Float(600.0, help="seconds one notebook may run; later cells are not run").tag(config=True)
-    scratch = Unicode("", help="working folder of the kernel (the submission's private scratch)").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         """Start the notebook's clock, then execute as usual."""
@@ -63,12 +59,6 @@ class BudgetedExecute(_BaseExecute):
                                        traceback=[f"NotebookTimeout: {message}"])]
             return cell, resources
         return super().preprocess_cell(cell, resources, index)
-
-    async def async_start_new_kernel(self, **kwargs):
-        """Start the kernel in the private scratch folder rather than beside the graded notebook."""
-        if self.scratch:
-            kwargs["cwd"] = self.scratch
-        return await super().async_start_new_kernel(**kwargs)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -163,12 +153,15 @@ class ErrorLog(logging.Handler):
         return self.messages[0] if self.messages else "nbgrader reported an error"
 
 
-def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger) -> None:
-    """Autograde one notebook of the job's submission; raise RuntimeError with the reason on failure."""
+def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger, config=None) -> None:
+    """Autograde one notebook of the job's submission; raise RuntimeError with the reason on failure.
+
+    config: the notebook's nbgrader Config when already built (by prestart_kernel), else built here.
+    """
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    config = notebook_config(job, scratch)
+    config = config if config is not None else notebook_config(job, scratch)
     coursedir = CourseDirectory(config=config)
     coursedir.assignment_id = ASSIGNMENT
     coursedir.student_id = job["student"]
@@ -183,6 +176,47 @@ def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger)
         raise RuntimeError(errors.reason() if errors.messages else f"{type(exc).__name__}: {exc}") from exc
     finally:
         log.removeHandler(errors)
+
+
+def kernel_names(job: dict, submitted: Path) -> dict[str, str]:
+    """notebook -> the kernel nbgrader will run it with: the gradebook's kernelspec (OverwriteKernelspec
+    puts it into the notebook), else the submitted notebook's, else '' (the default kernel)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    names = dict.fromkeys(job["notebooks"], "")
+    with Gradebook(job["db_url"], job["course_id"]) as gb:
+        for notebook in job["notebooks"]:
+            try:
+                spec = json.loads(gb.find_notebook(notebook, ASSIGNMENT).kernelspec or "null")
+            except (MissingEntry, ValueError):
+                continue
+            names[notebook] = str(spec.get("name", "")) if isinstance(spec, dict) else ""
+    for notebook, name in names.items():
+        if not name:
+            try:
+                meta = json.loads((submitted / f"{notebook}.ipynb").read_text(encoding="utf-8")).get("metadata", {})
+                names[notebook] = str(meta.get("kernelspec", {}).get("name", ""))
+            except (OSError, ValueError, AttributeError):
+                pass  # not handed in or not a notebook: nbgrader reports it
+    return names
+
+
+def prestart_kernel(job: dict, scratch: Path, kernel_name: str, log: logging.Logger):
+    """Build the notebook's Config and launch the kernel its executor will adopt; return the Config.
+
+    Returns None when that fails (the notebook's own grading then starts its kernel and
+    reports whatever goes wrong, as without pre-start).
+    """
+    try:
+        config = notebook_config(job, scratch)
+        executor = next(p for p in config.Autograde.autograde_preprocessors
+                        if isinstance(p, type) and issubclass(p, GradingExecute))
+        executor(config=config).prestart(kernel_name)
+        return config
+    except Exception as exc:  # noqa: BLE001 - an optimisation only
+        log.warning("could not pre-start the kernel in %s: %s: %s", scratch, type(exc).__name__, exc)
+        discard_prestarted(str(scratch))
+        return None
 
 
 def zero_notebook(job: dict, notebook: str) -> None:
@@ -208,25 +242,41 @@ def run_job(job_dir: Path) -> dict:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     submitted = Path(job["course_root"]) / "submitted" / job["student"] / ASSIGNMENT
-    results = {}
-    for k, notebook in enumerate(job["notebooks"]):
-        if not (submitted / f"{notebook}.ipynb").exists():
-            results[notebook] = {"status": "missing", "error": "not handed in"}
-            continue
+    handed_in = [(k, nb) for k, nb in enumerate(job["notebooks"]) if (submitted / f"{nb}.ipynb").exists()]
+    results = {nb: {"status": "missing", "error": "not handed in"} for nb in job["notebooks"]}
+    kernels = kernel_names(job, submitted)
+    configs: dict[int, object] = {}  # notebook index -> Config its pre-started kernel was launched with
+
+    def scratch_of(k: int) -> Path:
+        """The private scratch folder of notebook k (created on first use)."""
         scratch = Path(job["scratch_root"]) / f"nb{k}"
         scratch.mkdir(mode=0o755, exist_ok=True)
-        started = time.monotonic()
-        try:
-            grade_notebook(job, notebook, scratch, log)
-            results[notebook] = {"status": "graded"}
-        except RuntimeError as exc:
-            log.error("could not grade %s: %s", notebook, exc)
-            kernel_log = scratch / "kernel.log"  # written by the sandbox: why a kernel would not start
-            if kernel_log.exists():
-                log.error("kernel log:\n%s", kernel_log.read_text(errors="replace")[-4000:])
-            results[notebook] = {"status": "error", "error": str(exc)}
-        results[notebook]["seconds"] = round(time.monotonic() - started, 1)
-        shutil.rmtree(scratch, ignore_errors=True)  # whatever the student's code wrote
+        return scratch
+
+    try:
+        for i, (k, notebook) in enumerate(handed_in):
+            scratch = scratch_of(k)
+            started = time.monotonic()
+            if k not in configs:  # the first notebook: nothing ran before it to hide the start behind
+                configs[k] = prestart_kernel(job, scratch, kernels[notebook], log)
+            if i + 1 < len(handed_in):  # the next kernel boots (and imports) while this notebook runs
+                k_next, nb_next = handed_in[i + 1]
+                configs[k_next] = prestart_kernel(job, scratch_of(k_next), kernels[nb_next], log)
+            try:
+                grade_notebook(job, notebook, scratch, log, configs.pop(k))
+                results[notebook] = {"status": "graded"}
+            except RuntimeError as exc:
+                log.error("could not grade %s: %s", notebook, exc)
+                kernel_log = scratch / "kernel.log"  # written by the sandbox: why a kernel would not start
+                if kernel_log.exists():
+                    log.error("kernel log:\n%s", kernel_log.read_text(errors="replace")[-4000:])
+                results[notebook] = {"status": "error", "error": str(exc)}
+            finally:
+                discard_prestarted(str(scratch))  # not adopted when nbgrader failed before executing
+            results[notebook]["seconds"] = round(time.monotonic() - started, 1)
+            shutil.rmtree(scratch, ignore_errors=True)  # whatever the student's code wrote
+    finally:
+        discard_prestarted()  # no kernel outlives the job
     for notebook, result in results.items():
         if result["status"] == "error":
             zero_notebook(job, notebook)

@@ -1,0 +1,301 @@
+"""The grading worker starts the next notebook's kernel ahead of time and preloads heavy modules.
+
+One tiny synthetic job (three notebooks, no nbgrader cells) is graded once by
+``autograder.worker.run_job`` in this process, in the sandbox when bubblewrap works here.
+Probe cells print facts about their kernel process; the tests read them from the
+autograded notebooks. Kernel start times are wall-clock seconds computed inside the kernel
+from /proc (valid inside the sandbox's PID namespace, where pids are not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets import TraitError
+from traitlets.config import Config
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from autograder import sandbox, worker  # noqa: E402
+from autograder.course import ASSIGNMENT, load_config  # noqa: E402
+from autograder.sandbox import (GradingExecute, SandboxLimits, bwrap_available, configure_sandbox,  # noqa: E402
+                                discard_prestarted, prestarted_kernels)
+
+READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
+STUDENT = "s001"
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+# the user namespace as the student sees it: run before any cell defines a name
+NAMES = "print('NAMES', sorted(k for k in globals() if not k.startswith('_')))"
+# wall-clock start of this kernel process, whether this process ran a probe before, the preload
+PROBE = (
+    "import os, sys, time\n"
+    "_ticks = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])\n"
+    "_uptime = float(open('/proc/uptime').read().split()[0])\n"
+    "print('KERNEL', time.time() - _uptime + _ticks / os.sysconf('SC_CLK_TCK'), os.getpid(),\n"
+    "      hasattr(sys, '_probed_by_test'), all(m in sys.modules for m in ('numpy', 'torch', 'matplotlib.pyplot')))\n"
+    "sys._probed_by_test = True"
+)
+SLEEP_THEN_END = "time.sleep(3)\nprint('END', time.time())"
+
+
+def sandbox_works() -> bool:
+    """Test the sandboxed path when bubblewrap can run here (as tests/test_grading.py decides)."""
+    return bwrap_available()
+
+
+def notebook(cells: list[str]):
+    """A python3 notebook of code cells."""
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.metadata.kernelspec = dict(KERNELSPEC)
+    return nb
+
+
+JOB_NOTEBOOKS = {
+    # preloaded modules are imported, yet no name is bound; the first kernel sleeps so the
+    # second notebook's kernel must have started well before it ends
+    "nb-a": notebook([NAMES, PROBE, "torch.zeros(1)", "np.zeros(1)", SLEEP_THEN_END]),
+    # the kernel (an adopted, pre-started one) dies; a fresh one replays x = 41 and goes on
+    "nb-b": notebook([NAMES, PROBE, "x = 41", "os._exit(1)", "print('AFTER', x + 1)", PROBE]),
+    "nb-c": None,  # not a notebook: nbgrader fails before executing, its pre-started kernel is unused
+}
+
+
+def make_job(base: Path, scratch_root: Path) -> Path:
+    """A job folder as autograder.grade.prepare_job writes it, for a course with only these notebooks."""
+    from nbgrader.api import Gradebook
+
+    course_id = load_config().CourseDirectory.course_id
+    job_dir = base / "job"
+    submitted = job_dir / "course" / "submitted" / STUDENT / ASSIGNMENT
+    submitted.mkdir(parents=True)
+    for name, nb in JOB_NOTEBOOKS.items():
+        path = submitted / f"{name}.ipynb"
+        path.write_text("this is not a notebook") if nb is None else nbformat.write(nb, path)
+    db_url = f"sqlite:///{job_dir / 'gradebook.db'}"
+    with Gradebook(db_url, course_id) as gb:
+        gb.update_or_create_assignment(ASSIGNMENT)
+        for name in JOB_NOTEBOOKS:
+            gb.update_or_create_notebook(name, ASSIGNMENT)
+    (base / "real-course").mkdir()
+    job = {
+        "student": STUDENT, "notebooks": list(JOB_NOTEBOOKS), "course_root": str(job_dir / "course"),
+        "course_id": course_id, "db_url": db_url, "bundle_dir": str(REPO), "cell_timeout": 60,
+        "notebook_timeout": 300, "sandbox": sandbox_works(), "limits": {}, "scratch_root": str(scratch_root),
+        "real_course_root": str(base / "real-course"), "real_db_url": f"sqlite:///{base / 'real-course' / 'gradebook.db'}",
+        "expected_records": None,
+    }
+    (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    return job_dir
+
+
+def cell_texts(nb) -> list[str]:
+    """Each cell's text output, an error as 'ERROR name'."""
+    texts = []
+    for cell in nb.cells:
+        parts = [out.text if out.output_type == "stream" else f"ERROR {out.ename}"
+                 for out in cell.outputs if out.output_type in ("stream", "error")]
+        texts.append("".join(parts).strip())
+    return texts
+
+
+def kernel_line(text: str) -> tuple[float, int, bool, bool]:
+    """(start time, pid, probed before, preloaded) from a PROBE cell's output."""
+    _, start, pid, seen, preloaded = text.split()
+    return float(start), int(pid), seen == "True", preloaded == "True"
+
+
+def process_gone(pid: int) -> bool:
+    """True when no live (non-zombie) process has this pid."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def sandbox_processes_left(folder: Path) -> str:
+    """Command lines of processes naming the folder (bwrap binds the scratch folders), after a grace period."""
+    for _ in range(30):  # a killed sandbox's namespace is torn down asynchronously
+        left = subprocess.run(["pgrep", "-af", str(folder)], capture_output=True, text=True)
+        if left.returncode == 1:
+            return ""
+        time.sleep(0.5)
+    return left.stdout
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade the job once; record every kernel manager prestart() created and its process id."""
+    base = tmp_path_factory.mktemp("prestart")
+    scratch_root = Path(tempfile.mkdtemp(prefix="prestart-"))  # short: unix socket paths
+    scratch_root.chmod(0o711)
+    job_dir = make_job(base, scratch_root)
+    launched = []  # (scratch, kernel manager, pid)
+    original = GradingExecute.prestart
+
+    def recording_prestart(self, kernel_name=""):
+        original(self, kernel_name)
+        km = prestarted_kernels()[os.path.realpath(self.scratch)]
+        launched.append((self.scratch, km, km.provisioner.pid))
+
+    saved_root = os.environ.get("PART_II_ROOT")
+    GradingExecute.prestart = recording_prestart
+    try:
+        results = worker.run_job(job_dir)
+    finally:
+        GradingExecute.prestart = original
+        if saved_root is None:
+            os.environ.pop("PART_II_ROOT", None)
+        else:
+            os.environ["PART_II_ROOT"] = saved_root
+    autograded = job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT
+    texts = {name: cell_texts(nbformat.read(autograded / f"{name}.ipynb", as_version=4))
+             for name in ("nb-a", "nb-b")}
+    yield results, texts, launched, scratch_root
+    shutil.rmtree(scratch_root, ignore_errors=True)
+
+
+def test_the_job_grades_both_notebooks_and_reports_the_broken_one(graded):
+    """nb-a and nb-b are graded; nb-c, not a notebook, is an error of its own."""
+    results, _, _, _ = graded
+    assert results["nb-a"]["status"] == "graded"
+    assert results["nb-b"]["status"] == "graded"
+    assert results["nb-c"]["status"] == "error"
+
+
+def test_every_notebook_runs_in_a_fresh_kernel_process(graded):
+    """Different start times (and pids outside the sandbox); no kernel had run a probe before."""
+    _, texts, _, _ = graded
+    a = kernel_line(texts["nb-a"][1])
+    b = kernel_line(texts["nb-b"][1])
+    assert not a[2] and not b[2]
+    assert a[0] != b[0]
+    if not sandbox_works():  # inside the sandbox every kernel has the same pid in its own namespace
+        assert a[1] != b[1]
+
+
+def test_the_next_kernel_starts_while_the_current_notebook_runs(graded):
+    """nb-b's kernel process began before nb-a's last cell (3 s of sleep) ended: it was pre-started."""
+    _, texts, launched, _ = graded
+    b_start = kernel_line(texts["nb-b"][1])[0]
+    a_end = float(texts["nb-a"][-1].split()[1])
+    assert b_start < a_end - 2
+    assert [Path(s).name for s, _, _ in launched] == ["nb0", "nb1", "nb2"]
+
+
+def test_preloaded_modules_are_imported_but_bind_no_name(graded):
+    """numpy, torch and pyplot are in sys.modules before any import, yet `torch` and `np` are NameErrors
+    and the namespace equals that of a kernel started without preload."""
+    _, texts, _, _ = graded
+    assert kernel_line(texts["nb-a"][1])[3] is True
+    assert texts["nb-a"][2] == "ERROR NameError"
+    assert texts["nb-a"][3] == "ERROR NameError"
+    bare = run_cells([NAMES, PROBE], preload=[])
+    assert kernel_line(bare[1])[3] is False  # the probe would see a preload
+    assert texts["nb-a"][0] == texts["nb-b"][0] == bare[0]
+    assert bare[0].startswith("NAMES [")
+
+
+def test_kernel_death_in_an_adopted_kernel_restarts_and_replays(graded):
+    """os._exit in the adopted kernel fails that cell; a new kernel replays x = 41 and runs the rest."""
+    _, texts, _, _ = graded
+    b = texts["nb-b"]
+    assert b[3] == "ERROR KernelDied"
+    assert b[4] == "AFTER 42"
+    first, second = kernel_line(b[1]), kernel_line(b[5])
+    assert second[0] > first[0]  # a later process
+    assert second[2] is True  # the replay ran the earlier probe in it
+
+
+def test_no_kernel_outlives_the_job(graded):
+    """Every pre-started kernel (nb-c's was never used) is shut down; nothing of the sandboxes is left."""
+    _, _, launched, scratch_root = graded
+    assert len(launched) == 3
+    assert prestarted_kernels() == {}
+    assert all(process_gone(pid) for _, _, pid in launched), [(s, pid) for s, _, pid in launched]
+    assert sandbox_processes_left(scratch_root) == ""
+
+
+# --- the executor on its own ---------------------------------------------------------------------
+
+def executor_config(scratch: Path) -> Config:
+    """A config whose GradingExecute runs its kernel in scratch, in the sandbox when it works here."""
+    config = Config()
+    if sandbox_works():
+        configure_sandbox(config, scratch, READABLE, SandboxLimits())
+    config.GradingExecute.scratch = str(scratch)
+    return config
+
+
+def run_cells(cells: list[str], preload: list[str], prestart: bool = False, before=None) -> list[str]:
+    """Execute code cells through GradingExecute (optionally adopting a pre-started kernel); text outputs."""
+    scratch = Path(tempfile.mkdtemp(prefix="prestart-unit-"))
+    scratch.chmod(0o755)
+    try:
+        config = executor_config(scratch)
+        config.GradingExecute.preload_modules = preload
+        if prestart:
+            GradingExecute(config=config).prestart("python3")
+        if before:
+            before(scratch)
+        nb = notebook(cells)
+        GradingExecute(config=config, timeout=60).preprocess(nb, {"metadata": {"path": str(scratch)}})
+        return cell_texts(nb)
+    finally:
+        discard_prestarted(str(scratch))
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_a_dead_prestarted_kernel_is_replaced_by_a_fresh_one():
+    """A pre-started kernel that died before its notebook runs is discarded; the notebook still runs."""
+    killed = {}
+
+    def kill(scratch):
+        km = prestarted_kernels()[os.path.realpath(scratch)]
+        km.provisioner.process.kill()
+        km.provisioner.process.wait()
+        killed["at"] = time.time()
+
+    texts = run_cells([PROBE, "print(6 * 7)"], preload=[], prestart=True, before=kill)
+    assert kernel_line(texts[0])[0] > killed["at"] - 0.5  # started after the kill (10 ms clock ticks)
+    assert texts[1] == "42"
+    assert prestarted_kernels() == {}
+
+
+def test_discard_prestarted_shuts_the_kernel_down(tmp_path):
+    """A pre-started kernel nobody adopts is killed by discard_prestarted and leaves the registry."""
+    scratch = Path(tempfile.mkdtemp(prefix="prestart-unit-"))
+    scratch.chmod(0o755)
+    try:
+        config = executor_config(scratch)
+        GradingExecute(config=config).prestart()
+        km = prestarted_kernels()[os.path.realpath(scratch)]
+        pid = km.provisioner.pid
+        assert not process_gone(pid)
+        discard_prestarted(str(scratch))
+        assert process_gone(pid)
+        assert prestarted_kernels() == {}
+        assert sandbox_processes_left(scratch) == ""
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_bad_preload_modules_and_missing_scratch_are_rejected():
+    """preload_modules takes dotted module names only; prestart needs a scratch folder."""
+    with pytest.raises(TraitError, match="preload_modules must be dotted module names"):
+        GradingExecute(preload_modules=["numpy; import shutil"])
+    with pytest.raises(ValueError, match="GradingExecute.scratch is not set"):
+        GradingExecute().prestart("python3")
+    assert sandbox.PRELOAD_MODULES == ["numpy", "torch", "matplotlib.pyplot"]
