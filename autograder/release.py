@@ -101,15 +101,24 @@ def write_bundle(course: Course) -> tuple[Path, Path]:
 
 
 def write_formgrader_config(course: Course) -> Path:
-    """Write <course root>/nbgrader_config.py so JupyterLab started there opens formgrader on this gradebook."""
+    """Write <course root>/nbgrader_config.py so JupyterLab started there opens formgrader on this gradebook.
+
+    The course root and a gradebook inside it are written relative to the file itself, so a
+    copied or moved build folder still points at its own course, not at the one it came from.
+    """
     path = course.root / "nbgrader_config.py"
+    local_db = f"sqlite:///{course.root / 'gradebook.db'}"
+    db_line = ("c.CourseDirectory.db_url = 'sqlite:///' + os.path.join(_here, 'gradebook.db')\n"
+               if course.db_url == local_db else f"c.CourseDirectory.db_url = {course.db_url!r}\n")
     path.write_text(
         "# Written by `python -m autograder release`. Start JupyterLab in this folder and\n"
         "# nbgrader's formgrader (Nbgrader > Formgrader) opens this course and gradebook.\n"
+        "import os\n\n"
         "c = get_config()  # noqa: F821\n"
         f"load_subconfig({str(REPO / 'autograder' / 'nbgrader_config.py')!r})  # noqa: F821\n"
-        f"c.CourseDirectory.root = {str(course.root)!r}\n"
-        f"c.CourseDirectory.db_url = {course.db_url!r}\n",
+        "_here = os.path.dirname(os.path.abspath(__file__))\n"
+        "c.CourseDirectory.root = _here\n"
+        + db_line,
         encoding="utf-8",
     )
     return path
