@@ -218,13 +218,10 @@ def cell_failure(expected: list, got: list) -> str | None:
     return None
 
 
-def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list]:
-    """Run an instructor source notebook in record mode; return {grade_id: [expected records]}."""
+async def _run_in_record_mode(path: Path, timeout: int) -> nbformat.NotebookNode:
+    """Execute a source notebook with PART_II_CHECKS=record in a fresh kernel; return the executed notebook."""
     from nbclient import NotebookClient
 
-    path = Path(source_notebook)
-    if not path.is_file():
-        raise FileNotFoundError(f"source notebook not found: {path}")
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="part-ii-record-") as tmp:
         config = Config()  # unix sockets: no TCP port race with parallel kernels, no plain-text TCP warning
@@ -233,7 +230,12 @@ def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list
         config.KernelManager.connection_file = str(Path(tmp) / "kernel.json")
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=config,
                                 resources={"metadata": {"path": str(path.parent)}})
-        client.execute(env={**os.environ, **RECORD_ENV})
+        await client.async_execute(env={**os.environ, **RECORD_ENV})
+    return nb
+
+
+def _records_of_notebook(path: Path, nb: nbformat.NotebookNode) -> dict[str, list]:
+    """{grade_id: [expected records]} of an executed source notebook; ValueError if its own checks fail."""
     result = {}
     for cell in nb.cells:
         if not is_autograded_test(cell):
@@ -252,29 +254,63 @@ def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list
     return result
 
 
+def _source_path(source_notebook: Path) -> Path:
+    """The source notebook's path; FileNotFoundError when it is missing."""
+    path = Path(source_notebook)
+    if not path.is_file():
+        raise FileNotFoundError(f"source notebook not found: {path}")
+    return path
+
+
+def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list]:
+    """Run an instructor source notebook in record mode; return {grade_id: [expected records]}."""
+    import asyncio
+
+    path = _source_path(source_notebook)
+    return _records_of_notebook(path, asyncio.run(_run_in_record_mode(path, timeout)))
+
+
+async def _record_many(paths: list[Path], timeout: int, parallel: int) -> list[dict[str, list]]:
+    """record_expected for several notebooks, at most `parallel` kernels at a time, results in order."""
+    import asyncio
+
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(path: Path) -> dict[str, list]:
+        async with gate:
+            return _records_of_notebook(path, await _run_in_record_mode(path, timeout))
+
+    return list(await asyncio.gather(*(one(p) for p in paths)))
+
+
 def record_assignment(source_dir: Path, notebooks: list[str] | None = None, timeout: int = 300,
-                      cache_dir: Path | None = None) -> dict[str, dict]:
+                      cache_dir: Path | None = None, parallel: int | None = None) -> dict[str, dict]:
     """record_expected for every notebook of an assignment folder: {notebook stem: {grade_id: [...]}}.
 
-    With cache_dir, a notebook is run again only when it, checks.py, the reference module or the
-    data file changed (the cache holds expected values: keep it where kernels cannot read it).
+    Notebooks run `parallel` at a time (default: one per CPU). With cache_dir, a notebook is
+    run again only when it, checks.py, the reference module or the data file changed (the
+    cache holds expected values: keep it where kernels cannot read it).
     """
+    import asyncio
+
     folder = Path(source_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"assignment source folder not found: {folder}")
+    if parallel is not None and (not isinstance(parallel, int) or parallel < 1):
+        raise ValueError(f"parallel must be a positive integer, got {parallel!r}")
     names = notebooks if notebooks is not None else sorted(p.stem for p in folder.glob("*.ipynb"))
-    result = {}
-    for name in names:
-        path = folder / f"{name}.ipynb"
-        cached = Path(cache_dir) / f"{name}-{_inputs_digest(path)}.json" if cache_dir else None
-        if cached is not None and cached.is_file():
-            result[name] = json.loads(cached.read_text(encoding="utf-8"))
-            continue
-        result[name] = record_expected(path, timeout=timeout)
-        if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps(result[name]), encoding="utf-8")
-    return result
+    paths = {name: _source_path(folder / f"{name}.ipynb") for name in names}
+    cached = {name: Path(cache_dir) / f"{name}-{_inputs_digest(path)}.json" for name, path in paths.items()} if cache_dir else {}
+    result = {name: json.loads(f.read_text(encoding="utf-8")) for name, f in cached.items() if f.is_file()}
+    todo = [name for name in names if name not in result]
+    if todo:
+        recorded = asyncio.run(_record_many([paths[n] for n in todo], timeout, parallel or os.cpu_count() or 1))
+        for name, records in zip(todo, recorded):
+            result[name] = records
+            if name in cached:
+                cached[name].parent.mkdir(parents=True, exist_ok=True)
+                cached[name].write_text(json.dumps(records), encoding="utf-8")
+    return {name: result[name] for name in names}
 
 
 def _inputs_digest(notebook: Path) -> str:

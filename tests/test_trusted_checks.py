@@ -1,0 +1,91 @@
+"""record_assignment: the instructor's expected values, recorded from tiny source notebooks in real kernels.
+
+Each source notebook here has a setup cell that imports checks.py and one autograded test
+cell. The expected values come from the literals written in the cells, not from the code
+under test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import trusted_checks
+from autograder.trusted_checks import record_assignment
+
+REPO = Path(__file__).resolve().parent.parent
+SETUP = f"import sys\nsys.path.insert(0, {str(REPO / 'code' / 'part-ii')!r})\nfrom checks import check_close, check_equal\n"
+
+
+def source_notebook(folder: Path, name: str, test_source: str, before_test: str = "") -> Path:
+    """Write folder/name.ipynb: setup, an optional plain cell, then the autograded test cell `test_<name>`."""
+    cells = [nbformat.v4.new_code_cell(SETUP)]
+    if before_test:
+        cells.append(nbformat.v4.new_code_cell(before_test))
+    test = nbformat.v4.new_code_cell(test_source)
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                 "grade_id": f"test_{name}", "schema_version": 3}
+    cells.append(test)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def rendezvous(me: str, other: str, folder: Path) -> str:
+    """Code that leaves a marker and waits (up to 120 s) for the other notebook's: passes only when both run at once."""
+    return (f"import pathlib, time\n"
+            f"pathlib.Path({str(folder / me)!r}).touch()\n"
+            f"deadline = time.monotonic() + 120\n"
+            f"while not pathlib.Path({str(folder / other)!r}).exists():\n"
+            f"    assert time.monotonic() < deadline, 'the other notebook never ran at the same time'\n"
+            f"    time.sleep(0.05)\n")
+
+
+def test_records_come_from_every_notebook_run_side_by_side_and_are_cached(tmp_path, monkeypatch):
+    source = tmp_path / "source"
+    source.mkdir()
+    source_notebook(source, "one", "check_close('half', 1 / 2, 0.5)\n", rendezvous("one.ready", "two.ready", tmp_path))
+    source_notebook(source, "two", "check_equal('shape', (2, 3), (2, 3))\n", rendezvous("two.ready", "one.ready", tmp_path))
+    cache = tmp_path / "cache"
+
+    records = record_assignment(source, cache_dir=cache, parallel=2)
+
+    assert list(records) == ["one", "two"]
+    (half,) = records["one"]["test_one"]
+    assert (half["kind"], half["label"], half["expected"]) == ("close", "half", 0.5)
+    (shape,) = records["two"]["test_two"]
+    assert (shape["kind"], shape["label"]) == ("equal", "shape")
+    assert trusted_checks.checks.from_plain(shape["expected"]) == (2, 3)
+    assert sorted(p.name.split("-")[0] for p in cache.glob("*.json")) == ["one", "two"]
+
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("a cached notebook was run again")
+
+    monkeypatch.setattr(trusted_checks, "_run_in_record_mode", no_kernel)
+    assert record_assignment(source, cache_dir=cache) == records
+    assert json.loads(next(cache.glob("one-*.json")).read_text()) == records["one"]
+
+
+def test_a_source_notebook_that_fails_its_own_check_is_reported(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    source_notebook(source, "wrong", "check_close('third', 1 / 3, 0.5)\n")
+    with pytest.raises(ValueError, match="wrong.ipynb: the instructor's solution fails its own check in test_wrong"):
+        record_assignment(source)
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"source_dir": "no/such/folder"}, FileNotFoundError, "assignment source folder not found"),
+    ({"notebooks": ["missing"]}, FileNotFoundError, "source notebook not found"),
+    ({"parallel": 0}, ValueError, "parallel must be a positive integer, got 0"),
+    ({"parallel": "2"}, ValueError, "parallel must be a positive integer"),
+])
+def test_bad_arguments_are_rejected(tmp_path, kwargs, error, words):
+    args = {"source_dir": tmp_path, **kwargs}
+    with pytest.raises(error, match=words):
+        record_assignment(**args)
