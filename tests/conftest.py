@@ -1,5 +1,8 @@
-"""Shared test setup: the course's code folder is importable as plain modules."""
+"""Shared test setup: the course's code folder is importable as plain modules, and builds that
+several test files share (tests/shared_builds.py) get one folder per test run."""
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -7,3 +10,38 @@ REPO = Path(__file__).resolve().parent.parent
 CODE = REPO / "code" / "part-ii"
 if str(CODE) not in sys.path:
     sys.path.insert(0, str(CODE))
+
+import shared_builds  # noqa: E402 - needs nothing from the path above, but keeps imports in one place
+
+
+def _is_controller(config) -> bool:
+    """True in the pytest process that runs the session (not in an xdist worker)."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    """The controller names the run before xdist starts its workers, which inherit the name."""
+    if _is_controller(config):
+        os.environ.pop(shared_builds.RUN_ENV, None)
+        shared_builds.remove_stale_runs(keep=shared_builds.run_id())
+
+
+def pytest_unconfigure(config):
+    """The controller removes the run's shared builds once every worker is done."""
+    if _is_controller(config) and shared_builds.RUN_ENV in os.environ:
+        shutil.rmtree(shared_builds.SHARED / os.environ[shared_builds.RUN_ENV], ignore_errors=True)
+
+
+# Files that take minutes go first, so pytest-xdist (--dist loadfile --no-loadscope-reorder) starts
+# them at once on different workers: the browser on one, the graded class (built by whichever of
+# the next files asks first) on the other. Everything else fills in behind them.
+LONG_FIRST = ("tests/test_browser.py", "tests/test_adversarial.py", "tests/test_grading.py", "tests/test_release.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run the long files first, each file's tests in their own order."""
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)

@@ -1,112 +1,35 @@
 """The adversarial catalogue (tests/adversarial/) graded by the real pipeline.
 
-One temporary course: ``python -m autograder release``, then one LMS folder per catalogue
-entry (a solved release notebook with the entry's bad cells, wrong solutions or file-level
-damage), then ``collect``, ``grade --workers 2`` (sandboxed), ``feedback`` and ``export``.
+One course graded by the CLI together with the sample class (tests/shared_builds.py):
+``release``, one LMS folder per catalogue entry (a solved release notebook with the entry's
+bad cells, wrong solutions or file-level damage, see tests/adversarial_catalogue.py), then
+``collect``, ``grade --workers 2`` (sandboxed), ``feedback`` and ``export``.
 The tests check each entry's outcome from manifest.json, that nothing was lost, that the
 sandbox probes were blocked, and that no hidden-test source or hidden expected value reaches
 any feedback file or CLI output.
 """
 
-import copy
-import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
+from types import SimpleNamespace
 
-import nbformat
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-CATALOGUE = REPO / "tests" / "adversarial"
-MANIFEST = json.loads((CATALOGUE / "manifest.json").read_text(encoding="utf-8"))
-NOTEBOOK = MANIFEST["notebook"]
-ENTRIES = {e["id"]: e for e in MANIFEST["entries"]}
-GRADED = [i for i, e in ENTRIES.items() if e["outcome"] == "graded"]
-REJECTED = [i for i, e in ENTRIES.items() if e["outcome"] == "rejected"]
-sys.path.insert(0, str(REPO))
-
-
-def load_entry(entry: dict):
-    """Import one catalogue file as a module."""
-    spec = importlib.util.spec_from_file_location(f"adversarial_{entry['id'].replace('-', '_')}", CATALOGUE / entry["file"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def grade_id(cell) -> str:
-    """A cell's nbgrader grade id ('' when it has none)."""
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-
-
-def build_submission(entry: dict, solved: nbformat.NotebookNode, fields: dict) -> bytes:
-    """The entry's notebook file: the solved notebook plus its injected cells, wrong solutions or transform."""
-    module = load_entry(entry)
-    nb = copy.deepcopy(solved)
-    for gid, source in getattr(module, "WRONG", {}).items():
-        next(c for c in nb.cells if grade_id(c) == gid).source = source
-    for where, anchor, code in reversed(getattr(module, "INJECT", [])):
-        code = code.format(**fields) if entry.get("format") else code
-        cell = nbformat.v4.new_code_cell(code)
-        if where == "end":
-            nb.cells.append(cell)
-            continue
-        if anchor == "setup":  # the notebook's first code cell
-            index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-        else:
-            index = next(i for i, c in enumerate(nb.cells) if grade_id(c) == anchor)
-        nb.cells.insert(index + 1, cell)
-    if hasattr(module, "transform"):
-        result = module.transform(nb)
-        if isinstance(result, bytes):
-            return result
-        nb = result
-    return nbformat.writes(nb).encode("utf-8")
-
-
-def run_cli(*args: str, env: dict, timeout: int = 1200) -> subprocess.CompletedProcess:
-    """Run `python -m autograder ARGS`; keep its output for the leak checks."""
-    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+from adversarial_catalogue import ENTRIES, GRADED, NOTEBOOK, REJECTED
+from shared_builds import build_env, graded_build
 
 
 @pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
-    """Release, build the catalogue class, collect, grade, feedback, export; return what the tests need."""
+def graded_class():
+    """The catalogue graded with the sample class (tests/shared_builds.py): course, CLI outputs, base folder."""
     from autograder.course import Course
-    from autograder.sample_class import Assignment
 
-    base = tmp_path_factory.mktemp("adversarial")
-    build = base / "build"
-    env = {**os.environ, "PART_II_BUILD": str(build), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-    outputs = [run_cli("release", "--build", str(build), env=env)]
-    assert outputs[0].returncode == 0, outputs[0].stdout + outputs[0].stderr
-    course = Course.load(build)
-    solved = Assignment.read(course).solved()[NOTEBOOK]
-    fields = {
-        "outside": str(base / "escaped.txt"),
-        "source_notebook": str(course.source_dir / f"{NOTEBOOK}.ipynb"),
-        "gradebook": str(course.root / "gradebook.db"),
-        "source_glob": str(course.source_dir / "*.ipynb"),
-    }
-    download = base / "download"
-    for entry_id, entry in ENTRIES.items():
-        folder = download / entry_id
-        folder.mkdir(parents=True)
-        (folder / f"{NOTEBOOK}.ipynb").write_bytes(build_submission(entry, solved, fields))
-    outputs.append(run_cli("collect", str(download), "--build", str(build), env=env))
-    outputs.append(run_cli("grade", "--build", str(build), "--workers", "2", "--cell-timeout", "30",
-                           "--notebook-timeout", "240", env=env))
-    outputs.append(run_cli("feedback", "--build", str(build), env=env))
-    outputs.append(run_cli("export", "--build", str(build), env=env))
-    os.environ["PART_II_BUILD"] = str(build)  # Course.load above exported it for children; keep it consistent
-    return {"course": Course.load(build), "outputs": outputs, "base": base}
+    folder, info = graded_build()
+    with build_env(folder / "build"):
+        course = Course.load(folder / "build")
+    outputs = {step: SimpleNamespace(**out) for step, out in info["outputs"].items()}
+    yield {"course": course, "outputs": outputs, "base": folder}
 
 
 def cell_scores(course, student: str) -> dict[str, tuple[float, float]]:
@@ -119,13 +42,12 @@ def cell_scores(course, student: str) -> dict[str, tuple[float, float]]:
 
 
 def test_the_grader_survives_every_entry(graded_class):
-    """release, collect, grade, feedback and export all finish without a crash."""
-    for proc in graded_class["outputs"]:
+    """collect, grade, feedback and export all finish without a crash."""
+    outputs = graded_class["outputs"]
+    for proc in outputs.values():
         assert "Traceback (most recent call last)" not in proc.stdout + proc.stderr, proc.args
-    release, collect, grade, feedback, export = graded_class["outputs"]
-    assert collect.returncode == 0, collect.stdout + collect.stderr
-    assert feedback.returncode == 0, feedback.stdout + feedback.stderr
-    assert export.returncode == 0, export.stdout + export.stderr
+    for step in ("collect", "feedback", "export"):
+        assert outputs[step].returncode == 0, outputs[step].stdout + outputs[step].stderr
 
 
 def test_nothing_is_lost(graded_class):
@@ -188,14 +110,16 @@ def test_no_hidden_source_or_expected_value_leaks(graded_class):
     feedback = list((course.root / "feedback").rglob("*.html"))
     assert len(feedback) >= len(GRADED)
     texts = [p.read_text(encoding="utf-8") for p in feedback]
-    texts += [proc.stdout + proc.stderr for proc in graded_class["outputs"]]
+    texts += [proc.stdout + proc.stderr for proc in graded_class["outputs"].values()]
     for text in texts:
         leaked = [line for line in secrets if line in text]
         assert not leaked, leaked[:3]
     # every expected value the grader recorded, at full precision (notebooks print six decimals)
-    from autograder.trusted_checks import checks, record_expected
+    from autograder.grade import expected_records
+    from autograder.trusted_checks import checks
 
-    records = record_expected(course.source_dir / f"{NOTEBOOK}.ipynb")
+    # the grader's own records of this course (cached by content: the run above made them)
+    records = json.loads(expected_records(course, course.notebook_names()).read_text(encoding="utf-8"))[NOTEBOOK]
     values = set()
     for cell_records in records.values():
         for record in cell_records:

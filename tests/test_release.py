@@ -1,8 +1,9 @@
 """The student release of every notebook in notebooks/part-ii/, as nbgrader generates it.
 
-The release is generated once per session into a temporary build folder
-(``PART_II_BUILD``), then each release notebook is executed once, top to bottom, with
-errors allowed. Checks: no solution code, no hidden test and no output leak into the
+The release is generated once per test run by ``python -m autograder release`` into a
+shared build folder (tests/shared_builds.py); each release notebook is executed, top to
+bottom with errors allowed, by the grader itself: the sample class's ``blank`` student hands
+in the release unchanged. Checks: no solution code, no hidden test and no output leak into the
 release; every cell outside the exercises runs; solution cells raise only NotImplementedError
 (from the stub) and demo cells only NotImplementedError or NameError (an answer not given
 yet); every autograded test cell fails, with NotImplementedError, AssertionError or
@@ -19,20 +20,18 @@ follows a solution cell (or another such cell) is the exercise's demo cell.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from shared_builds import graded_build, released_build
+
 REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIR = REPO / "notebooks" / "part-ii"
 SOURCES = sorted(SOURCE_DIR.glob("*.ipynb"))
 NAMES = [p.name for p in SOURCES]
-VENV_BIN = Path(sys.executable).parent  # nbgrader calls alembic from PATH
 
 SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*### END SOLUTION", re.S | re.M)
 HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS", re.S | re.M)
@@ -76,35 +75,22 @@ def _error(cell):
 
 
 @pytest.fixture(scope="module")
-def release_dir(tmp_path_factory) -> Path:
-    """Generate the student release once with the harness (`python -m autograder release`) into a temporary build folder."""
-    build = tmp_path_factory.mktemp("part-ii-build")
-    env = {k: v for k, v in os.environ.items() if k not in ("PART_II_SOURCE", "PART_II_DB_URL", "PART_II_BUILD")}
-    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}")
-    result = subprocess.run(
-        [sys.executable, "-m", "autograder", "release", "--build", str(build)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, f"python -m autograder release failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+def release_dir() -> Path:
+    """The student release made by the harness (`python -m autograder release`), once per test run."""
+    build, _info = released_build()
     return build / "course" / "release" / "part-ii"
 
 
 @pytest.fixture(scope="module")
-def executed(release_dir):
-    """Run a release notebook top to bottom once (errors allowed) and cache it: name -> executed notebook."""
-    from nbclient import NotebookClient
-
-    cache: dict[str, nbformat.NotebookNode] = {}
-    env = {**os.environ, "PART_II_ROOT": str(REPO)}  # the release folder has no code/part-ii beside it
+def executed():
+    """name -> the release notebook as the grader executed it: the sample class's `blank` student hands in
+    the release unchanged (tests/shared_builds.py grades it in the sandbox, errors allowed)."""
+    folder, info = graded_build()
+    assert "blank" in info["sample"]
+    autograded = folder / "build" / "course" / "autograded" / "blank" / "part-ii"
 
     def run(name: str) -> nbformat.NotebookNode:
-        if name not in cache:
-            nb = nbformat.read(release_dir / name, as_version=4)
-            client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                                    resources={"metadata": {"path": str(release_dir)}})
-            client.execute(env=env)
-            cache[name] = nb
-        return cache[name]
+        return nbformat.read(autograded / name, as_version=4)
 
     return run
 
@@ -223,3 +209,18 @@ def test_release_fails_only_where_the_student_must_work(executed, name):
                 problems.append(f"cell {i} outside the exercises raised {ename}: {err.evalue}")
     assert tests > 0, f"{name}: no autograded test cell"
     assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+def test_formgrader_config_follows_a_copied_course(release_dir, tmp_path):
+    """The course's nbgrader_config.py names its own folder: a copied build opens the copy, not the original."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    original = release_dir.parent.parent
+    copy = tmp_path / "moved" / "course"
+    copy.parent.mkdir()
+    (copy).mkdir()
+    (copy / "nbgrader_config.py").write_bytes((original / "nbgrader_config.py").read_bytes())
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(copy)).load_config()
+    assert config.CourseDirectory.root == str(copy)
+    assert config.CourseDirectory.db_url == f"sqlite:///{copy / 'gradebook.db'}"
+    assert str(original) not in (copy / "nbgrader_config.py").read_text(encoding="utf-8")

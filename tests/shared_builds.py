@@ -1,0 +1,173 @@
+"""Builds that several test files read, made once per test run and shared by the xdist workers.
+
+Releasing the course, or grading a class in the sandbox, costs minutes; test_release,
+test_grading and test_adversarial need the same results. The first worker that asks for a
+build makes it under an exclusive file lock; the others wait on the lock and read it. A
+build that failed is recorded, so the other workers report the same failure instead of
+paying for it again. Builds live in ``build/test-shared/<run id>/`` (the sandbox user must
+be able to traverse them, which pytest's private tmp folders do not allow); the run id is
+set by the controlling pytest process (conftest.py) and its folder removed at the end.
+
+Tests must treat a shared build as read-only: copy it before changing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO / "build" / "test-shared"
+RUN_ENV = "PART_II_TEST_RUN"
+STALE_SECONDS = 6 * 3600  # folders of killed runs older than this are removed by the next run
+
+# The sample class and the adversarial catalogue are graded together, with these limits.
+# A kernel imports numpy/torch/matplotlib before the first cell, so an honest cell takes well
+# under a second even on a loaded machine; every cell that never ends costs one CELL_TIMEOUT.
+CELL_TIMEOUT = 15.0
+NOTEBOOK_TIMEOUT = 300.0
+WORKERS = 2
+
+
+def run_id() -> str:
+    """This test run's id (set by conftest.py; a single process run makes its own)."""
+    if RUN_ENV not in os.environ:
+        os.environ[RUN_ENV] = f"{os.getpid()}-{int(time.time())}"
+    return os.environ[RUN_ENV]
+
+
+def run_root() -> Path:
+    """build/test-shared/<run id>/, created traversable for the sandbox user."""
+    root = SHARED / run_id()
+    root.mkdir(parents=True, exist_ok=True)
+    for folder in (SHARED.parent, SHARED, root):
+        folder.chmod(0o755)
+    return root
+
+
+def remove_stale_runs(keep: str) -> None:
+    """Delete the shared folders of earlier runs that were killed before cleaning up."""
+    if not SHARED.is_dir():
+        return
+    now = time.time()
+    for folder in SHARED.iterdir():
+        if folder.name != keep and now - folder.stat().st_mtime > STALE_SECONDS:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def shared(name: str, make) -> tuple[Path, dict]:
+    """(folder, info) of the build `name`: make(folder) -> info (JSON) runs once per test run."""
+    root = run_root()
+    folder, info_file, failed = root / name, root / f"{name}.json", root / f"{name}.failed"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if failed.exists():
+            raise RuntimeError(f"the shared build {name!r} failed in another worker:\n{failed.read_text()}")
+        if not info_file.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            folder.chmod(0o755)
+            try:
+                info = make(folder)
+            except BaseException:
+                failed.write_text(traceback.format_exc()[-6000:])
+                raise
+            info_file.write_text(json.dumps(info), encoding="utf-8")
+    return folder, json.loads(info_file.read_text(encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def build_env(build: Path):
+    """PART_II_BUILD pointed at build for the block (Course.load exports it), restored afterwards."""
+    saved = {k: os.environ.get(k) for k in ("PART_II_BUILD", "PART_II_DB_URL")}
+    os.environ.pop("PART_II_DB_URL", None)
+    os.environ["PART_II_BUILD"] = str(build)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def cli_env(build: Path) -> dict[str, str]:
+    """Environment of a `python -m autograder` run on build (the venv first on PATH: nbgrader calls alembic)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PART_II_SOURCE", "PART_II_DB_URL")}
+    env.update(PART_II_BUILD=str(build), OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+def run_cli(build: Path, *args: str, timeout: int = 1800) -> dict:
+    """Run `python -m autograder ARGS --build BUILD`; return its argv, exit code and output."""
+    argv = [sys.executable, "-m", "autograder", *args, "--build", str(build)]
+    done = subprocess.run(argv, cwd=REPO, env=cli_env(build), capture_output=True, text=True, timeout=timeout)
+    return {"args": argv, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def sandbox_works() -> bool:
+    """Grade like the demo: in the sandbox when bubblewrap can run here."""
+    try:
+        from autograder.sandbox import bwrap_available
+    except ImportError:
+        return False
+    return bwrap_available()
+
+
+# --- the builds ------------------------------------------------------------------------------
+
+def _make_release(folder: Path) -> dict:
+    """`python -m autograder release` into folder/build."""
+    out = run_cli(folder / "build", "release")
+    if out["returncode"] != 0:
+        raise RuntimeError(f"python -m autograder release failed:\n{out['stdout'][-3000:]}\n{out['stderr'][-3000:]}")
+    return {"release": out}
+
+
+def released_build() -> tuple[Path, dict]:
+    """A build folder (path, info) holding the course released by the CLI; read-only."""
+    folder, info = shared("release", _make_release)
+    return folder / "build", info
+
+
+def _make_graded(folder: Path) -> dict:
+    """The released course copied, the sample class and the adversarial catalogue collected from one
+    LMS zip, graded (2 workers, sandbox when available), feedback and export - all by the CLI."""
+    import adversarial_catalogue as cat
+    from autograder.course import Course
+    from autograder.sample_class import SampleStudent, build_sample_class, write_lms_zip
+
+    released, _ = released_build()
+    build = folder / "build"
+    shutil.copytree(released, build, symlinks=True)
+    with build_env(build):
+        course = Course.load(build)
+        students = build_sample_class(course, trimmed=True)
+        entries = cat.catalogue_submissions(course, outside=folder / "escaped.txt")
+    extra = [SampleStudent(entry_id, "adversarial catalogue entry", {f"{cat.NOTEBOOK}.ipynb": data})
+             for entry_id, data in entries.items()]
+    lms = write_lms_zip(students + extra, folder / "lms.zip")
+    outputs = {"collect": run_cli(build, "collect", str(lms))}
+    shutil.copytree(build / "course", folder / "collected", symlinks=True)
+    grade = ["grade", "--workers", str(WORKERS), "--cell-timeout", f"{CELL_TIMEOUT:g}",
+             "--notebook-timeout", f"{NOTEBOOK_TIMEOUT:g}"]
+    outputs["grade"] = run_cli(build, *grade, *([] if sandbox_works() else ["--no-sandbox"]))
+    outputs["feedback"] = run_cli(build, "feedback")
+    outputs["export"] = run_cli(build, "export")
+    return {"outputs": outputs, "sample": [s.student for s in students], "catalogue": sorted(entries)}
+
+
+def graded_build() -> tuple[Path, dict]:
+    """(folder, info) of the graded class: folder/build (graded course), folder/collected (the course
+    before grading), folder/escaped.txt (must never exist); info["outputs"] = the CLI runs."""
+    return shared("graded", _make_graded)
