@@ -142,6 +142,8 @@ class LabServer:
             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
             f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={self.state / 'workspaces'}",
             "--ServerApp.terminals_enabled=False",
+            # window.jupyterapp: the test resumes Run All and closes notebooks through JupyterLab's own commands
+            "--LabApp.expose_app_in_browser=True",
         ]
         if os.geteuid() == 0:  # CI and the course machines run as root
             cmd.append("--ServerApp.allow_root=True")
@@ -356,6 +358,20 @@ JS_KERNEL_STATE = """
 }
 """
 
+# True once the shown notebook has at least n cells in the DOM.
+JS_CELL_COUNT_AT_LEAST = """
+([panelSel, n]) => document.querySelectorAll(panelSel + ' .jp-Notebook .jp-Cell').length >= n
+"""
+
+# True once a dialog is on screen with its content filled in.
+JS_DIALOG_SHOWN = """
+() => {
+  const dialog = document.querySelector('.jp-Dialog');
+  if (!dialog || dialog.getClientRects().length === 0) return false;
+  return !dialog.querySelector('.jp-Dialog-content') || dialog.textContent.trim().length > 0;
+}
+"""
+
 # 'dialog' while a dialog is up, 'closed' once no notebook panel is shown.
 JS_CLOSED_OR_DIALOG = """
 (panelSel) => document.querySelector('.jp-Dialog') ? 'dialog' : (document.querySelector(panelSel) ? false : 'closed')
@@ -454,6 +470,33 @@ JS_CREATE_ASSIGNMENT = """
     w.querySelector('.nbgrader-LockButton').classList.contains('nbgrader-mod-locked'),
   ]);
   return {total: total ? total.value : null, rows};
+}
+"""
+
+
+# Select the cell at `start` in the shown notebook and start the Run menu's "Run Selected Cell and
+# All Below" command without waiting for it; return the notebook's path (to check it is the right one).
+JS_RUN_ALL_BELOW = """
+([start]) => {
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
+  panel.content.activeCellIndex = start;
+  app.commands.execute('notebook:run-all-below');
+  return panel.context.path;
+}
+"""
+
+# Close the shown notebook and shut its kernel down without waiting for the kernel to exit (the
+# server ends it while the next notebook opens); unsaved changes are discarded. Returns the path.
+JS_CLOSE_AND_SHUTDOWN = """
+() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  if (!panel || !panel.sessionContext) return null;
+  const path = panel.context.path;
+  panel.sessionContext.shutdown().catch(() => {});
+  panel.context.model.dirty = false;
+  panel.dispose();
+  return path;
 }
 """
 

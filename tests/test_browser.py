@@ -32,6 +32,8 @@ OPEN_TIMEOUT_MS = 60_000
 RUN_TIMEOUT_MS = 180_000
 VALIDATE_TIMEOUT_MS = 240_000
 INSTRUCTOR_DIR = "instructor"
+# waits evaluate their condition on a timer, not on every animation frame (Playwright's default)
+POLL_MS = 50
 
 
 def test_assignment_has_notebooks():
@@ -83,6 +85,11 @@ def page(browser):
         context.close()
 
 
+def wait_js(pg, expression: str, arg=None, timeout: float = OPEN_TIMEOUT_MS):
+    """Wait until the JS function expression(arg) returns a truthy value; return it as a Python value."""
+    return pg.wait_for_function(expression, arg=arg, timeout=timeout, polling=POLL_MS).json_value()
+
+
 def screenshot(pg, name: str) -> Path:
     """Save a screenshot of the current screen under the build folder's screenshots/."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -103,44 +110,42 @@ def screenshot_on_failure(pg, name: str):
 
 
 def close_notebook(pg) -> None:
-    """Close the open notebook and shut its kernel down (File > Close and Shut Down Notebook)."""
+    """Close the shown notebook (unsaved changes discarded); its kernel shuts down while the test goes on."""
     if pg.locator(bs.PANEL).count() == 0 or pg.locator(bs.DIALOG).count():
         return
-    bs.run_menu_command(pg, "filemenu:close-and-cleanup", menu="File")
-    for _ in range(3):  # "Shut down the notebook?", then "Save changes?" if a run left it unsaved
-        state = pg.wait_for_function(bs.JS_CLOSED_OR_DIALOG, arg=bs.PANEL).json_value()
-        if state == "closed":
-            return
-        dialog = pg.locator(bs.DIALOG).first.element_handle()
-        discard = dialog.query_selector(".jp-mod-warn") or dialog.query_selector(".jp-mod-accept")
-        discard.click()
-        dialog.wait_for_element_state("hidden")
-    pytest.fail("the notebook did not close")
+    assert pg.evaluate(bs.JS_CLOSE_AND_SHUTDOWN), "no notebook panel to close"
+    state = wait_js(pg, bs.JS_CLOSED_OR_DIALOG, bs.PANEL)
+    assert state == "closed", f"closing the notebook showed a dialog: {pg.locator(bs.DIALOG).first.inner_text()!r}"
 
 
 def open_notebook(pg, lab, rel: str):
     """Open rel as a student would and wait for every cell and an idle kernel; fail on any dialog.
 
-    The first notebook of a folder is opened by URL in a fresh workspace; the next ones by
-    double-clicking them in the file browser (JupyterLab loads once), after closing the previous one.
+    The first notebook is opened by URL in a fresh workspace; the next ones by double-clicking them
+    in the file browser (JupyterLab loads once), after closing the previous one.
     """
     nb = bs.read_notebook(lab.root / rel)
     folder, name = rel.rsplit("/", 1)
-    in_app = getattr(pg, "lab_folder", None) == folder and pg.locator(bs.DIALOG).count() == 0
+    in_app = getattr(pg, "lab_loaded", False) and pg.locator(bs.DIALOG).count() == 0
     if in_app:
         close_notebook(pg)
+        pg.evaluate("(path) => window.jupyterapp.commands.execute('filebrowser:go-to-path', {path})", folder)
         item = pg.locator(".jp-DirListing-item").filter(has=pg.get_by_text(name, exact=True))
+        with contextlib.suppress(playwright_api.TimeoutError):
+            item.wait_for(state="visible", timeout=10_000)
         in_app = item.count() == 1 and item.is_visible()
     if in_app:
         item.dblclick()
     else:
         close_notebook(pg)
         pg.goto(lab.url(f"lab/tree/{quote(rel)}?reset"))
-        pg.lab_folder = folder
+        pg.lab_loaded = True
     panel = pg.locator(bs.PANEL)
-    panel.locator(".jp-Notebook .jp-Cell").nth(len(nb.cells) - 1).wait_for(state="attached")
+    wait_js(pg, bs.JS_CELL_COUNT_AT_LEAST, [bs.PANEL, len(nb.cells)])
+    shown = pg.evaluate("() => window.jupyterapp.shell.currentWidget.context.path")
+    assert shown == rel, f"opened {shown!r} instead of {rel!r}"
     kernel = nb.metadata.kernelspec.display_name
-    state = pg.wait_for_function(bs.JS_KERNEL_STATE, arg=[bs.PANEL, kernel], timeout=OPEN_TIMEOUT_MS).json_value()
+    state = wait_js(pg, bs.JS_KERNEL_STATE, [bs.PANEL, kernel])
     if state == "dialog":
         text = pg.locator(bs.DIALOG).first.inner_text()
         screenshot(pg, f"{Path(rel).stem}-dialog.png")
@@ -158,14 +163,14 @@ def check_math(pg, rel: str, nb) -> None:
     assert math_cells or not any("$" in s for s in code_free), f"{rel}: TeX outside markdown cells only?"
     if not math_cells:
         return
-    pg.wait_for_function(bs.JS_MATH_READY, arg=[bs.PANEL, math_cells], timeout=OPEN_TIMEOUT_MS)
+    wait_js(pg, bs.JS_MATH_READY, [bs.PANEL, math_cells])
     problems = pg.evaluate(bs.JS_MATH_PROBLEMS, [bs.PANEL, math_cells])
     assert not problems, f"{rel}: math does not render:\n" + "\n".join(problems)
 
 
 def check_images(pg, rel: str) -> None:
     """Every image shown in the notebook (markdown and outputs) has loaded with a real size."""
-    pg.wait_for_function(bs.JS_IMAGES_SETTLED, arg=bs.PANEL)
+    wait_js(pg, bs.JS_IMAGES_SETTLED, bs.PANEL)
     broken = [(src, w) for src, complete, w in pg.evaluate(bs.JS_IMAGES, bs.PANEL) if not complete or w == 0]
     assert not broken, f"{rel}: images that did not load: {broken}"
 
@@ -198,7 +203,7 @@ def check_references(pg, lab, rel: str, nb) -> None:
 
 
 def run_every_cell(pg, rel: str, nb) -> int:
-    """Run All, then resume below each stop (an exercise stub raised) until every code cell ran; return runs."""
+    """Run All (Run menu), then resume below each stop (an exercise stub raised) until every code cell ran; return runs."""
     code_cells = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
     start, runs = code_cells[0], 0
     while True:
@@ -206,10 +211,11 @@ def run_every_cell(pg, rel: str, nb) -> int:
         if runs == 0:
             bs.run_menu_command(pg, "runmenu:run-all")
         else:
-            pg.locator(bs.PANEL).locator(".jp-Notebook .jp-Cell").nth(start).locator(".jp-InputArea-prompt").click()
-            bs.run_menu_command(pg, "notebook:run-all-below")
+            # the Run menu's "Run Selected Cell and All Below", through JupyterLab's command registry
+            shown = pg.evaluate(bs.JS_RUN_ALL_BELOW, [start])
+            assert shown == rel, f"resuming Run All in {shown!r}, not {rel!r}"
         runs += 1
-        pg.wait_for_function(bs.JS_RUN_DONE, arg=[bs.PANEL, start, before], timeout=RUN_TIMEOUT_MS)
+        wait_js(pg, bs.JS_RUN_DONE, [bs.PANEL, start, before], timeout=RUN_TIMEOUT_MS)
         prompts = pg.evaluate(bs.JS_PROMPTS, bs.PANEL)
         pending = [i for i in code_cells if i > start and not re.fullmatch(r"\[\d+\]:?", prompts[i])]
         if not pending:
@@ -221,9 +227,7 @@ def run_every_cell(pg, rel: str, nb) -> int:
 def validate(pg, rel: str) -> dict:
     """Click nbgrader's Validate button; return the verdict dialog's content; screenshot and close it."""
     pg.locator(bs.PANEL).get_by_role("button", name="Validate").click()
-    pg.locator(bs.DIALOG).wait_for(state="visible", timeout=VALIDATE_TIMEOUT_MS)
-    pg.wait_for_function("() => !document.querySelector('.jp-Dialog .jp-Dialog-content') || "
-                         "document.querySelector('.jp-Dialog').textContent.trim().length > 0")
+    wait_js(pg, bs.JS_DIALOG_SHOWN, timeout=VALIDATE_TIMEOUT_MS)
     verdict = pg.evaluate(bs.JS_VALIDATION)
     screenshot(pg, f"{Path(rel).stem}-validate.png")
     pg.locator(f"{bs.DIALOG} .jp-mod-accept").first.click()
@@ -310,7 +314,7 @@ def instructor_session(page, lab) -> None:
     rows_ready = ("(n) => { const p = [...document.querySelectorAll('.nbgrader-NotebookPanelWidget')]"
                   ".find(p => !p.classList.contains('lm-mod-hidden'));"
                   " return p && p.querySelectorAll('.nbgrader-CellWidget').length === n; }")
-    page.wait_for_function(rows_ready, arg=len(nb.cells))
+    wait_js(page, rows_ready, len(nb.cells))
     sidebar = page.evaluate(bs.JS_CREATE_ASSIGNMENT)
     # select the first exercise cell so the sidebar (and the screenshot) scroll to the graded cells
     first = next(i for i, c in enumerate(nb.cells) if bs.expected_sidebar_type(c) == "solution")
