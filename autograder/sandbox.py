@@ -596,7 +596,11 @@ class GradingExecute(Execute):
                 continue
             self._timed_out = False
             try:
-                msg_id = self.kc.execute(cell.source, store_history=False, allow_stdin=False)
+                # stop_on_error=False as in the graded run (nbgrader allows errors): otherwise a replayed
+                # cell that raises (sys.exit(), a wrong answer) makes ipykernel abort the next request
+                # that reaches it before it clears its abort flag - on a busy machine the next replayed
+                # cell is answered "aborted" without running, and later cells miss its names
+                msg_id = self.kc.execute(cell.source, store_history=False, allow_stdin=False, stop_on_error=False)
                 self.wait_for_reply(msg_id, cell)
             except Exception:  # noqa: BLE001 - a cell that dies on replay is skipped from now on
                 failed.add(index)

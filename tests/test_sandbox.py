@@ -260,3 +260,23 @@ def test_configure_sandbox_swaps_in_grading_execute():
     assert GradingExecute in steps and Execute not in steps
     assert config.GradingExecute.sandboxed is True
     assert json.loads(json.dumps(config.SandboxedKernelManager.setenv))["PART_II_ROOT"] == str(REPO)
+
+
+# pause after an error reply is sent, before the kernel marks its queue aborting, as a busy machine does
+SLOW_ABORT = ("(lambda k: setattr(k, '_abort_queues', lambda *a, _abort=k._abort_queues, **kw: "
+              "(__import__('time').sleep(1.0), _abort(*a, **kw))[1]))(get_ipython().kernel)")
+
+
+def test_a_replayed_error_does_not_skip_the_next_replayed_cell(tmp_path):
+    """After a kernel death the replay runs every earlier cell, also the one right after a cell that raised.
+
+    With ipykernel's default stop_on_error, the request that follows an error reply can be
+    answered "aborted" without running (a race the grader lost once under load: a later cell
+    then missed a name). SLOW_ABORT widens that window so the race is lost every time.
+    """
+    nb = new_notebook(cells=[new_code_cell("raise SystemExit(3)"), new_code_cell("answer = 41"),
+                             new_code_cell("import os\nos._exit(1)"), new_code_cell("print(answer + 1)")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    executor = GradingExecute(timeout=30, extra_arguments=[f"--IPKernelApp.exec_lines={SLOW_ABORT}"])
+    nb, _ = executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert [o.get("text") for o in nb.cells[3].outputs] == ["42\n"], nb.cells[3].outputs
