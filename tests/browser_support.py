@@ -490,10 +490,13 @@ JS_RUN_ALL_BELOW = """
 # server ends it while the next notebook opens); unsaved changes are discarded. Returns the path.
 JS_CLOSE_AND_SHUTDOWN = """
 () => {
-  const panel = window.jupyterapp.shell.currentWidget;
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
   if (!panel || !panel.sessionContext) return null;
   const path = panel.context.path;
-  panel.sessionContext.shutdown().catch(() => {});
+  // through the session manager: it outlives the panel disposed below
+  const session = panel.sessionContext.session;
+  if (session) app.serviceManager.sessions.shutdown(session.id).catch(() => {});
   panel.context.model.dirty = false;
   panel.dispose();
   return path;

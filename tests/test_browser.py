@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -118,6 +119,16 @@ def close_notebook(pg) -> None:
     assert state == "closed", f"closing the notebook showed a dialog: {pg.locator(bs.DIALOG).first.inner_text()!r}"
 
 
+def open_sessions(pg, lab, timeout: float = 30.0) -> list[str]:
+    """The notebook paths with a session on the server, once the kernels of closed notebooks have shut down."""
+    deadline = time.monotonic() + timeout
+    while True:
+        paths = sorted(s["path"] for s in pg.request.get(lab.url("api/sessions")).json())
+        if len(paths) <= 1 or time.monotonic() > deadline:
+            return paths
+        time.sleep(0.1)
+
+
 def open_notebook(pg, lab, rel: str):
     """Open rel as a student would and wait for every cell and an idle kernel; fail on any dialog.
 
@@ -150,6 +161,8 @@ def open_notebook(pg, lab, rel: str):
         text = pg.locator(bs.DIALOG).first.inner_text()
         screenshot(pg, f"{Path(rel).stem}-dialog.png")
         pytest.fail(f"{rel}: a dialog blocks the notebook on opening: {text!r}")
+    sessions = open_sessions(pg, lab)
+    assert sessions == [rel], f"{rel}: the server still has sessions of closed notebooks: {sessions}"
     kernel_name = panel.locator(".jp-Toolbar .jp-KernelName, .jp-Toolbar-kernelName").first.inner_text().strip()
     assert kernel_name == kernel, f"{rel}: toolbar shows kernel {kernel_name!r}"
     assert panel.locator(".jp-Notebook .jp-Cell").count() == len(nb.cells), f"{rel}: cell count differs from the file"
