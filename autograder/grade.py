@@ -34,7 +34,7 @@ from pathlib import Path
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .collect import _digest
-from .course import ASSIGNMENT, REPO, AutograderError, Course
+from .course import ASSIGNMENT, REPO, AutograderError, Course, fast_new_gradebooks
 
 DEFAULT_CELL_TIMEOUT = 60.0
 DEFAULT_NOTEBOOK_TIMEOUT = 600.0
@@ -181,6 +181,7 @@ def build_template(course: Course, master_engine, path: Path) -> str:
     """A SQLite gradebook holding only the assignment's structure (no students, no grades); return its URL."""
     from nbgrader.api import Base, Gradebook
 
+    fast_new_gradebooks()
     path.unlink(missing_ok=True)
     url = f"sqlite:///{path}"
     with Gradebook(url, course.course_id):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import ASSIGNMENT, BUNDLE_CONTENT, REPO, AutograderError, Course, quiet_nbgrader_logs
+from .course import ASSIGNMENT, BUNDLE_CONTENT, REPO, AutograderError, Course, fast_new_gradebooks, quiet_nbgrader_logs
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -42,6 +42,7 @@ def generate_release(course: Course) -> list[Path]:
     if not sorted(course.source_dir.glob("*.ipynb")):
         raise AutograderError(f"no source notebooks in {course.source_dir}")
     quiet_nbgrader_logs()
+    fast_new_gradebooks()
     converter = GenerateAssignment(coursedir=course.coursedir(), config=course.config)
     converter.force = True
     converter.create_assignment = True

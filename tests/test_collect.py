@@ -164,3 +164,29 @@ def test_nbformat3_is_converted_and_garbage_is_named():
     assert nb.nbformat == 4 and note == "converted from nbformat 3 to 4"
     with pytest.raises(NotANotebook, match="not a Jupyter notebook"):
         read_notebook(b'{"hello": 1}')
+
+
+def test_new_gradebooks_get_nbgrader_s_alembic_head_without_a_subprocess(course, tmp_path, monkeypatch):
+    """The in-process schema head equals what `alembic heads` prints, and a new gradebook is stamped with it."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    import nbgrader.api
+    from nbgrader.dbutil import _temp_alembic_ini
+
+    from autograder.course import alembic_head
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    with _temp_alembic_ini(f"sqlite:///{tmp_path / 'scratch.db'}") as ini:  # nbgrader's own way, in a subprocess
+        printed = subprocess.run(["alembic", "-c", ini, "heads"], capture_output=True, text=True, check=True).stdout
+    assert alembic_head() == printed.split()[0]
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError("nbgrader ran `alembic heads` in a subprocess")
+
+    monkeypatch.setattr(nbgrader.api.sp, "check_output", no_subprocess)
+    with course.gradebook():
+        pass
+    db = course.root / "gradebook.db"
+    assert sqlite3.connect(db).execute("select version_num from alembic_version").fetchall() == [(alembic_head(),)]
