@@ -275,6 +275,19 @@ class SandboxedKernelManager(AsyncKernelManager):
         if _run_as_nobody():
             os.chown(self.connection_file, sandbox_uid(self.scratch), sandbox_uid(self.scratch))
 
+    async def _async_interrupt_kernel(self) -> None:
+        """Interrupt by an interrupt_request on the control channel: ipykernel then signals itself.
+
+        The default, SIGINT to the kernel's process group, reaches bwrap, which dies of it and
+        takes the kernel along: every timed-out cell would cost a restart and a replay.
+        """
+        if not self.has_kernel:
+            raise RuntimeError("Cannot interrupt kernel. No kernel is running!")
+        self._connect_control_socket()
+        self.session.send(self._control_socket, self.session.msg("interrupt_request", content={}))
+
+    interrupt_kernel = run_sync(_async_interrupt_kernel)
+
     def format_kernel_cmd(self, extra_arguments=None):
         """Wrap the kernel spec's command in setpriv/bwrap/prlimit."""
         return self.sandbox_prefix() + super().format_kernel_cmd(extra_arguments)

@@ -230,7 +230,8 @@ def test_infinite_loop_is_cut_and_the_rest_of_the_notebook_graded(graded):
         assert got[(name, cell)] == (points, None, False), cell
     autograded = nbformat.read(graded["course"].step_dir("autograded", "infinite-loop") / f"{name}.ipynb", as_version=4)
     loop = next(c for c in autograded.cells if c.cell_type == "code" and c.source.startswith("while True:"))
-    assert [o.output_type for o in loop.outputs] == ["error"]
+    # interrupted in its own kernel (KeyboardInterrupt), and marked as timed out
+    assert [(o.output_type, o.ename) for o in loop.outputs] == [("error", "KeyboardInterrupt"), ("error", "CellTimeoutError")]
 
 
 def test_feedback_exists_and_shows_no_hidden_test_text(graded):

@@ -221,6 +221,15 @@ def test_cpu_loop_is_killed_and_grading_goes_on(limited):
     assert limited[0][6] == "alive True"
 
 
+def test_a_cell_timeout_interrupts_the_kernel_without_killing_it(tmp_path):
+    """A loop cut by the cell timeout raises KeyboardInterrupt in the same kernel process: no restart, no replay."""
+    tmp_path.chmod(0o755)
+    start_time = "print(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])"  # field 22: process start
+    texts = run_sandboxed([start_time, "while True:\n    pass", start_time], tmp_path, SandboxLimits(), timeout=5)
+    assert texts[1] == "ERROR KeyboardInterruptERROR CellTimeoutError"
+    assert texts[0] and texts[2] == texts[0]
+
+
 def test_no_sandbox_process_outlives_grading(limited):
     """After the run, no process of that sandbox (kernel or forked children) is left."""
     _, scratch = limited
