@@ -175,6 +175,15 @@ def plan_jobs(session, course: Course, students: list[str], force: bool) -> tupl
     return todo, skipped
 
 
+def largest_first(course: Course, students: list[str]) -> list[str]:
+    """Students ordered by notebooks handed in, most first (then by id): long jobs start early, so the
+    last worker to finish is not still busy with a whole submission while the others sit idle."""
+    def count(student: str) -> int:
+        return len(list(course.step_dir("submitted", student).glob("*.ipynb")))
+
+    return sorted(students, key=lambda s: (-count(s), s))
+
+
 # --- private gradebook template --------------------------------------------------------------
 
 def build_template(course: Course, master_engine, path: Path) -> str:
@@ -546,7 +555,7 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
                 build_template(course, gb.engine, template)
                 records = expected_records(course, notebooks)
             scheduler = Scheduler(course, gb, options, notebooks, sandboxed, template, records)
-            result = scheduler.run(todo)
+            result = scheduler.run(largest_first(course, todo))
             result.skipped = skipped
             template.unlink(missing_ok=True)
     finally:

@@ -347,3 +347,18 @@ def test_a_worker_killed_alone_is_retried_and_every_submission_graded_once(grade
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_largest_submissions_are_graded_first(tmp_path):
+    """Jobs start in order of notebooks handed in, most first, ties by student id."""
+    from autograder.grade import largest_first
+
+    with build_env(tmp_path):
+        course = Course.load(tmp_path)
+    for student, count in {"ann": 1, "bob": 3, "cy": 0, "dee": 3}.items():
+        folder = course.step_dir("submitted", student)
+        folder.mkdir(parents=True)
+        for k in range(count):
+            (folder / f"nb{k}.ipynb").write_text("{}")
+        (folder / "timestamp.txt").write_text("2026-03-01 10:00:00")
+    assert largest_first(course, ["ann", "bob", "cy", "dee"]) == ["bob", "dee", "ann", "cy"]
