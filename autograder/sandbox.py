@@ -51,6 +51,7 @@ Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -399,6 +400,44 @@ class SandboxedKernelManager(AsyncKernelManager):
             stale.unlink(missing_ok=True)
 
 
+def kernel_process(km):
+    """The kernel's own process (below bwrap when sandboxed), as a psutil.Process, or None."""
+    import psutil
+
+    pid = getattr(getattr(km, "provisioner", None), "pid", None)
+    if not pid:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        while Path(proc.cmdline()[0]).name == "bwrap":  # outer bwrap, then bwrap as PID 1 of the namespace
+            (proc,) = proc.children()
+        return proc
+    except (psutil.Error, IndexError, ValueError):  # gone, not ours to read, or not the expected shape
+        return None
+
+
+def kill_kernel_children(km) -> int:
+    """SIGKILL every process the kernel forked (a timed-out cell's workers or fork bomb); return how many.
+
+    The interrupt stops the cell in the kernel only: forked copies of it would go on burning
+    CPU through the rest of the notebook.
+    """
+    import psutil
+
+    kernel = kernel_process(km)
+    if kernel is None:
+        return 0
+    try:
+        children = kernel.children(recursive=True)
+    except psutil.Error:
+        return 0
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(children, timeout=5)
+    return len(children)
+
+
 class GradingExecute(Execute):
     """nbgrader's Execute with an output cap and recovery from kernel death or a stuck cell."""
 
@@ -542,9 +581,11 @@ class GradingExecute(Execute):
 
     # --- timeouts and kernel death ------------------------------------------------------
     async def _async_handle_timeout(self, timeout, cell=None):
-        """Remember that the cell timed out, then interrupt it as nbgrader does."""
+        """Remember that the cell timed out, interrupt it as nbgrader does, and end the processes it forked."""
         self._timed_out = True
-        return await super()._async_handle_timeout(timeout, cell)
+        result = await super()._async_handle_timeout(timeout, cell)
+        kill_kernel_children(self.km)
+        return result
 
     def preprocess(self, nb, resources=None, km=None):
         """Execute every cell; after a kernel death or a stuck cell, restart, replay, go on."""

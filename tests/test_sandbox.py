@@ -230,6 +230,19 @@ def test_a_cell_timeout_interrupts_the_kernel_without_killing_it(tmp_path):
     assert texts[0] and texts[2] == texts[0]
 
 
+FORK_AND_LOOP = ("import os\nfor _ in range(3):\n    if os.fork() == 0:\n        while True:\n            pass\n"
+                 "while True:\n    pass")
+LIVE_OTHERS = ("import os\nlive = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())\n"
+               "        and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z']\nprint('others', len(live))")
+
+
+def test_a_timed_out_cell_leaves_no_forked_process_running(tmp_path):
+    """The interrupt stops the cell in the kernel; the processes the cell forked are killed, not left spinning."""
+    tmp_path.chmod(0o755)
+    texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS], tmp_path, SandboxLimits(), timeout=5)
+    assert texts == ["ERROR KeyboardInterruptERROR CellTimeoutError", "others 0"]
+
+
 def test_no_sandbox_process_outlives_grading(limited):
     """After the run, no process of that sandbox (kernel or forked children) is left."""
     _, scratch = limited
