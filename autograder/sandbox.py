@@ -417,10 +417,10 @@ def kernel_process(km):
 
 
 def kill_kernel_children(km) -> int:
-    """SIGKILL every process the kernel forked (a timed-out cell's workers or fork bomb); return how many.
+    """SIGKILL every process the kernel forked (a failed cell's workers, a fork bomb); return how many.
 
-    The interrupt stops the cell in the kernel only: forked copies of it would go on burning
-    CPU through the rest of the notebook.
+    An interrupt or an exception stops the cell in the kernel only: forked copies of it would
+    go on burning CPU, and reading the kernel's sockets, through the rest of the notebook.
     """
     import psutil
 
@@ -581,11 +581,9 @@ class GradingExecute(Execute):
 
     # --- timeouts and kernel death ------------------------------------------------------
     async def _async_handle_timeout(self, timeout, cell=None):
-        """Remember that the cell timed out, interrupt it as nbgrader does, and end the processes it forked."""
+        """Remember that the cell timed out, then interrupt it as nbgrader does."""
         self._timed_out = True
-        result = await super()._async_handle_timeout(timeout, cell)
-        kill_kernel_children(self.km)
-        return result
+        return await super()._async_handle_timeout(timeout, cell)
 
     def preprocess(self, nb, resources=None, km=None):
         """Execute every cell; after a kernel death or a stuck cell, restart, replay, go on."""
@@ -637,6 +635,10 @@ class GradingExecute(Execute):
                 failed.add(index)
                 self._fail_cell(cells[index], f"the kernel stopped while running this cell ({type(err).__name__})")
                 return index + 1
+            if any(out.output_type == "error" for out in cells[index].outputs):
+                # a cell that failed or timed out may leave forked copies of the kernel running (a fork
+                # bomb's, or workers of a loop cut short): they would share its sockets and burn CPU
+                kill_kernel_children(self.km)
             if self._timed_out:
                 failed.add(index)
                 if not self._kernel_responds():

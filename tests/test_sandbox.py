@@ -236,11 +236,14 @@ LIVE_OTHERS = ("import os\nlive = [p for p in os.listdir('/proc') if p.isdigit()
                "        and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z']\nprint('others', len(live))")
 
 
-def test_a_timed_out_cell_leaves_no_forked_process_running(tmp_path):
-    """The interrupt stops the cell in the kernel; the processes the cell forked are killed, not left spinning."""
+FORK_AND_FAIL = "import os\nfor _ in range(2):\n    if os.fork() == 0:\n        while True:\n            pass\nraise ValueError('done forking')"
+
+
+def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path):
+    """The interrupt or the error stops the cell in the kernel; the processes it forked are killed, not left spinning."""
     tmp_path.chmod(0o755)
-    texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS], tmp_path, SandboxLimits(), timeout=5)
-    assert texts == ["ERROR KeyboardInterruptERROR CellTimeoutError", "others 0"]
+    texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS, FORK_AND_FAIL, LIVE_OTHERS], tmp_path, SandboxLimits(), timeout=5)
+    assert texts == ["ERROR KeyboardInterruptERROR CellTimeoutError", "others 0", "ERROR ValueError", "others 0"]
 
 
 def test_no_sandbox_process_outlives_grading(limited):
