@@ -635,7 +635,7 @@ class GradingExecute(Execute):
                 failed.add(index)
                 self._fail_cell(cells[index], f"the kernel stopped while running this cell ({type(err).__name__})")
                 return index + 1
-            if any(out.output_type == "error" for out in cells[index].outputs):
+            if any(out.output_type == "error" for out in cells[index].get("outputs", [])):
                 # a cell that failed or timed out may leave forked copies of the kernel running (a fork
                 # bomb's, or workers of a loop cut short): they would share its sockets and burn CPU
                 kill_kernel_children(self.km)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from traitlets.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,18 +27,20 @@ READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
 
 
 def run_sandboxed(cells: list[str], scratch: Path, limits: SandboxLimits, config: Config | None = None,
-                  timeout: int = 60) -> list[str]:
-    """Execute code cells in one sandboxed kernel; return each cell's text output (errors as 'ERROR name')."""
+                  timeout: int = 60, markdown_after: bool = False) -> list[str]:
+    """Execute code cells in one sandboxed kernel (each followed by a markdown cell if markdown_after);
+    return each cell's text output (errors as 'ERROR name', '' for markdown)."""
     config = config or Config()
     configure_sandbox(config, scratch, READABLE, limits)
-    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb = new_notebook(cells=[new for c in cells
+                             for new in ([new_code_cell(c), new_markdown_cell("prose")] if markdown_after else [new_code_cell(c)])])
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     executor = GradingExecute(config=config, timeout=timeout)
     executor.preprocess(nb, {"metadata": {"path": str(scratch)}})
     texts = []
     for cell in nb.cells:
         parts = []
-        for out in cell.outputs:
+        for out in cell.get("outputs", []):
             if out.output_type == "stream":
                 parts.append(out.text)
             elif out.output_type == "error":
@@ -242,8 +244,10 @@ FORK_AND_FAIL = "import os\nfor _ in range(2):\n    if os.fork() == 0:\n        
 def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path):
     """The interrupt or the error stops the cell in the kernel; the processes it forked are killed, not left spinning."""
     tmp_path.chmod(0o755)
-    texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS, FORK_AND_FAIL, LIVE_OTHERS], tmp_path, SandboxLimits(), timeout=5)
-    assert texts == ["ERROR KeyboardInterruptERROR CellTimeoutError", "others 0", "ERROR ValueError", "others 0"]
+    texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS, FORK_AND_FAIL, LIVE_OTHERS], tmp_path, SandboxLimits(), timeout=5,
+                          markdown_after=True)
+    assert texts == ["ERROR KeyboardInterruptERROR CellTimeoutError", "", "others 0", "", "ERROR ValueError", "",
+                     "others 0", ""]
 
 
 def test_no_sandbox_process_outlives_grading(limited):
