@@ -32,7 +32,6 @@ WARNING_PATTERN = r"\w*Warning: "
 PR_SET_PDEATHSIG = 1
 
 
-
 class BudgetedExecute(GradingExecute):
     """Execute with a per-notebook time budget on top of the per-cell timeout (kernel in GradingExecute.scratch)."""
 

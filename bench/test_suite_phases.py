@@ -50,8 +50,8 @@ def phase_of(path: str) -> str:
     return "other"
 
 
-def test_times(junit: Path) -> list[tuple[str, float]]:
-    """(test file path, seconds) for every test case in a JUnit XML report."""
+def test_times(junit: Path) -> list[tuple[str, float, str]]:
+    """(test file path, seconds, test id) for every test case in a JUnit XML report."""
     cases = []
     for case in ET.parse(junit).getroot().iter("testcase"):
         path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"

@@ -11,7 +11,7 @@ CODE = REPO / "code" / "part-ii"
 if str(CODE) not in sys.path:
     sys.path.insert(0, str(CODE))
 
-import shared_builds  # noqa: E402 - needs nothing from the path above, but keeps imports in one place
+import shared_builds  # noqa: E402 - after the path setup, like every test module's imports
 
 
 def _is_controller(config) -> bool:
