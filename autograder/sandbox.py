@@ -59,6 +59,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,8 +73,10 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Config
 
+from .fork_server import ForkServer, ForkServerError
+
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
-           "discard_prestarted", "prestarted_kernels"]
+           "discard_prestarted", "prestarted_kernels", "close_fork_servers"]
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX_UIDS = (200_000, 800_000)  # first id and count of the per-sandbox user ids (root grader)
@@ -87,6 +90,10 @@ PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot"]  # what the part-ii no
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # kernels started ahead of their notebook, by scratch folder (one worker process, one job at a time)
 _PRESTARTED: dict[str, AsyncKernelManager] = {}
+# fork servers by the real path of their submission's folder
+_FORK_SERVERS: dict[str, ForkServer] = {}
+_FAILED_FORK_SERVERS: set[str] = set()  # folders whose server could not start (until close_fork_servers())
+_IPC_LOCK = threading.RLock()  # ipc folder permissions change in the grader and in lock threads
 
 
 @dataclass(frozen=True)
@@ -174,8 +181,14 @@ def _part_ii_root(readable: list[Path]) -> str:
     return ""
 
 
-def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limits: SandboxLimits) -> None:
-    """Make nbgrader's autograde run each kernel in bubblewrap, writing only under scratch."""
+def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limits: SandboxLimits,
+                      fork_server: Path | None = None) -> None:
+    """Make nbgrader's autograde run each kernel in bubblewrap, writing only under scratch.
+
+    fork_server: the submission's folder (scratch's parent, shared by its notebooks): kernels
+    are then forked from one fork server in one sandbox for the folder, with their ipc and
+    working folders inside it, instead of each getting a sandbox and an interpreter of its own.
+    """
     if not isinstance(config, Config):
         raise TypeError(f"config must be a traitlets Config, got {type(config).__name__}")
     if not isinstance(limits, SandboxLimits):
@@ -186,6 +199,10 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     if len(str(scratch / "ipc" / "kernel-99999")) > 100:  # unix socket paths are limited to 107 bytes
         raise ValueError(f"scratch path too long for unix sockets ({len(str(scratch))} characters): {scratch}; "
                          "use a folder with a path of at most 80 characters")
+    if fork_server is not None:
+        fork_server = Path(fork_server).resolve()
+        if not scratch.is_relative_to(fork_server) or scratch == fork_server:
+            raise ValueError(f"fork_server must be a folder above scratch ({scratch}), got {fork_server}")
     readable = [Path(p).resolve() for p in readable]
     missing = [str(p) for p in readable if not p.exists()]
     if missing:
@@ -196,6 +213,7 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     hidden = [str(REPO)] + [str(p) for p in _course_paths(config)] + list(ALWAYS_HIDDEN)
     km = config.SandboxedKernelManager
     km.scratch = str(scratch)
+    km.fork_server = str(fork_server or "")
     # the kernel's venv and the base interpreter its python links to (e.g. under /root/.pyenv)
     interpreters = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
     km.readable = [str(p) for p in dict.fromkeys([*readable, *interpreters])]
@@ -252,6 +270,11 @@ class SandboxedKernelManager(AsyncKernelManager):
     file_size_bytes = Integer(SandboxLimits.file_size_bytes).tag(config=True)
     disk_bytes = Integer(SandboxLimits.disk_bytes).tag(config=True)
     output_bytes = Integer(SandboxLimits.output_bytes).tag(config=True)
+    fork_server = Unicode("", help="the submission's folder: when set, kernels are forked from one fork server "
+                                   "in one sandbox per folder (fork_server.py); '' starts a sandbox per kernel"
+                          ).tag(config=True)
+    fork_server_modules = List(Unicode(), default_value=PRELOAD_MODULES,
+                               help="modules the fork server imports once for all its kernels").tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -274,7 +297,12 @@ class SandboxedKernelManager(AsyncKernelManager):
         """Write the connection file where the unprivileged kernel can read it."""
         super().write_connection_file(**kwargs)
         if _run_as_nobody():
-            os.chown(self.connection_file, sandbox_uid(self.scratch), sandbox_uid(self.scratch))
+            os.chown(self.connection_file, self.uid, self.uid)
+
+    @property
+    def uid(self) -> int:
+        """The user id the kernel runs as when the grader is root (one per sandbox)."""
+        return sandbox_uid(self.fork_server or self.scratch)
 
     async def _async_interrupt_kernel(self) -> None:
         """Interrupt by an interrupt_request on the control channel: ipykernel then signals itself.
@@ -290,13 +318,27 @@ class SandboxedKernelManager(AsyncKernelManager):
     interrupt_kernel = run_sync(_async_interrupt_kernel)
 
     def format_kernel_cmd(self, extra_arguments=None):
-        """Wrap the kernel spec's command in setpriv/bwrap/prlimit."""
-        return self.sandbox_prefix() + super().format_kernel_cmd(extra_arguments)
+        """Wrap the kernel spec's command in setpriv/bwrap/prlimit (bare when the fork server will fork it)."""
+        cmd = super().format_kernel_cmd(extra_arguments)
+        return cmd if self._forkable(cmd) else self.sandbox_prefix() + cmd
+
+    def _forkable(self, cmd: list[str]) -> bool:
+        """True when the fork server can start this kernel: fork_server set and cmd is this Python's ipykernel."""
+        return (bool(self.fork_server) and os.path.realpath(self.fork_server) not in _FAILED_FORK_SERVERS
+                and len(cmd) > 3 and cmd[1:3] == ["-m", "ipykernel_launcher"]
+                and os.path.realpath(cmd[0]) == os.path.realpath(sys.executable))
 
     def sandbox_prefix(self) -> list[str]:
         """The command that precedes the kernel's own argv (bwrap options, then prlimit)."""
-        work = str(Path(self.scratch) / "work")
-        ipc = str(self.ipc_dir)
+        return self._sandbox_command(Path(self.scratch) / "work", str(self.ipc_dir), self.uid)
+
+    def fork_server_prefix(self) -> list[str]:
+        """The sandbox of the submission's fork server: its folder bound (every notebook's ipc), one tmpfs."""
+        return self._sandbox_command(Path(self.fork_server) / "work", self.fork_server, self.uid)
+
+    def _sandbox_command(self, work: Path, bound: str, uid: int) -> list[str]:
+        """bwrap (bound read-write, a private tmpfs at work as cwd and HOME), setpriv to uid, prlimit."""
+        work = str(work)
         venv = str(Path(sys.prefix))
         env = {
             "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
@@ -327,14 +369,14 @@ class SandboxedKernelManager(AsyncKernelManager):
                 cmd += ["--ro-bind", "/dev/null", path]
         for path in self.readable:
             cmd += self._bind("--ro-bind", path)
-        cmd += self._bind("--bind", ipc)
+        cmd += self._bind("--bind", bound)
         for path in self.hidden:  # the covers hide; they are no place to write either
             if Path(path).is_dir() and not Path(path).is_symlink():
                 cmd += ["--remount-ro", path]
         cmd += ["--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work, "--chdir", work]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
-        cmd += ["--", *_drop_to_nobody(sandbox_uid(self.scratch))]
+        cmd += ["--", *_drop_to_nobody(uid)]
         cmd += [
             "prlimit", f"--cpu={self.cpu_seconds}", f"--as={self.memory_bytes}",
             f"--nproc={self.max_processes}", f"--fsize={self.file_size_bytes}", "--core=0", "--",
@@ -357,6 +399,17 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         """Open the ipc folder to the kernel, send its stdout/stderr to a capped log, launch."""
         self._set_ipc_writable(True)
+        if self._forkable(kernel_cmd):
+            try:
+                return self._fork_kernel(kernel_cmd, kw.get("cwd"))
+            except ForkServerError as exc:  # a sandbox of its own, as without a fork server
+                self.log.warning("fork server of %s: %s; starting the kernel in a sandbox of its own",
+                                 self.fork_server, exc)
+                key = os.path.realpath(self.fork_server)
+                if not getattr(_FORK_SERVERS.get(key), "ready", False):
+                    _FAILED_FORK_SERVERS.add(key)  # it cannot start here: not again for every kernel
+                close_fork_servers(self.fork_server)
+                kernel_cmd = self.sandbox_prefix() + kernel_cmd
         log = open(Path(self.scratch) / "kernel.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             kw["stdout"] = log
@@ -366,38 +419,87 @@ class SandboxedKernelManager(AsyncKernelManager):
         finally:
             log.close()
 
+    def _fork_kernel(self, kernel_cmd: list[str], cwd) -> None:
+        """Have the submission's fork server (started on first use) fork this kernel; the provisioner keeps its handle."""
+        key = os.path.realpath(self.fork_server)
+        for folder in (self.fork_server, self.scratch):  # bound as they are: the kernel's user must pass through
+            os.chmod(folder, os.stat(folder).st_mode & 0o7777 | 0o011)
+        server = _FORK_SERVERS.get(key)
+        if server is None or not server.alive():
+            if server is not None:
+                server.close()
+            work = Path(self.fork_server) / "work"
+            work.mkdir(exist_ok=True)  # mount point of the sandbox's tmpfs
+            server = _FORK_SERVERS[key] = ForkServer(
+                self.fork_server_prefix() + [kernel_cmd[0]], list(self.fork_server_modules),
+                Path(self.fork_server) / "kernel.log")
+        home = str(Path(self.fork_server) / "work" / Path(self.scratch).name)
+        kernel = server.spawn(kernel_cmd[3:], home, {"HOME": home, "IPYTHONDIR": f"{home}/.ipython"})
+        provisioner = self.provisioner
+        provisioner.process, provisioner.pid, provisioner.pgid = kernel, kernel.pid, None
+        provisioner.cwd = cwd or home
+        self._reconcile_connection_info(provisioner.connection_info)
+
     async def _async_post_start_kernel(self, **kw):
         """Once the kernel has bound its sockets, stop it from creating files in the ipc folder.
 
-        A pre-started kernel (``defer_ipc_lock``) is not waited for here: its executor calls
-        ``lock_ipc()`` when it adopts the kernel, before any student code runs in it.
+        A pre-started kernel (``defer_ipc_lock``) is not waited for here: a thread locks the
+        folder as soon as the sockets exist (with a fork server, the kernel of the notebook
+        being graded sees the next one's folder), and its executor calls ``lock_ipc()`` when
+        it adopts the kernel, before any student code runs in it.
         """
         await super()._async_post_start_kernel(**kw)
         if not getattr(self, "defer_ipc_lock", False):
             await self.lock_ipc()
+        elif _run_as_nobody():
+            threading.Thread(target=self._lock_when_bound, args=(self._ipc_sockets(), self._ipc_generation),
+                             daemon=True, name=f"lock {self.ipc_dir}").start()
+
+    def _ipc_sockets(self) -> list[Path]:
+        """The socket files the kernel creates in the ipc folder."""
+        info = self.get_connection_info()
+        return [Path(f"{self.ip}-{info[name]}") for name in IPC_SOCKETS]
 
     async def lock_ipc(self) -> None:
         """Wait until the kernel's ipc sockets exist, then make the ipc folder read-only for it (root only)."""
         if not _run_as_nobody():
             return
-        info = self.get_connection_info()
-        sockets = [Path(f"{self.ip}-{info[name]}") for name in IPC_SOCKETS]
+        sockets = self._ipc_sockets()
         for _ in range(600):
             if all(s.exists() for s in sockets) or not await self.is_alive():
                 break
             await asyncio.sleep(0.1)
         self._set_ipc_writable(False)
 
+    def _lock_when_bound(self, sockets: list[Path], generation: int, timeout: float = 60.0) -> None:
+        """(thread) lock_ipc without the event loop, unless the kernel was launched again meanwhile."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and generation == self._ipc_generation:
+            if all(s.exists() for s in sockets):
+                break
+            time.sleep(0.05)
+        with _IPC_LOCK:
+            if generation == self._ipc_generation:
+                self._set_ipc_writable(False)
+
+    _ipc_generation = 0  # counts launches: a lock meant for an earlier kernel must not close the folder
+
     def _set_ipc_writable(self, writable: bool) -> None:
         """Let the unprivileged kernel create its sockets, or not (only matters as root)."""
         if _run_as_nobody():
-            os.chmod(self.ipc_dir, 0o1733 if writable else 0o755)
+            with _IPC_LOCK:
+                if writable:
+                    self._ipc_generation += 1
+                os.chmod(self.ipc_dir, 0o1733 if writable else 0o755)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         """Remove the connection file and the kernel's ipc socket files."""
         await super()._async_cleanup_resources(restart=restart)
         for stale in self.ipc_dir.glob("kernel-*"):
             stale.unlink(missing_ok=True)
+        server = _FORK_SERVERS.get(os.path.realpath(self.fork_server)) if self.fork_server else None
+        if server is not None:
+            server.kill_strays()  # what the ended kernel left running must not run beside the next one
 
 
 def kernel_process(km):
@@ -729,6 +831,17 @@ def discard_prestarted(scratch: str | None = None) -> None:
         km = _PRESTARTED.pop(key, None)
         if km is not None:
             _shutdown_kernel(km)
+
+
+def close_fork_servers(folder: str | None = None) -> None:
+    """End the fork server of a submission's folder (every fork server when folder is None) and its sandbox."""
+    keys = list(_FORK_SERVERS) if folder is None else [os.path.realpath(folder)]
+    if folder is None:
+        _FAILED_FORK_SERVERS.clear()
+    for key in keys:
+        server = _FORK_SERVERS.pop(key, None)
+        if server is not None:
+            server.close()
 
 
 def prestarted_kernels() -> dict[str, AsyncKernelManager]:

@@ -25,7 +25,7 @@ from nbformat.v4 import new_output
 from traitlets import Float
 
 from .course import ASSIGNMENT, load_config
-from .sandbox import GradingExecute, discard_prestarted
+from .sandbox import GradingExecute, close_fork_servers, discard_prestarted
 
 # A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure)
 WARNING_PATTERN = r"\w*Warning: "
@@ -124,7 +124,8 @@ def sandbox_config(job: dict, scratch: Path):
     readable = [Path(job["bundle_dir"]) / top / ASSIGNMENT for top in ("code", "data")]
     build = os.environ.pop("PART_II_BUILD", None)
     try:
-        configure_sandbox(config, scratch=scratch, readable=readable, limits=SandboxLimits(**job.get("limits", {})))
+        configure_sandbox(config, scratch=scratch, readable=readable, limits=SandboxLimits(**job.get("limits", {})),
+                          fork_server=Path(job["scratch_root"]) if job.get("fork_server", True) else None)
     finally:
         if build is not None:
             os.environ["PART_II_BUILD"] = build
@@ -266,9 +267,9 @@ def run_job(job_dir: Path) -> dict:
                 results[notebook] = {"status": "graded"}
             except RuntimeError as exc:
                 log.error("could not grade %s: %s", notebook, exc)
-                kernel_log = scratch / "kernel.log"  # written by the sandbox: why a kernel would not start
-                if kernel_log.exists():
-                    log.error("kernel log:\n%s", kernel_log.read_text(errors="replace")[-4000:])
+                for kernel_log in (scratch / "kernel.log", Path(job["scratch_root"]) / "kernel.log"):
+                    if kernel_log.exists():  # written by the sandbox: why a kernel would not start
+                        log.error("kernel log:\n%s", kernel_log.read_text(errors="replace")[-4000:])
                 results[notebook] = {"status": "error", "error": str(exc)}
             finally:
                 discard_prestarted(str(scratch))  # not adopted when nbgrader failed before executing
@@ -276,6 +277,7 @@ def run_job(job_dir: Path) -> dict:
             shutil.rmtree(scratch, ignore_errors=True)  # whatever the student's code wrote
     finally:
         discard_prestarted()  # no kernel outlives the job
+        close_fork_servers()
     for notebook, result in results.items():
         if result["status"] == "error":
             zero_notebook(job, notebook)

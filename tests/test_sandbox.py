@@ -2,7 +2,9 @@
 
 Two notebooks run in bubblewrap through GradingExecute (nbgrader's Execute underneath):
 one probes isolation with default limits, one with small limits probes the limits. Each
-probe cell prints one line; the tests read those lines.
+probe cell prints one line; the tests read those lines. Both run twice: with a sandbox
+of the kernel's own, and with the kernel forked from a submission's fork server (as the
+grading worker runs them).
 """
 
 import json
@@ -21,22 +23,34 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
-                                configure_sandbox, sandbox_uid)
+                                close_fork_servers, configure_sandbox, sandbox_uid)
 
 READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
+MODES = ["own sandbox", "fork server"]
 
 
 def run_sandboxed(cells: list[str], scratch: Path, limits: SandboxLimits, config: Config | None = None,
-                  timeout: int = 60, markdown_after: bool = False) -> list[str]:
+                  timeout: int = 60, markdown_after: bool = False, fork_server: bool = False) -> list[str]:
     """Execute code cells in one sandboxed kernel (each followed by a markdown cell if markdown_after);
-    return each cell's text output (errors as 'ERROR name', '' for markdown)."""
+    return each cell's text output (errors as 'ERROR name', '' for markdown).
+
+    fork_server: fork the kernel from a fork server for scratch (the notebook's folder is
+    scratch/nb0, as in a grading job), and end the server afterwards as the worker does.
+    """
     config = config or Config()
-    configure_sandbox(config, scratch, READABLE, limits)
+    folder = scratch
+    if fork_server:
+        folder = scratch / "nb0"
+        folder.mkdir(exist_ok=True)
+    configure_sandbox(config, folder, READABLE, limits, fork_server=scratch if fork_server else None)
     nb = new_notebook(cells=[new for c in cells
                              for new in ([new_code_cell(c), new_markdown_cell("prose")] if markdown_after else [new_code_cell(c)])])
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     executor = GradingExecute(config=config, timeout=timeout)
-    executor.preprocess(nb, {"metadata": {"path": str(scratch)}})
+    try:
+        executor.preprocess(nb, {"metadata": {"path": str(folder)}})
+    finally:
+        close_fork_servers()
     texts = []
     for cell in nb.cells:
         parts = []
@@ -86,9 +100,9 @@ PROBES = {
 }
 
 
-@pytest.fixture(scope="module")
-def isolation(tmp_path_factory):
-    """Run the isolation probes once in a sandboxed kernel with default limits."""
+@pytest.fixture(scope="module", params=MODES)
+def isolation(tmp_path_factory, request):
+    """Run the isolation probes once in a sandboxed kernel with default limits (in each mode)."""
     if not bwrap_available():
         pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
     base = tmp_path_factory.mktemp("sandbox")
@@ -110,7 +124,8 @@ def isolation(tmp_path_factory):
         "home": "/root/probe.txt",
     }
     names = list(PROBES)
-    texts = run_sandboxed([PROBES[n].format(**fields) for n in names], scratch, SandboxLimits(), config)
+    texts = run_sandboxed([PROBES[n].format(**fields) for n in names], scratch, SandboxLimits(), config,
+                          fork_server=request.param == "fork server")
     return dict(zip(names, texts)), base
 
 
@@ -121,7 +136,8 @@ def test_an_ordinary_cell_imports_numpy_torch_and_reads_the_course_data(isolatio
 
 
 def test_the_kernel_runs_unprivileged_in_its_private_folder(isolation):
-    """As root the grader starts the kernel under a user id of its own; the working folder is HOME."""
+    """As root the grader starts the kernel under a user id of its own (one per sandbox: the kernel's
+    folder, or the fork server's); the working folder is HOME."""
     outputs, base = isolation
     uid, cwd_is_home = outputs["whoami"].split()
     assert cwd_is_home == "True"
@@ -187,11 +203,11 @@ LIMIT_PROBES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory):
-    """Run the limit probes once with small limits."""
+@pytest.fixture(scope="module", params=MODES)
+def limited(tmp_path_factory, request):
+    """Run the limit probes once with small limits (in each mode)."""
     scratch = tmp_path_factory.mktemp("limited")
-    return run_sandboxed(LIMIT_PROBES, scratch, LIMITS, timeout=60), scratch
+    return run_sandboxed(LIMIT_PROBES, scratch, LIMITS, timeout=60, fork_server=request.param == "fork server"), scratch
 
 
 def test_memory_bomb_raises_memory_error(limited):
@@ -223,29 +239,33 @@ def test_cpu_loop_is_killed_and_grading_goes_on(limited):
     assert limited[0][6] == "alive True"
 
 
-def test_a_cell_timeout_interrupts_the_kernel_without_killing_it(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cell_timeout_interrupts_the_kernel_without_killing_it(tmp_path, mode):
     """A loop cut by the cell timeout raises KeyboardInterrupt in the same kernel process: no restart, no replay."""
     tmp_path.chmod(0o755)
     start_time = "print(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])"  # field 22: process start
-    texts = run_sandboxed([start_time, "while True:\n    pass", start_time], tmp_path, SandboxLimits(), timeout=5)
+    texts = run_sandboxed([start_time, "while True:\n    pass", start_time], tmp_path, SandboxLimits(), timeout=5,
+                          fork_server=mode == "fork server")
     assert texts[1] == "ERROR KeyboardInterruptERROR CellTimeoutError"
     assert texts[0] and texts[2] == texts[0]
 
 
 FORK_AND_LOOP = ("import os\nfor _ in range(3):\n    if os.fork() == 0:\n        while True:\n            pass\n"
                  "while True:\n    pass")
-LIVE_OTHERS = ("import os\nlive = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())\n"
+LIVE_OTHERS = ("import os\nlive = [p for p in os.listdir('/proc') if p.isdigit()\n"
+               "        and int(p) not in (1, os.getpid(), os.getppid())\n"
                "        and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z']\nprint('others', len(live))")
 
 
 FORK_AND_FAIL = "import os\nfor _ in range(2):\n    if os.fork() == 0:\n        while True:\n            pass\nraise ValueError('done forking')"
 
 
-def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path, mode):
     """The interrupt or the error stops the cell in the kernel; the processes it forked are killed, not left spinning."""
     tmp_path.chmod(0o755)
     texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS, FORK_AND_FAIL, LIVE_OTHERS], tmp_path, SandboxLimits(), timeout=5,
-                          markdown_after=True)
+                          markdown_after=True, fork_server=mode == "fork server")
     assert texts == ["ERROR KeyboardInterruptERROR CellTimeoutError", "", "others 0", "", "ERROR ValueError", "",
                      "others 0", ""]
 

@@ -44,7 +44,8 @@ PROBE = (
     "_ticks = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])\n"
     "_uptime = float(open('/proc/uptime').read().split()[0])\n"
     "print('KERNEL', time.time() - _uptime + _ticks / os.sysconf('SC_CLK_TCK'), os.getpid(),\n"
-    "      hasattr(sys, '_probed_by_test'), all(m in sys.modules for m in ('numpy', 'torch', 'matplotlib.pyplot')))\n"
+    "      hasattr(sys, '_probed_by_test'), all(m in sys.modules for m in ('numpy', 'torch', 'matplotlib.pyplot')),\n"
+    "      os.getppid())\n"
     "sys._probed_by_test = True"
 )
 SLEEP_THEN_END = "time.sleep(3)\nprint('END', time.time())"
@@ -110,10 +111,10 @@ def cell_texts(nb) -> list[str]:
     return texts
 
 
-def kernel_line(text: str) -> tuple[float, int, bool, bool]:
-    """(start time, pid, probed before, preloaded) from a PROBE cell's output."""
-    _, start, pid, seen, preloaded = text.split()
-    return float(start), int(pid), seen == "True", preloaded == "True"
+def kernel_line(text: str) -> tuple[float, int, bool, bool, int]:
+    """(start time, pid, probed before, preloaded, parent pid) from a PROBE cell's output."""
+    _, start, pid, seen, preloaded, ppid = text.split()
+    return float(start), int(pid), seen == "True", preloaded == "True", int(ppid)
 
 
 def process_gone(pid: int) -> bool:
@@ -182,8 +183,17 @@ def test_every_notebook_runs_in_a_fresh_kernel_process(graded):
     b = kernel_line(texts["nb-b"][1])
     assert not a[2] and not b[2]
     assert a[0] != b[0]
-    if not sandbox_works():  # inside the sandbox every kernel has the same pid in its own namespace
-        assert a[1] != b[1]
+    assert a[1] != b[1]  # in the sandbox: two processes in the job's one PID namespace
+
+
+def test_the_jobs_kernels_are_forked_from_one_fork_server(graded):
+    """In the sandbox every kernel of the job, also the one that replaced a dead kernel, has the same
+    parent: the job's fork server (not bwrap's PID 1, the parent of a kernel in a sandbox of its own)."""
+    _, texts, _, _ = graded
+    if not sandbox_works():
+        pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
+    parents = {kernel_line(texts["nb-a"][1])[4], kernel_line(texts["nb-b"][1])[4], kernel_line(texts["nb-b"][5])[4]}
+    assert len(parents) == 1 and parents != {1}, parents
 
 
 def test_the_next_kernel_starts_while_the_current_notebook_runs(graded):

@@ -1,0 +1,225 @@
+"""The grader's side of a submission's kernel fork server (the server: fork_server_main.py).
+
+Every notebook of a submission gets a fresh kernel process, but ``import torch`` and its
+company cost about 3 s of CPU per kernel, more than many notebooks' own cells. So the
+grader starts one sandbox per submission running a fork server that has imported them,
+and each notebook's kernel is a process forked from it: the same sandbox (user id, PID and
+mount namespaces, limits), a fresh folder and session of its own, no state of any other
+notebook. The server never runs student code; a kernel that kills it (same user) only
+makes the next kernel of that submission start a new server.
+
+``ForkServer`` starts the server and forks kernels; ``ForkedKernel`` is the Popen-like handle
+jupyter_client's provisioner keeps for a forked kernel (poll, wait, signals, by host pid).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+SERVER_SOURCE = Path(__file__).with_name("fork_server_main.py")
+READY_TIMEOUT = 120.0  # seconds the server may take to import its modules (a loaded machine)
+SPAWN_TIMEOUT = 30.0  # seconds to answer one fork request
+
+
+class ForkServerError(RuntimeError):
+    """The fork server did not start, died, or could not fork a kernel."""
+
+
+def _running(proc: psutil.Process | None) -> bool:
+    """True while proc exists and is not a zombie."""
+    try:
+        return proc is not None and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _ns_pid(proc: psutil.Process) -> int | None:
+    """proc's pid in its innermost PID namespace (the last NSpid field), None when unreadable."""
+    try:
+        with open(f"/proc/{proc.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class ForkServer:
+    """One fork server in its sandbox: start with a command line, then spawn() kernels from it."""
+
+    def __init__(self, cmd: list[str], modules: list[str], log_path: Path):
+        """cmd: the sandbox prefix ending in the interpreter; modules: what the server imports once."""
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [*cmd, "-c", SERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(modules)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        self._buffer = b""
+        self.ready = False
+        self.log_path = log_path
+
+    def _read_reply(self, timeout: float) -> dict:
+        """The next JSON line from the server, or ForkServerError on timeout or end of output."""
+        deadline = time.monotonic() + timeout
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ForkServerError(f"the fork server did not answer within {timeout:g} s")
+            readable, _, _ = select.select([fd], [], [], left)
+            if readable:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise ForkServerError(f"the fork server exited (see {self.log_path})")
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError as exc:
+            raise ForkServerError(f"the fork server answered something that is not JSON: {line[:200]!r}") from exc
+        if not isinstance(reply, dict):
+            raise ForkServerError(f"the fork server answered {reply!r}, expected a JSON object")
+        return reply
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Block until the server has imported its modules."""
+        if not self.ready:
+            if not self._read_reply(timeout).get("ready"):
+                raise ForkServerError("the fork server's first answer was not 'ready'")
+            self.ready = True
+
+    def alive(self) -> bool:
+        """True while the sandbox and the server in it run."""
+        return self.process.poll() is None and (not self.ready or _running(self.server_process()))
+
+    def server_process(self) -> psutil.Process | None:
+        """The server as the host sees it: below bwrap and bwrap's PID 1 of the namespace."""
+        try:
+            proc = psutil.Process(self.process.pid)
+            while proc.name() == "bwrap":
+                children = proc.children()
+                if len(children) != 1:
+                    return None
+                proc = children[0]
+            return proc
+        except psutil.Error:
+            return None
+
+    def spawn(self, argv: list[str], cwd: str, env: dict[str, str]) -> "ForkedKernel":
+        """Fork a kernel with these ipykernel arguments, folder (created) and variables."""
+        self.wait_ready()
+        request = json.dumps({"argv": list(argv), "cwd": str(cwd), "env": {str(k): str(v) for k, v in env.items()}})
+        try:
+            self.process.stdin.write(request.encode() + b"\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ForkServerError(f"the fork server is gone ({type(exc).__name__})") from exc
+        reply = self._read_reply(SPAWN_TIMEOUT)
+        if "pid" not in reply:
+            raise ForkServerError(f"the fork server could not fork a kernel: {reply.get('error', reply)}")
+        return ForkedKernel(self._host_process(int(reply["pid"])))
+
+    def _host_process(self, ns_pid: int) -> psutil.Process | None:
+        """The server's child with this namespace pid, as a host process (None when it already ended)."""
+        server = self.server_process()
+        if server is None:
+            return None
+        for _ in range(50):  # the reply may come before /proc shows the child to the host
+            try:
+                for child in server.children():
+                    if _ns_pid(child) == ns_pid:
+                        return child
+            except psutil.Error:
+                return None
+            time.sleep(0.01)
+        return None
+
+    def kill_strays(self) -> int:
+        """SIGKILL every process in the sandbox that is neither the server nor a kernel it forked; return how many.
+
+        What a kernel forked and left behind (a daemon, a fork bomb's copies) is re-parented
+        to the namespace's PID 1 when the kernel ends, and would run on beside the next notebook.
+        """
+        server = self.server_process()
+        if server is None:
+            return 0
+        try:
+            init = server.parent()
+            strays = [p for p in init.children() if p.pid != server.pid] if init else []
+            strays += [d for p in strays for d in p.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        for proc in strays:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(strays, timeout=5)
+        return len(strays)
+
+    def close(self) -> None:
+        """End the sandbox: bwrap's PID 1 takes every process in it along."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+class ForkedKernel:
+    """subprocess.Popen's interface for a kernel forked by a ForkServer (not our child: polled by pid)."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, proc: psutil.Process | None):
+        """proc: the kernel as the host sees it (None: it ended before it could be found)."""
+        self._proc = proc
+        self.pid = proc.pid if proc is not None else 0
+        self.returncode = None if _running(proc) else 1
+        self._signal = None
+
+    def poll(self) -> int | None:
+        """None while the kernel runs, else an exit code (-signal when we killed it, 1 otherwise)."""
+        if self.returncode is None and not _running(self._proc):
+            self.returncode = -self._signal if self._signal else 1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the kernel has ended; subprocess.TimeoutExpired after timeout seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["forked kernel", str(self.pid)], timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        """Signal the kernel; ProcessLookupError when it is gone (what Popen's callers tolerate)."""
+        if self.poll() is not None:
+            raise ProcessLookupError(errno.ESRCH, "the kernel has ended")
+        try:
+            self._proc.send_signal(signum)
+        except psutil.NoSuchProcess as exc:
+            raise ProcessLookupError(errno.ESRCH, "the kernel has ended") from exc
+        if signum in (signal.SIGKILL, signal.SIGTERM):
+            self._signal = signum
+
+    def kill(self) -> None:
+        """SIGKILL the kernel."""
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        """SIGTERM the kernel."""
+        self.send_signal(signal.SIGTERM)

@@ -1,0 +1,100 @@
+"""Kernel fork server: runs inside one submission's sandbox, as ``python -c <this file's text> MODULES``.
+
+The repository is hidden in the sandbox, so the grader passes this file's text rather than
+its path (standard library only, no import from autograder). It imports MODULES (a JSON
+list: numpy, torch, matplotlib.pyplot) and ipykernel once, answers ``{"ready": true}``,
+then reads one JSON request per line on stdin and answers each on stdout:
+
+    {"argv": [ipykernel arguments], "cwd": folder, "env": {name: value}}
+    -> {"pid": pid in the sandbox's PID namespace} or {"error": reason}
+
+Each request forks a child that becomes an IPython kernel, in a fresh folder, with its own
+session: a fresh process that never saw another notebook, without paying for the imports
+again. The server itself never runs code it is sent, and is not dumpable (a kernel of the
+same user can neither ptrace it nor read its memory or file descriptors). Kernels are
+reaped by the system (SIGCHLD ignored); their stdout and stderr go to the server's stderr,
+the sandbox log.
+"""
+
+import importlib
+import json
+import os
+import signal
+import sys
+import traceback
+
+PR_SET_DUMPABLE = 4
+
+
+def set_dumpable(flag: bool) -> None:
+    """prctl(PR_SET_DUMPABLE): False keeps processes of the same user out of this one."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def become_kernel(request: dict) -> None:
+    """In the forked child: own session, default signals, clean stdio, own folder; run the kernel; exit."""
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the kernel waits for its own subprocesses
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        set_dumpable(True)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)  # the request and reply pipes stay with the server
+        os.makedirs(request["cwd"], exist_ok=True)
+        os.chdir(request["cwd"])
+        os.environ.update(request["env"])
+        sys.argv = [sys.executable, *request["argv"]]
+        from ipykernel import kernelapp
+
+        kernelapp.launch_new_instance(argv=request["argv"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in the sandbox log, the kernel counts as dead
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    sys.exit(code)  # interpreter shutdown as in any kernel process (atexit handlers run)
+
+
+def serve(modules: list) -> None:
+    """Import, announce readiness, then fork one kernel per request until stdin closes."""
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]  # as ipykernel_launcher does; the kernel puts the cwd back
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # a module printing while it imports writes to the log, not into the replies
+    for name in modules:
+        importlib.import_module(name)
+    importlib.import_module("ipykernel.kernelapp")
+    importlib.import_module("ipykernel.ipkernel")
+    set_dumpable(False)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    replies.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+            if not (isinstance(request.get("argv"), list) and isinstance(request.get("cwd"), str)
+                    and isinstance(request.get("env"), dict)):
+                raise ValueError("a request needs argv (list), cwd (str) and env (dict)")
+            pid = os.fork()
+        except (ValueError, OSError) as exc:
+            replies.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+            continue
+        if pid == 0:
+            replies.close()
+            become_kernel(request)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+
+
+if __name__ == "__main__":
+    serve(json.loads(sys.argv[1]) if len(sys.argv) > 1 else [])

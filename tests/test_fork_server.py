@@ -1,0 +1,180 @@
+"""Kernels forked from a submission's fork server (autograder/fork_server.py), in the real sandbox.
+
+One submission folder, several notebooks graded one after the other through GradingExecute
+with ``configure_sandbox(..., fork_server=folder)``, as the grading worker runs them. Probe
+cells print facts about their kernel; the tests read them. What the sandbox itself enforces
+(isolation, limits) is tested in both modes by tests/test_sandbox.py.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from autograder import sandbox  # noqa: E402
+from autograder.sandbox import (GradingExecute, SandboxLimits, bwrap_available, close_fork_servers,  # noqa: E402
+                                configure_sandbox, discard_prestarted, sandbox_uid)
+
+READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+# the kernel as it starts: user namespace, preloaded modules, identity, parent, folder
+FIRST = ("print('NAMES', sorted(k for k in globals() if not k.startswith('_')))\n"
+         "import os, sys\n"
+         "print('KERNEL', os.getpid(), os.getppid(), os.getuid(), 'torch' in sys.modules, os.getcwd() == os.environ['HOME'])")
+LEAVE_STATE = "import sys\nsecret = 41\nsys._left_by_an_earlier_notebook = True"
+SEES_STATE = "import sys\nprint('STATE', 'secret' in globals(), hasattr(sys, '_left_by_an_earlier_notebook'))"
+# reading the server's memory, environment or open files: the server is not dumpable
+SPY_ON_SERVER = (
+    "res = []\n"
+    "for name in ('mem', 'environ', 'fd'):\n"
+    "    try:\n"
+    "        p = f'/proc/{os.getppid()}/{name}'\n"
+    "        os.listdir(p) if name == 'fd' else open(p, 'rb').read(1)\n"
+    "        res.append('read')\n"
+    "    except OSError as e:\n"
+    "        res.append(type(e).__name__)\n"
+    "print('SPY', *res)"
+)
+# a daemon that outlives its kernel unless the grader kills it: double fork, new session
+DAEMON = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(600)\n"
+          "    os._exit(0)\nos.wait()\nprint('DAEMON started')")
+# processes in the sandbox besides PID 1, the server (the parent) and this kernel
+OTHERS = ("live = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())\n"
+          "        and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z']\nprint('OTHERS', len(live))")
+# the sandbox ends with its first process, the server: the kernel dies within the sleep
+KILL_SERVER = "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(10)"
+
+
+@pytest.fixture
+def submission():
+    """A submission's folder (short path: unix sockets), as grade.prepare_job makes it; removed afterwards."""
+    if not bwrap_available():
+        pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
+    folder = Path(tempfile.mkdtemp(prefix="forksrv-"))
+    folder.chmod(0o711)
+    yield folder
+    close_fork_servers()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def grade(folder: Path, index: int, cells: list[str], config: Config | None = None) -> list[str]:
+    """Execute one notebook (scratch folder/nb<index>) with a kernel forked from the folder's server; text outputs."""
+    scratch = folder / f"nb{index}"
+    scratch.mkdir(mode=0o755, exist_ok=True)
+    config = config or Config()
+    configure_sandbox(config, scratch, READABLE, SandboxLimits(), fork_server=folder)
+    config.GradingExecute.scratch = str(scratch)
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells], metadata={"kernelspec": dict(KERNELSPEC)})
+    GradingExecute(config=config, timeout=30).preprocess(nb, {"metadata": {"path": str(scratch)}})
+    texts = []
+    for cell in nb.cells:
+        parts = [out.text if out.output_type == "stream" else f"ERROR {out.ename}"
+                 for out in cell.outputs if out.output_type in ("stream", "error")]
+        texts.append("".join(parts).strip())
+    return texts
+
+
+def kernel_facts(text: str) -> dict:
+    """The FIRST probe's output as a dict."""
+    names, kernel = text.splitlines()
+    _, pid, ppid, uid, preloaded, cwd_is_home = kernel.split()
+    return {"names": names, "pid": int(pid), "ppid": int(ppid), "uid": int(uid),
+            "preloaded": preloaded == "True", "cwd_is_home": cwd_is_home == "True"}
+
+
+def test_each_notebook_gets_a_fresh_process_forked_from_one_server(submission):
+    """Two notebooks: different processes with the same parent (the server, not PID 1), the sandbox's
+    user, torch already imported, an empty namespace, and nothing left by the notebook before."""
+    first = grade(submission, 0, [FIRST, LEAVE_STATE, SEES_STATE])
+    second = grade(submission, 1, [FIRST, SEES_STATE, SPY_ON_SERVER])
+    a, b = kernel_facts(first[0]), kernel_facts(second[0])
+    assert first[2] == "STATE True True"  # the probe itself works
+    assert second[1] == "STATE False False"
+    assert a["pid"] != b["pid"]
+    assert a["ppid"] == b["ppid"] != 1
+    assert a["preloaded"] and b["preloaded"]
+    assert a["cwd_is_home"] and b["cwd_is_home"]
+    assert a["names"] == b["names"] and "secret" not in a["names"]
+    expected_uid = sandbox_uid(str(submission)) if os.geteuid() == 0 else os.geteuid()
+    assert a["uid"] == b["uid"] == expected_uid
+    if os.geteuid() == 0:  # a kernel of the same user cannot read the server (as root nothing stops it)
+        assert second[2] == "SPY PermissionError PermissionError PermissionError"
+    assert len(sandbox._FORK_SERVERS) == 1
+
+
+def test_what_a_kernel_leaves_running_is_killed_when_it_ends(submission):
+    """A daemon started by one notebook's kernel is gone when the next notebook's kernel looks."""
+    first = grade(submission, 0, [FIRST, DAEMON, OTHERS])
+    second = grade(submission, 1, [FIRST, OTHERS])
+    assert first[1] == "DAEMON started"
+    assert first[2] == "OTHERS 1"  # the probe sees the daemon while its kernel runs
+    assert second[1] == "OTHERS 0"
+
+
+def test_a_kernel_that_kills_the_server_costs_only_a_new_server(submission):
+    """Killing the server takes the sandbox, so the kernel dies: the cell fails, a kernel forked from a
+    new server replays the notebook, and the next notebook is graded as usual."""
+    first = grade(submission, 0, [FIRST, "x = 41", KILL_SERVER, "print('AFTER', x + 1)", FIRST])
+    second = grade(submission, 1, [FIRST, "print('fine')"])
+    assert first[2] == "ERROR KernelDied"
+    assert first[3] == "AFTER 42"
+    before, after = kernel_facts(first[0]), kernel_facts(first[4])
+    assert after["ppid"] != 1 and after["preloaded"]
+    assert second[1] == "fine"
+    assert kernel_facts(second[0])["ppid"] == after["ppid"]  # the new server serves the next notebook too
+    assert before["uid"] == after["uid"]
+
+
+def test_a_server_that_cannot_start_falls_back_to_a_sandbox_per_kernel(submission, caplog):
+    """A server whose imports fail does not stop grading: the kernel starts in a sandbox of its own."""
+    config = Config()
+    config.SandboxedKernelManager.fork_server_modules = ["no_such_module_for_the_fork_server"]
+    texts = grade(submission, 0, [FIRST, "print('fine')"], config)
+    facts = kernel_facts(texts[0])
+    assert texts[1] == "fine"
+    assert facts["ppid"] == 1  # below bwrap's PID 1: a sandbox of its own
+    assert "no_such_module_for_the_fork_server" in (submission / "kernel.log").read_text()
+    assert sandbox._FORK_SERVERS == {}
+
+
+def test_a_prestarted_kernels_ipc_folder_is_locked_once_its_sockets_exist(submission):
+    """The kernel of the notebook being graded can reach the next notebook's folder (one sandbox): the
+    pre-started kernel's ipc folder is made read-only for the sandbox user as soon as its sockets exist,
+    not only when its notebook begins."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root grader runs kernels as another user and locks their ipc folders")
+    scratch = submission / "nb1"
+    scratch.mkdir(mode=0o755)
+    config = Config()
+    configure_sandbox(config, scratch, READABLE, SandboxLimits(), fork_server=submission)
+    config.GradingExecute.scratch = str(scratch)
+    GradingExecute(config=config).prestart("python3")
+    try:
+        ipc = scratch / "ipc"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and ipc.stat().st_mode & 0o7777 != 0o755:
+            time.sleep(0.05)
+        assert ipc.stat().st_mode & 0o7777 == 0o755
+        assert len(list(ipc.glob("kernel-*"))) == 5  # locked after the kernel's five sockets were there
+    finally:
+        discard_prestarted(str(scratch))
+
+
+def test_bad_fork_server_folders_are_rejected(tmp_path):
+    """The fork server's folder must hold the notebook's scratch folder."""
+    scratch = tmp_path / "nb0"
+    scratch.mkdir()
+    with pytest.raises(ValueError, match="fork_server must be a folder above scratch"):
+        configure_sandbox(Config(), scratch, READABLE, SandboxLimits(), fork_server=tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="fork_server must be a folder above scratch"):
+        configure_sandbox(Config(), scratch, READABLE, SandboxLimits(), fork_server=scratch)
