@@ -32,20 +32,26 @@ so the honest cells after it are still scored (at most ``max_kernel_restarts`` t
 notebook; then the remaining cells are marked failed). A kernel that fails to start is tried
 twice more before the notebook counts as not gradable.
 
-Start-up cost is hidden, not shared: ``GradingExecute.prestart()`` launches the kernel a
-notebook will need (same manager class, configuration, working folder and environment)
-while the grader is still busy with the previous notebook, and the executor of that
-notebook adopts it instead of starting one; every notebook still gets a fresh process.
-Kernels import ``preload_modules`` (numpy, torch, matplotlib.pyplot) while they boot,
-binding no name in the student's namespace, so the import cost lands in the kernel's
-start-up rather than in the first cell's timeout.
+Start-up cost is paid once per submission and hidden: with ``fork_server`` (the grading
+worker sets it to the submission's folder) one sandbox per submission runs a fork server
+(``fork_server.py``) that has imported numpy, torch, matplotlib.pyplot and ipykernel, and
+each notebook's kernel is a fresh process forked from it, in its own folder on the
+sandbox's tmpfs; the submission's notebooks then share the sandbox's user id, PID
+namespace, ``/tmp`` and disk cap, as they share one folder under plain nbgrader. What a
+kernel leaves running is killed when it ends. ``GradingExecute.prestart()`` launches the
+kernel a notebook will need (same manager class, configuration, working folder and
+environment) while the grader is still busy with the previous notebook, and the executor
+of that notebook adopts it instead of starting one. Kernels import ``preload_modules``
+(numpy, torch, matplotlib.pyplot) while they boot, binding no name in the student's
+namespace, so the import cost (nothing, when forked) lands in the kernel's start-up rather
+than in the first cell's timeout.
 
 Residual: CPU time is limited per process, not per sandbox, so a fork bomb's processes burn
 CPU until the cell timeout kills its kernel (and with it the PID namespace); cgroups would
 bound that, but need privileges the grader does not assume.
 
 Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
-(``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``.
+(``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``, ``close_fork_servers()``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The parent (autograder.grade) prepares JOB_DIR with ``job.json``, a private copy of
 the gradebook (``gradebook.db``) and the submission under ``course/submitted/``. This
 process runs nbgrader's Autograde one notebook at a time, each with its own nbgrader
-Config, its own scratch folder and (unless disabled) the bubblewrap sandbox, and writes
-``result.json``. It never opens the real gradebook: the parent copies the grades over in
+Config, its own scratch folder and (unless disabled) a kernel forked from the
+submission's fork server in its bubblewrap sandbox, and writes ``result.json``. It never opens the real gradebook: the parent copies the grades over in
 one transaction, so parallel workers cannot lock or corrupt it.
 """
 
@@ -125,7 +125,7 @@ def sandbox_config(job: dict, scratch: Path):
     build = os.environ.pop("PART_II_BUILD", None)
     try:
         configure_sandbox(config, scratch=scratch, readable=readable, limits=SandboxLimits(**job.get("limits", {})),
-                          fork_server=Path(job["scratch_root"]) if job.get("fork_server", True) else None)
+                          fork_server=Path(job["scratch_root"]))
     finally:
         if build is not None:
             os.environ["PART_II_BUILD"] = build
