@@ -79,6 +79,8 @@ class GradeResult:
     graded: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    # graded submissions with notebooks nbgrader could not grade (scored 0): student -> {notebook: reason}
+    notebook_errors: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -462,6 +464,8 @@ class Scheduler:
                                                          notebooks=json.dumps(notebooks, sort_keys=True), seconds=seconds))
             discard_job_dir(run.job_dir)
             self.result.graded.append(student)
+            if problems:
+                self.result.notebook_errors[student] = problems
             return True
         reason = _failure_reason(run, rc, timed_out)
         discard_job_dir(run.job_dir)
@@ -565,8 +569,12 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
 
 
 def print_summary(course: Course, result: GradeResult) -> None:
-    """One line per student of this run: score, or the reason it has none."""
+    """Counts, then one line per submission that failed and per notebook that could not be graded (scored 0)."""
+    partly = sum(len(v) for v in result.notebook_errors.values())
     print(f"graded {len(result.graded)}, already graded (skipped) {len(result.skipped)}, "
-          f"errors {len(result.errors)}; mode: {result.mode}")
+          f"errors {len(result.errors)}, notebooks not gradable (scored 0) {partly}; mode: {result.mode}")
     for student, reason in sorted(result.errors.items()):
         print(f"  {student}: ERROR {reason}")
+    for student, problems in sorted(result.notebook_errors.items()):
+        for notebook, reason in sorted(problems.items()):
+            print(f"  {student}: {notebook} not gradable, scored 0: {reason}")

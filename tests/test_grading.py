@@ -135,7 +135,7 @@ def test_every_sample_submission_is_graded_without_job_errors(graded):
     jobs = job_rows(graded["course"].db_url)
     assert {s: (r["state"], r["commits"], r["error"]) for s, r in jobs.items() if s in SAMPLE} == \
         {s: ("done", 1, None) for s in SAMPLE}
-    assert f"graded {len(jobs)}, already graded (skipped) 0, errors 0" in grade_run["stdout"]
+    assert f"graded {len(jobs)}, already graded (skipped) 0, errors 0, notebooks not gradable (scored 0) 0" in grade_run["stdout"]
 
 
 def test_perfect_blank_partial_exact_scores_per_cell(graded):
@@ -362,3 +362,19 @@ def test_largest_submissions_are_graded_first(tmp_path):
             (folder / f"nb{k}.ipynb").write_text("{}")
         (folder / "timestamp.txt").write_text("2026-03-01 10:00:00")
     assert largest_first(course, ["ann", "bob", "cy", "dee"]) == ["bob", "dee", "ann", "cy"]
+
+
+def test_the_summary_names_notebooks_that_could_not_be_graded(tmp_path, capsys):
+    """A notebook nbgrader failed on scores 0 inside a graded submission: the summary counts and names it."""
+    from autograder.grade import GradeResult, print_summary
+
+    with build_env(tmp_path):
+        course = Course.load(tmp_path)
+    result = GradeResult(mode="sandbox", graded=["ann", "bob"], errors={"cy": "worker died"},
+                         notebook_errors={"bob": {"02-shapes-and-loss": "ValueError: bad cell metadata"}})
+    print_summary(course, result)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("graded 2, already graded (skipped) 0, errors 1, notebooks not gradable (scored 0) 1; "
+                      "mode: sandbox")
+    assert out[1:] == ["  cy: ERROR worker died",
+                       "  bob: 02-shapes-and-loss not gradable, scored 0: ValueError: bad cell metadata"]
