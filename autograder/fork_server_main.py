@@ -8,12 +8,16 @@ then reads one JSON request per line on stdin and answers each on stdout:
     {"argv": [ipykernel arguments], "cwd": folder, "env": {name: value}}
     -> {"pid": pid in the sandbox's PID namespace} or {"error": reason}
 
+and when stdin closes, after collecting its kernels, ``{"cpu": seconds}``: the CPU time of
+the server and every kernel it forked (bubblewrap does not pass it on to the grader).
+
 Each request forks a child that becomes an IPython kernel, in a fresh folder, with its own
 session: a fresh process that never saw another notebook, without paying for the imports
 again. The server itself never runs code it is sent, and is not dumpable (a kernel of the
-same user can neither ptrace it nor read its memory or file descriptors). Kernels are
-reaped by the system (SIGCHLD ignored); their stdout and stderr go to the server's stderr,
-the sandbox log.
+same user can neither ptrace it nor read its memory or file descriptors). It reaps its
+kernels as they end, and when stdin closes it waits for the last ones (killing any still
+running after a grace period) before it exits, so their CPU time reaches whoever waits for
+the sandbox. Kernels' stdout and stderr go to the server's stderr, the sandbox log.
 """
 
 import importlib
@@ -67,6 +71,43 @@ def become_kernel(request: dict) -> None:
     sys.exit(code)  # interpreter shutdown as in any kernel process (atexit handlers run)
 
 
+def reap(signum=None, frame=None) -> None:
+    """Collect every kernel that has ended (the SIGCHLD handler)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def reap_all(grace: float) -> None:
+    """Wait up to grace seconds for the kernels still running, then SIGKILL and collect the rest."""
+    import time
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                time.sleep(0.05)
+        except ChildProcessError:
+            return
+    for entry in os.listdir("/proc"):  # kernels run in sessions of their own: one by one
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
 def serve(modules: list) -> None:
     """Import, announce readiness, then fork one kernel per request until stdin closes."""
     if sys.path and sys.path[0] in ("", os.getcwd()):
@@ -78,14 +119,14 @@ def serve(modules: list) -> None:
     importlib.import_module("ipykernel.kernelapp")
     importlib.import_module("ipykernel.ipkernel")
     set_dumpable(False)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, reap)
     replies.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin.buffer:
         try:
             request = json.loads(line)
-            if not (isinstance(request.get("argv"), list) and isinstance(request.get("cwd"), str)
+            if not (isinstance(request, dict) and isinstance(request.get("argv"), list) and isinstance(request.get("cwd"), str)
                     and isinstance(request.get("env"), dict)):
-                raise ValueError("a request needs argv (list), cwd (str) and env (dict)")
+                raise ValueError("a request is an object with argv (list), cwd (str) and env (dict)")
             pid = os.fork()
         except (ValueError, OSError) as exc:
             replies.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
@@ -94,6 +135,11 @@ def serve(modules: list) -> None:
             replies.close()
             become_kernel(request)
         replies.write(json.dumps({"pid": pid}) + "\n")
+    reap_all(grace=5.0)
+    import resource
+
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    replies.write(json.dumps({"cpu": sum(u.ru_utime + u.ru_stime for u in used)}) + "\n")
 
 
 if __name__ == "__main__":

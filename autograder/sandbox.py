@@ -839,15 +839,23 @@ def discard_prestarted(scratch: str | None = None) -> None:
             _shutdown_kernel(km)
 
 
-def close_fork_servers(folder: str | None = None) -> None:
-    """End the fork server of a submission's folder (every fork server when folder is None) and its sandbox."""
+def close_fork_servers(folder: str | None = None) -> float:
+    """End the fork server of a submission's folder (every fork server when folder is None) and its sandbox.
+
+    Returns the CPU seconds the closed servers and their kernels used, as they reported it
+    (0 for a server that could not report: killed, or never ready).
+    """
     keys = list(_FORK_SERVERS) if folder is None else [os.path.realpath(folder)]
     if folder is None:
         _FAILED_FORK_SERVERS.clear()
+    cpu = 0.0
     for key in keys:
         server = _FORK_SERVERS.pop(key, None)
         if server is not None:
             server.close()
+            if server.cpu_seconds is not None and server.cpu_seconds == server.cpu_seconds:  # not nan
+                cpu += server.cpu_seconds
+    return cpu
 
 
 def prestarted_kernels() -> dict[str, AsyncKernelManager]:

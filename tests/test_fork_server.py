@@ -170,6 +170,18 @@ def test_a_prestarted_kernels_ipc_folder_is_locked_once_its_sockets_exist(submis
         discard_prestarted(str(scratch))
 
 
+def test_a_closed_server_reports_the_cpu_time_of_its_kernels(submission):
+    """Closed, the server collects its kernels, exits, and reports their CPU seconds with its own (bubblewrap
+    passes none on to the grader's RUSAGE_CHILDREN; the grading benchmark adds this figure)."""
+    config = Config()
+    config.SandboxedKernelManager.fork_server_modules = []  # the server's own CPU: ipykernel's imports only
+    config.GradingExecute.preload_modules = []
+    texts = grade(submission, 0, ["import time\nwhile time.process_time() < 4:\n    pass\nprint('burnt')"], config)
+    reported = close_fork_servers()
+    assert texts == ["burnt"]
+    assert 4 <= reported < 30
+
+
 def test_bad_fork_server_folders_are_rejected(tmp_path):
     """The fork server's folder must hold the notebook's scratch folder."""
     scratch = tmp_path / "nb0"
