@@ -9,7 +9,8 @@ then reads one JSON request per line on stdin and answers each on stdout:
     -> {"pid": pid in the sandbox's PID namespace} or {"error": reason}
 
 and when stdin closes, after collecting its kernels, ``{"cpu": seconds}``: the CPU time of
-the server and every kernel it forked (bubblewrap does not pass it on to the grader).
+the server and every kernel it forked (bubblewrap does not pass it on to the process that
+started it; the grading worker logs it).
 
 Each request forks a child that becomes an IPython kernel, in a fresh folder, with its own
 session: a fresh process that never saw another notebook, without paying for the imports

@@ -277,7 +277,7 @@ def run_job(job_dir: Path) -> dict:
             shutil.rmtree(scratch, ignore_errors=True)  # whatever the student's code wrote
     finally:
         discard_prestarted()  # no kernel outlives the job
-        # bubblewrap does not pass its processes' CPU time on: the server counts it (bench/grading_throughput.py)
+        # the submission's cost: bubblewrap passes no CPU time on to this process's RUSAGE_CHILDREN
         log.info("fork server CPU (server and kernels): %.2f s", close_fork_servers())
     for notebook, result in results.items():
         if result["status"] == "error":

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import shutil
 import resource
 import statistics
@@ -167,19 +166,6 @@ def harness(master: Path, workers: int, no_sandbox: bool, tag: str) -> float:
         cmd.append("--no-sandbox")
     env = dict(os.environ, PART_II_BUILD=str(build))
     return run_cmd(cmd, env, ROOT, WORK / f"harness-{workers}-{tag}.log")
-
-
-FORK_SERVER_CPU = re.compile(r"fork server CPU \(server and kernels\): ([0-9.]+) s")
-
-
-def fork_server_cpu(build: Path) -> float:
-    """CPU seconds the harness's fork servers and their kernels reported (in the kept worker logs).
-
-    Processes inside bubblewrap never reach our RUSAGE_CHILDREN; each fork server counts its
-    own and its kernels' and the worker logs the sum when it closes the server.
-    """
-    logs = (build / "course" / "reports" / "grade-logs").glob("*.log")
-    return sum(float(m.group(1)) for log in logs for m in FORK_SERVER_CPU.finditer(log.read_text(errors="replace")))
 
 
 def job_table_seconds(build: Path) -> list[float]:
@@ -341,8 +327,6 @@ def main() -> None:
             reap_orphans()
             seconds[c].append(t)
             cpu[c].append(cpu_seconds() - cpu0)
-            if c.startswith("harness"):
-                cpu[c][-1] += fork_server_cpu(WORK / f"harness-{c.rsplit('-', 1)[1]}-r{rep}")
             print(f"  {t:.1f} s wall, {cpu[c][-1]:.1f} s CPU", flush=True)
     info["load_at_end"] = [round(x, 2) for x in load()]
 
@@ -383,9 +367,10 @@ def main() -> None:
     print("(CPU: user + system seconds of the configuration's processes and kernels; on a shared, loaded machine it is "
           "the steadier measure of cost, while wall time also reflects how much of the machine the run got)")
     if sandbox and any(c.startswith("harness") for c in configs):
-        print("(harness in the sandbox: processes inside bubblewrap never reach our RUSAGE_CHILDREN; the fork "
-              "servers count their own and their kernels' CPU time and the worker logs it, which is added here. A "
-              "kernel started in a sandbox of its own (a fork server that failed) is not counted: lower bounds.)")
+        print("(harness in the sandbox: bubblewrap's processes are orphaned to this process, a subreaper, and "
+              "counted when it reaps them; a process killed inside bubblewrap's PID namespace after its reaper "
+              "ended is not, so the harness's CPU figures are lower bounds. Each worker log also states what its "
+              "fork server and kernels used.)")
     print(f"kernel start-up under nbclient: empty notebook {fmt(kcost['empty'], 2, ' s')}, "
           f"'{PRELOAD}' only {fmt(kcost['imports'], 2, ' s')}")
     for c, v in per_nb.items():

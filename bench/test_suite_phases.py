@@ -35,7 +35,8 @@ PHASES = {
     "notebooks (nbval)": ["notebooks/part-ii"],
     "release": ["tests/test_release.py"],
     "grading": ["tests/test_grading.py", "tests/test_adversarial.py", "tests/test_sandbox.py",
-                "tests/test_trusted_checks.py", "tests/test_worker_prestart.py"],
+                "tests/test_trusted_checks.py", "tests/test_worker_prestart.py",
+                "tests/test_fork_server.py"],
     "browser": ["tests/test_browser.py"],
 }
 RESULT_LINE = re.compile(r"=+ (.*(?:passed|failed|error|skipped|no tests ran).*) =+\s*$")

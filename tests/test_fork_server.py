@@ -172,7 +172,7 @@ def test_a_prestarted_kernels_ipc_folder_is_locked_once_its_sockets_exist(submis
 
 def test_a_closed_server_reports_the_cpu_time_of_its_kernels(submission):
     """Closed, the server collects its kernels, exits, and reports their CPU seconds with its own (bubblewrap
-    passes none on to the grader's RUSAGE_CHILDREN; the grading benchmark adds this figure)."""
+    passes none on to the worker's RUSAGE_CHILDREN; the worker logs the figure)."""
     config = Config()
     config.SandboxedKernelManager.fork_server_modules = []  # the server's own CPU: ipykernel's imports only
     config.GradingExecute.preload_modules = []
