@@ -67,6 +67,7 @@ class ForkServer:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
         self._buffer = b""
         self.ready = False
+        self._server: psutil.Process | None = None
         self.cpu_seconds: float | None = None  # reported by the server when it closes cleanly
         self.log_path = log_path
 
@@ -94,18 +95,21 @@ class ForkServer:
         return reply
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        """Block until the server has imported its modules."""
+        """Block until the server has imported its modules; find it as the host sees it."""
         if not self.ready:
             if not self._read_reply(timeout).get("ready"):
                 raise ForkServerError("the fork server's first answer was not 'ready'")
+            self._server = self._find_server()  # now, while it is the only process below bwrap
+            if self._server is None:
+                raise ForkServerError("the fork server answered, but its process was not found below bwrap")
             self.ready = True
 
     def alive(self) -> bool:
         """True while the sandbox and the server in it run."""
-        return self.process.poll() is None and (not self.ready or _running(self.server_process()))
+        return self.process.poll() is None and (not self.ready or _running(self._server))
 
-    def server_process(self) -> psutil.Process | None:
-        """The server as the host sees it: below bwrap and bwrap's PID 1 of the namespace."""
+    def _find_server(self) -> psutil.Process | None:
+        """The server below bwrap and bwrap's PID 1 of the namespace (each with a single child)."""
         try:
             proc = psutil.Process(self.process.pid)
             while proc.name() == "bwrap":
@@ -117,6 +121,10 @@ class ForkServer:
         except psutil.Error:
             return None
 
+    def server_process(self) -> psutil.Process | None:
+        """The server as the host sees it (None before it is ready or after it ended)."""
+        return self._server if _running(self._server) else None
+
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str]) -> "ForkedKernel":
         """Fork a kernel with these ipykernel arguments, folder (created) and variables."""
         self.wait_ready()
@@ -127,9 +135,9 @@ class ForkServer:
         except (BrokenPipeError, OSError) as exc:
             raise ForkServerError(f"the fork server is gone ({type(exc).__name__})") from exc
         reply = self._read_reply(SPAWN_TIMEOUT)
-        if "pid" not in reply:
+        if not isinstance(reply.get("pid"), int):
             raise ForkServerError(f"the fork server could not fork a kernel: {reply.get('error', reply)}")
-        return ForkedKernel(self._host_process(int(reply["pid"])))
+        return ForkedKernel(self._host_process(reply["pid"]))
 
     def _host_process(self, ns_pid: int) -> psutil.Process | None:
         """The server's child with this namespace pid, as a host process (None when it already ended)."""
@@ -149,8 +157,10 @@ class ForkServer:
     def kill_strays(self) -> int:
         """SIGKILL every process in the sandbox that is neither the server nor a kernel it forked; return how many.
 
-        What a kernel forked and left behind (a daemon, a fork bomb's copies) is re-parented
-        to the namespace's PID 1 when the kernel ends, and would run on beside the next notebook.
+        Called when a kernel ends. What it forked and left behind (a daemon, a fork bomb's
+        copies) is re-parented to the namespace's PID 1, and would run on beside the next
+        notebook; the kernel still alive then (the next notebook's, not yet used) has no
+        business with processes of its own either.
         """
         server = self.server_process()
         if server is None:
@@ -159,6 +169,7 @@ class ForkServer:
             init = server.parent()
             strays = [p for p in init.children() if p.pid != server.pid] if init else []
             strays += [d for p in strays for d in p.children(recursive=True)]
+            strays += [d for kernel in server.children() for d in kernel.children(recursive=True)]
         except psutil.Error:
             return 0
         for proc in strays:
@@ -204,6 +215,10 @@ class ForkedKernel:
         self.pid = proc.pid if proc is not None else 0
         self.returncode = None if _running(proc) else 1
         self._signal = None
+
+    def host_process(self) -> psutil.Process | None:
+        """The kernel as the host sees it, while it runs (never a later process that got its pid)."""
+        return self._proc if self.poll() is None else None
 
     def poll(self) -> int | None:
         """None while the kernel runs, else an exit code (-signal when we killed it, 1 otherwise)."""

@@ -14,8 +14,9 @@ started it; the grading worker logs it).
 
 Each request forks a child that becomes an IPython kernel, in a fresh folder, with its own
 session: a fresh process that never saw another notebook, without paying for the imports
-again. The server itself never runs code it is sent, and is not dumpable (a kernel of the
-same user can neither ptrace it nor read its memory or file descriptors). It reaps its
+again. The server itself never runs code it is sent. It and its kernels are not dumpable:
+a process of the same user can neither ptrace them nor read their memory, environment or
+file descriptors (a process can still read its own). It reaps its
 kernels as they end, and when stdin closes it waits for the last ones (killing any still
 running after a grace period) before it exits, so their CPU time reaches whoever waits for
 the sandbox. Kernels' stdout and stderr go to the server's stderr, the sandbox log.
@@ -49,7 +50,8 @@ def become_kernel(request: dict) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the kernel waits for its own subprocesses
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        set_dumpable(True)
+        # stays non-dumpable, like the server: the next notebook's kernel (same user, already started)
+        # cannot be ptraced or have its memory, and with it its connection key, read by this one
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)

@@ -65,7 +65,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -79,7 +78,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Config
 
-from .fork_server import ForkServer, ForkServerError
+from .fork_server import ForkedKernel, ForkServer, ForkServerError
 
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
            "discard_prestarted", "prestarted_kernels", "close_fork_servers"]
@@ -93,13 +92,13 @@ NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot"]  # what the part-ii notebooks import first
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel gives matplotlib
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # kernels started ahead of their notebook, by scratch folder (one worker process, one job at a time)
 _PRESTARTED: dict[str, AsyncKernelManager] = {}
 # fork servers by the real path of their submission's folder
 _FORK_SERVERS: dict[str, ForkServer] = {}
 _FAILED_FORK_SERVERS: set[str] = set()  # folders whose server could not start (until close_fork_servers())
-_IPC_LOCK = threading.RLock()  # ipc folder permissions change in the grader and in lock threads
 
 
 @dataclass(frozen=True)
@@ -194,6 +193,8 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     fork_server: the submission's folder (scratch's parent, shared by its notebooks): kernels
     are then forked from one fork server in one sandbox for the folder, with their ipc and
     working folders inside it, instead of each getting a sandbox and an interpreter of its own.
+    Used only when the grader is root (the kernels then run as a user of their own); otherwise
+    every kernel gets a sandbox of its own.
     """
     if not isinstance(config, Config):
         raise TypeError(f"config must be a traitlets Config, got {type(config).__name__}")
@@ -219,7 +220,9 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     hidden = [str(REPO)] + [str(p) for p in _course_paths(config)] + list(ALWAYS_HIDDEN)
     km = config.SandboxedKernelManager
     km.scratch = str(scratch)
-    km.fork_server = str(fork_server or "")
+    # only with a user id of the sandbox's own: run as the grader's user, a kernel would own the
+    # submission's folder (logs, connection files) that the grader writes into
+    km.fork_server = str(fork_server) if fork_server is not None and _run_as_nobody() else ""
     # the kernel's venv and the base interpreter its python links to (e.g. under /root/.pyenv)
     interpreters = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
     km.readable = [str(p) for p in dict.fromkeys([*readable, *interpreters])]
@@ -339,10 +342,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         return self._sandbox_command(Path(self.scratch) / "work", str(self.ipc_dir), self.uid)
 
     def fork_server_prefix(self) -> list[str]:
-        """The sandbox of the submission's fork server: its folder bound (every notebook's ipc), one tmpfs."""
-        return self._sandbox_command(Path(self.fork_server) / "work", self.fork_server, self.uid)
+        """The sandbox of the submission's fork server: its folder bound (every notebook's ipc), one tmpfs.
 
-    def _sandbox_command(self, work: Path, bound: str, uid: int) -> list[str]:
+        MPLBACKEND as ipykernel sets it in a kernel it starts: the server imports pyplot before
+        any kernel exists, and matplotlib reads the variable only when it is imported.
+        """
+        return self._sandbox_command(Path(self.fork_server) / "work", self.fork_server, self.uid,
+                                     {"MPLBACKEND": INLINE_BACKEND})
+
+    def _sandbox_command(self, work: Path, bound: str, uid: int, extra_env: dict | None = None) -> list[str]:
         """bwrap (bound read-write, a private tmpfs at work as cwd and HOME), setpriv to uid, prlimit."""
         work = str(work)
         venv = str(Path(sys.prefix))
@@ -358,6 +366,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             "PYTHONDONTWRITEBYTECODE": "1",
             "MPLCONFIGDIR": f"{work}/.matplotlib",
             "IPYTHONDIR": f"{work}/.ipython",
+            **(extra_env or {}),
             **{str(k): str(v) for k, v in self.setenv.items()},
         }
         cmd = [
@@ -449,54 +458,42 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _async_post_start_kernel(self, **kw):
         """Once the kernel has bound its sockets, stop it from creating files in the ipc folder.
 
-        A pre-started kernel (``defer_ipc_lock``) is not waited for here: a thread locks the
-        folder as soon as the sockets exist (with a fork server, the kernel of the notebook
-        being graded sees the next one's folder), and its executor calls ``lock_ipc()`` when
-        it adopts the kernel, before any student code runs in it.
+        A pre-started kernel in a sandbox of its own (``defer_ipc_lock``) is not waited for
+        here: its executor calls ``lock_ipc()`` when it adopts the kernel, before any student
+        code runs in it. A forked kernel is always waited for (about 0.3 s): its sandbox is
+        shared with the notebook being graded, whose code must never find the folder writable.
         """
         await super()._async_post_start_kernel(**kw)
-        if not getattr(self, "defer_ipc_lock", False):
+        if self.fork_server or not getattr(self, "defer_ipc_lock", False):
             await self.lock_ipc()
-        elif _run_as_nobody():
-            threading.Thread(target=self._lock_when_bound, args=(self._ipc_sockets(), self._ipc_generation),
-                             daemon=True, name=f"lock {self.ipc_dir}").start()
-
-    def _ipc_sockets(self) -> list[Path]:
-        """The socket files the kernel creates in the ipc folder."""
-        info = self.get_connection_info()
-        return [Path(f"{self.ip}-{info[name]}") for name in IPC_SOCKETS]
 
     async def lock_ipc(self) -> None:
-        """Wait until the kernel's ipc sockets exist, then make the ipc folder read-only for it (root only)."""
+        """Wait until the kernel's ipc sockets exist, then make the ipc folder read-only for it (root only).
+
+        Anything else found in the folder (only a process of the sandbox could have put it
+        there) is removed.
+        """
         if not _run_as_nobody():
             return
-        sockets = self._ipc_sockets()
+        info = self.get_connection_info()
+        sockets = [Path(f"{self.ip}-{info[name]}") for name in IPC_SOCKETS]
         for _ in range(600):
             if all(s.exists() for s in sockets) or not await self.is_alive():
                 break
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
         self._set_ipc_writable(False)
-
-    def _lock_when_bound(self, sockets: list[Path], generation: int, timeout: float = 60.0) -> None:
-        """(thread) lock_ipc without the event loop, unless the kernel was launched again meanwhile."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and generation == self._ipc_generation:
-            if all(s.exists() for s in sockets):
-                break
-            time.sleep(0.05)
-        with _IPC_LOCK:
-            if generation == self._ipc_generation:
-                self._set_ipc_writable(False)
-
-    _ipc_generation = 0  # counts launches: a lock meant for an earlier kernel must not close the folder
+        expected = {s.name for s in sockets} | {Path(self.connection_file).name}
+        for entry in self.ipc_dir.iterdir():
+            if entry.name not in expected:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
     def _set_ipc_writable(self, writable: bool) -> None:
         """Let the unprivileged kernel create its sockets, or not (only matters as root)."""
         if _run_as_nobody():
-            with _IPC_LOCK:
-                if writable:
-                    self._ipc_generation += 1
-                os.chmod(self.ipc_dir, 0o1733 if writable else 0o755)
+            os.chmod(self.ipc_dir, 0o1733 if writable else 0o755)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         """Remove the connection file and the kernel's ipc socket files."""
@@ -512,7 +509,11 @@ def kernel_process(km):
     """The kernel's own process (below bwrap when sandboxed), as a psutil.Process, or None."""
     import psutil
 
-    pid = getattr(getattr(km, "provisioner", None), "pid", None)
+    provisioner = getattr(km, "provisioner", None)
+    process = getattr(provisioner, "process", None)
+    if isinstance(process, ForkedKernel):  # the handle checked against pid reuse
+        return process.host_process()
+    pid = getattr(provisioner, "pid", None)
     if not pid:
         return None
     try:

@@ -136,6 +136,9 @@ def sandbox_processes_left(folder: Path) -> str:
     return left.stdout
 
 
+SERVERS_SEEN: list[int] = []  # host pids of the fork servers alive after each prestart() of the job
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade the job once; record every kernel manager prestart() created and its process id."""
@@ -150,6 +153,7 @@ def graded(tmp_path_factory):
         original(self, kernel_name)
         km = prestarted_kernels()[os.path.realpath(self.scratch)]
         launched.append((self.scratch, km, km.provisioner.pid))
+        SERVERS_SEEN.extend(server.process.pid for server in sandbox._FORK_SERVERS.values())
 
     saved_root = os.environ.get("PART_II_ROOT")
     GradingExecute.prestart = recording_prestart
@@ -194,6 +198,7 @@ def test_the_jobs_kernels_are_forked_from_one_fork_server(graded):
         pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
     parents = {kernel_line(texts["nb-a"][1])[4], kernel_line(texts["nb-b"][1])[4], kernel_line(texts["nb-b"][5])[4]}
     assert len(parents) == 1 and parents != {1}, parents
+    assert len(SERVERS_SEEN) == 3 and len(set(SERVERS_SEEN)) == 1, SERVERS_SEEN  # one server for the whole job
 
 
 def test_the_next_kernel_starts_while_the_current_notebook_runs(graded):
