@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import select
 import signal
@@ -42,6 +41,17 @@ def _running(proc: psutil.Process | None) -> bool:
         return proc is not None and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def kill_processes(procs: list[psutil.Process]) -> int:
+    """SIGKILL procs (those already gone are skipped), wait up to 5 s for them to end; return how many."""
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    return len(procs)
 
 
 def _ns_pid(proc: psutil.Process) -> int | None:
@@ -172,13 +182,7 @@ class ForkServer:
             strays += [d for kernel in server.children() for d in kernel.children(recursive=True)]
         except psutil.Error:
             return 0
-        for proc in strays:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(strays, timeout=5)
-        return len(strays)
+        return kill_processes(strays)
 
     def close(self, grace: float = CLOSE_GRACE) -> None:
         """End the server (its stdin closed, it collects its kernels and exits) and with it the sandbox.
@@ -193,8 +197,9 @@ class ForkServer:
             pass
         if self.ready:
             try:  # its last answer: the CPU time it and its kernels used
-                self.cpu_seconds = float(self._read_reply(grace).get("cpu", math.nan))
-            except (ForkServerError, TypeError, ValueError):
+                cpu = self._read_reply(grace).get("cpu")
+                self.cpu_seconds = float(cpu) if isinstance(cpu, (int, float)) else None
+            except ForkServerError:
                 pass
         try:
             self.process.wait(timeout=grace)

@@ -16,10 +16,10 @@ Each request forks a child that becomes an IPython kernel, in a fresh folder, wi
 session: a fresh process that never saw another notebook, without paying for the imports
 again. The server itself never runs code it is sent. It and its kernels are not dumpable:
 a process of the same user can neither ptrace them nor read their memory, environment or
-file descriptors (a process can still read its own). It reaps its
-kernels as they end, and when stdin closes it waits for the last ones (killing any still
-running after a grace period) before it exits, so their CPU time reaches whoever waits for
-the sandbox. Kernels' stdout and stderr go to the server's stderr, the sandbox log.
+file descriptors (a process can still read its own). It reaps its kernels as they end,
+and when stdin closes it waits for the last ones (killing any still running after a grace
+period) before it exits, so their CPU time reaches whoever waits for the sandbox. Kernels'
+stdout and stderr go to the server's stderr, the sandbox log.
 """
 
 import importlib
@@ -127,8 +127,8 @@ def serve(modules: list) -> None:
     for line in sys.stdin.buffer:
         try:
             request = json.loads(line)
-            if not (isinstance(request, dict) and isinstance(request.get("argv"), list) and isinstance(request.get("cwd"), str)
-                    and isinstance(request.get("env"), dict)):
+            if not (isinstance(request, dict) and isinstance(request.get("argv"), list)
+                    and isinstance(request.get("cwd"), str) and isinstance(request.get("env"), dict)):
                 raise ValueError("a request is an object with argv (list), cwd (str) and env (dict)")
             pid = os.fork()
         except (ValueError, OSError) as exc:

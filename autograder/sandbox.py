@@ -57,7 +57,6 @@ Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, `
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import os
@@ -78,7 +77,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Config
 
-from .fork_server import ForkedKernel, ForkServer, ForkServerError
+from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
            "discard_prestarted", "prestarted_kernels", "close_fork_servers"]
@@ -540,11 +539,7 @@ def kill_kernel_children(km) -> int:
         children = kernel.children(recursive=True)
     except psutil.Error:
         return 0
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-    psutil.wait_procs(children, timeout=5)
-    return len(children)
+    return kill_processes(children)
 
 
 class GradingExecute(Execute):
@@ -854,8 +849,7 @@ def close_fork_servers(folder: str | None = None) -> float:
         server = _FORK_SERVERS.pop(key, None)
         if server is not None:
             server.close()
-            if server.cpu_seconds is not None and server.cpu_seconds == server.cpu_seconds:  # not nan
-                cpu += server.cpu_seconds
+            cpu += server.cpu_seconds or 0.0
     return cpu
 
 

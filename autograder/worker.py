@@ -4,8 +4,9 @@ The parent (autograder.grade) prepares JOB_DIR with ``job.json``, a private copy
 the gradebook (``gradebook.db``) and the submission under ``course/submitted/``. This
 process runs nbgrader's Autograde one notebook at a time, each with its own nbgrader
 Config, its own scratch folder and (unless disabled) a kernel forked from the
-submission's fork server in its bubblewrap sandbox, and writes ``result.json``. It never opens the real gradebook: the parent copies the grades over in
-one transaction, so parallel workers cannot lock or corrupt it.
+submission's fork server in its bubblewrap sandbox, and writes ``result.json``. It never
+opens the real gradebook: the parent copies the grades over in one transaction, so
+parallel workers cannot lock or corrupt it.
 """
 
 from __future__ import annotations

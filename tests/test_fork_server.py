@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 from autograder import sandbox  # noqa: E402
 from autograder.sandbox import (GradingExecute, SandboxLimits, bwrap_available, close_fork_servers,  # noqa: E402
                                 configure_sandbox, discard_prestarted, sandbox_uid)
+from kernel_outputs import cell_texts  # noqa: E402
 
 READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -85,13 +86,7 @@ def server_of(folder: Path):
 
 def grade(folder: Path, index: int, cells: list[str], config: Config | None = None, timeout: int = 30) -> list[str]:
     """grade_notebook's cells as text outputs (errors as 'ERROR name')."""
-    nb = grade_notebook(folder, index, cells, config, timeout)
-    texts = []
-    for cell in nb.cells:
-        parts = [out.text if out.output_type == "stream" else f"ERROR {out.ename}"
-                 for out in cell.outputs if out.output_type in ("stream", "error")]
-        texts.append("".join(parts).strip())
-    return texts
+    return cell_texts(grade_notebook(folder, index, cells, config, timeout))
 
 
 def kernel_facts(text: str) -> dict:

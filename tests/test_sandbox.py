@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
                                 close_fork_servers, configure_sandbox, sandbox_uid)
+from kernel_outputs import cell_texts  # noqa: E402
 
 READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
 MODES = ["own sandbox", "fork server"]
@@ -51,16 +52,7 @@ def run_sandboxed(cells: list[str], scratch: Path, limits: SandboxLimits, config
         executor.preprocess(nb, {"metadata": {"path": str(folder)}})
     finally:
         close_fork_servers()
-    texts = []
-    for cell in nb.cells:
-        parts = []
-        for out in cell.get("outputs", []):
-            if out.output_type == "stream":
-                parts.append(out.text)
-            elif out.output_type == "error":
-                parts.append(f"ERROR {out.ename}")
-        texts.append("".join(parts).strip())
-    return texts
+    return cell_texts(nb)
 
 
 PROBES = {

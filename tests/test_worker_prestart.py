@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder import sandbox, worker  # noqa: E402
+from kernel_outputs import cell_texts  # noqa: E402
 from autograder.course import ASSIGNMENT, load_config  # noqa: E402
 from autograder.sandbox import (GradingExecute, SandboxLimits, bwrap_available, configure_sandbox,  # noqa: E402
                                 discard_prestarted, prestarted_kernels)
@@ -99,16 +100,6 @@ def make_job(base: Path, scratch_root: Path) -> Path:
     }
     (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
     return job_dir
-
-
-def cell_texts(nb) -> list[str]:
-    """Each cell's text output, an error as 'ERROR name'."""
-    texts = []
-    for cell in nb.cells:
-        parts = [out.text if out.output_type == "stream" else f"ERROR {out.ename}"
-                 for out in cell.outputs if out.output_type in ("stream", "error")]
-        texts.append("".join(parts).strip())
-    return texts
 
 
 def kernel_line(text: str) -> tuple[float, int, bool, bool, int]:
