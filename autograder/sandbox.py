@@ -90,7 +90,9 @@ RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record out
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot"]  # what the part-ii notebooks import first
+# what the part-ii notebooks import first: their setup cell (numpy, torch, pyplot), and
+# load_cases() of code/part-ii/arithmetic_data.py (jsonschema, sympy: 0.6 s of every notebook)
+PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot", "jsonschema", "sympy"]
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel gives matplotlib
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # kernels started ahead of their notebook, by scratch folder (one worker process, one job at a time)

@@ -9,6 +9,7 @@ from /proc (valid inside the sandbox's PID namespace, where pids are not).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -304,4 +305,35 @@ def test_bad_preload_modules_and_missing_scratch_are_rejected():
         GradingExecute(preload_modules=["numpy; import shutil"])
     with pytest.raises(ValueError, match="GradingExecute.scratch is not set"):
         GradingExecute().prestart("python3")
-    assert sandbox.PRELOAD_MODULES == ["numpy", "torch", "matplotlib.pyplot"]
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module an import statement in source names, with its parent packages ('a.b' gives a and a.b)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found = [node.module]
+        else:
+            continue
+        for name in found:
+            parts = name.split(".")
+            names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return names
+
+
+def test_kernels_preload_only_modules_the_course_imports():
+    """A kernel (or fork server) imports before the first cell only what the notebooks or the course code
+    they run import: a preloaded module nothing uses would cost every notebook its import time."""
+    used = set()
+    for path in sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                code = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith(("%", "!")))
+                used |= imported_modules(code)
+    for path in sorted((REPO / "code" / "part-ii").glob("*.py")):
+        used |= imported_modules(path.read_text(encoding="utf-8"))
+    assert sandbox.PRELOAD_MODULES, "kernels preload nothing: every notebook would pay for import torch"
+    unused = [m for m in sandbox.PRELOAD_MODULES if m not in used]
+    assert not unused, f"preloaded but imported by no notebook and no course module: {unused}"

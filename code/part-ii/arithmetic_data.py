@@ -9,6 +9,7 @@ unrounded values; ``book_text`` is the number as the book prints it, for display
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,7 @@ class CaseMap(dict):
         raise KeyError(f"no case with id {key!r} in {DATA_PATH.name}{hint}")
 
 
+@functools.lru_cache(maxsize=None)  # the file repeats strings (209 leaves, 82 distinct); sympy values are immutable
 def _sympify(text):
     """Evaluate a symbolic string exactly; only numbers, no free symbols."""
     import sympy  # deferred: sympy is slow to import and only needed here
