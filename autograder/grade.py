@@ -22,6 +22,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import sys
@@ -258,12 +259,22 @@ def expected_records(course: Course, notebooks: list[str]) -> Path | None:
 
 # --- one job -------------------------------------------------------------------------------
 
+def earlier_job_dirs(grading_dir: Path, student: str) -> list[Path]:
+    """The job folders of student's earlier attempts (named student-ATTEMPT-RANDOM; not another
+    student's whose id starts with this one's, such as ann-lee's for ann)."""
+    name = re.compile(re.escape(student) + r"-\d+-[a-z0-9_]+")
+    return sorted(p for p in grading_dir.iterdir() if p.is_dir() and name.fullmatch(p.name))
+
+
 def prepare_job(course: Course, student: str, attempt: int, template: Path, options: GradeOptions,
                 notebooks: list[str], sandboxed: bool, records: Path | None) -> Path:
     """Create the job's private folder: gradebook copy, submission copy, job.json."""
-    for old in course.grading_dir.glob(f"{student}-*"):
+    for old in earlier_job_dirs(course.grading_dir, student):
         discard_job_dir(old)
-    job_dir = course.grading_dir / f"{student}-{attempt}"
+    # a name never used before: a worker of a killed run that still writes (by path) into its
+    # folder must not reach this job's gradebook, even when the attempt number repeats
+    job_dir = Path(tempfile.mkdtemp(prefix=f"{student}-{attempt}-", dir=course.grading_dir))
+    job_dir.chmod(0o755)
     # the kernels' scratch folders live outside the course (the sandbox hides the whole course)
     scratch_root = Path(tempfile.mkdtemp(prefix=f"part-ii-grade-{student[:24]}-"))
     scratch_root.chmod(0o711)

@@ -15,10 +15,12 @@ import ctypes
 import json
 import logging
 import math
+import multiprocessing
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,14 +63,33 @@ class BudgetedExecute(GradingExecute):
         return super().preprocess_cell(cell, resources, index)
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent (the fork server of `grade`) dies."""
+def die_with_parent() -> None:
+    """SIGKILL this worker's process group (with it, its sandboxes) when the `grade` run that started
+    it ends; exit at once if it has already ended.
+
+    The worker's real parent is multiprocessing's fork server, which lives on while any worker
+    holds its 'alive' pipe, so PR_SET_PDEATHSIG alone does not fire when `grade` is killed: the
+    worker would grade on beside the next run's worker for the same student. multiprocessing
+    gives every child a sentinel of the process that started it (end of file when that ends);
+    a daemon thread waits on it.
+    """
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # pragma: no cover - not glibc
+        pass
+    starter = multiprocessing.parent_process()
+    if starter is None:  # not started by multiprocessing (a test calling run_job directly)
         return
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    if not starter.is_alive():
         os._exit(1)
+
+    def watch() -> None:
+        starter.join()  # returns when the sentinel reads end of file: `grade` is gone
+        if os.getpgrp() == os.getpid():  # child_main made the worker a group of its own: its kernels too
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-grade", daemon=True).start()
 
 
 def autograde_preprocessors(config) -> list:
@@ -296,7 +317,7 @@ def write_result(job_dir: Path, results: dict) -> None:
 def child_main(job_dir: str) -> None:
     """Body of a worker forked by the grade parent: own session, log to JOB_DIR/worker.log, grade, exit."""
     os.setsid()  # the parent stops the whole job (worker and kernels) with one killpg
-    die_with_parent(os.getppid())
+    die_with_parent()
     log_fd = os.open(os.path.join(job_dir, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)

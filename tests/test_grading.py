@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from autograder.course import REPO, Course
-from autograder.grade import GradeOptions, grade, job_rows
+from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
 from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, graded_build, sandbox_works
 
@@ -347,6 +348,46 @@ def test_a_worker_killed_alone_is_retried_and_every_submission_graded_once(grade
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_a_worker_dies_with_the_grade_run_that_started_it(tmp_path):
+    """When `grade` is killed, its workers must not live on: the next run would grade the same student
+    beside them (multiprocessing's fork server, their real parent, outlives `grade`). The stand-in
+    `grade` here starts a worker and exits at once without clean-up, as a SIGKILLed one would."""
+    marker = tmp_path / "survived"
+    starter = (
+        "import os, sys\n"
+        f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]\n"
+        "from autograder.grade import worker_context\n"
+        "import orphan_probe\n"
+        f"proc = worker_context().Process(target=orphan_probe.main, args=({str(marker)!r}, 15))\n"
+        "proc.start()\n"
+        "print(proc.pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    worker = psutil.Process(int(done.stdout.split()[-1]))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if worker.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the worker is still running 60 s after its grade run ended")
+    assert not marker.exists(), "the worker went on working after its grade run ended"
+
+
+def test_a_retry_discards_only_the_students_own_earlier_job_folders(tmp_path):
+    """Job folders are student-ATTEMPT-RANDOM; a retry for ann removes ann's, never ann-lee's running one."""
+    for name in ("ann-1-abc123", "ann-2-x_9", "ann-lee-1-def456", "ann-lee-x", "annie-1-q"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "ann-3-file").write_text("not a folder")
+    assert [p.name for p in earlier_job_dirs(tmp_path, "ann")] == ["ann-1-abc123", "ann-2-x_9"]
+    assert [p.name for p in earlier_job_dirs(tmp_path, "ann-lee")] == ["ann-lee-1-def456"]
 
 
 def test_largest_submissions_are_graded_first(tmp_path):
