@@ -12,7 +12,8 @@ so a grade and the record that it was committed can never disagree:
 
 A SIGKILL at any moment leaves each job either committed (done, skipped by the next
 run) or not (running/pending, graded again from scratch by the next run); workers die
-with this process (PR_SET_PDEATHSIG). A re-run skips done jobs whose submission is
+with this process (worker.die_with_parent), and their sandboxes with them (bwrap's
+--die-with-parent). A re-run skips done jobs whose submission is
 unchanged, unless ``--force``; ``commits`` counts how often a job's grades were written.
 """
 
@@ -273,8 +274,7 @@ def prepare_job(course: Course, student: str, attempt: int, template: Path, opti
         discard_job_dir(old)
     # a name never used before: a worker of a killed run that still writes (by path) into its
     # folder must not reach this job's gradebook, even when the attempt number repeats
-    job_dir = Path(tempfile.mkdtemp(prefix=f"{student}-{attempt}-", dir=course.grading_dir))
-    job_dir.chmod(0o755)
+    job_dir = Path(tempfile.mkdtemp(prefix=f"{student}-{attempt}-", dir=course.grading_dir))  # 0700: the grader's
     # the kernels' scratch folders live outside the course (the sandbox hides the whole course)
     scratch_root = Path(tempfile.mkdtemp(prefix=f"part-ii-grade-{student[:24]}-"))
     scratch_root.chmod(0o711)

@@ -91,7 +91,9 @@ NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 # what the part-ii notebooks import first: their setup cell (numpy, torch, pyplot), and
-# load_cases() of code/part-ii/arithmetic_data.py (jsonschema, sympy: 0.6 s of every notebook)
+# load_cases() of code/part-ii/arithmetic_data.py (jsonschema, sympy: 0.6 s of every notebook).
+# jsonschema is imported plainly here: cheap only while requirements.txt pins it below 4.25
+# (later versions import rfc3987-syntax, 2.2 s; arithmetic_data guards its own import)
 PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot", "jsonschema", "sympy"]
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel gives matplotlib
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")

@@ -64,8 +64,9 @@ class BudgetedExecute(GradingExecute):
 
 
 def die_with_parent() -> None:
-    """SIGKILL this worker's process group (with it, its sandboxes) when the `grade` run that started
-    it ends; exit at once if it has already ended.
+    """SIGKILL this worker (and its process group) when the `grade` run that started it ends; exit at
+    once if it has already ended. Its sandboxes end with it (bwrap's --die-with-parent); a
+    --no-sandbox kernel, in a session of its own, follows within a second (ipykernel's parent poller).
 
     The worker's real parent is multiprocessing's fork server, which lives on while any worker
     holds its 'alive' pipe, so PR_SET_PDEATHSIG alone does not fire when `grade` is killed: the
@@ -85,7 +86,7 @@ def die_with_parent() -> None:
 
     def watch() -> None:
         starter.join()  # returns when the sentinel reads end of file: `grade` is gone
-        if os.getpgrp() == os.getpid():  # child_main made the worker a group of its own: its kernels too
+        if os.getpgrp() == os.getpid():  # child_main made the worker a group of its own (with the fork server's bwrap)
             os.killpg(os.getpid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -316,7 +317,7 @@ def write_result(job_dir: Path, results: dict) -> None:
 
 def child_main(job_dir: str) -> None:
     """Body of a worker forked by the grade parent: own session, log to JOB_DIR/worker.log, grade, exit."""
-    os.setsid()  # the parent stops the whole job (worker and kernels) with one killpg
+    os.setsid()  # the parent stops the worker and what shares its group with one killpg (kernels: see stop_worker)
     die_with_parent()
     log_fd = os.open(os.path.join(job_dir, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)

@@ -363,15 +363,19 @@ def test_a_worker_dies_with_the_grade_run_that_started_it(tmp_path):
         f"proc = worker_context().Process(target=orphan_probe.main, args=({str(marker)!r}, 15))\n"
         "proc.start()\n"
         "print(proc.pid, flush=True)\n"
-        "os._exit(0)\n"
+        "import time\n"
+        f"armed, deadline = {str(marker) + '.armed'!r}, time.monotonic() + 60\n"
+        "while not os.path.exists(armed) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "os._exit(0 if os.path.exists(armed) else 3)  # ends after the worker armed: its watcher must act\n"
     )
     done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    worker = psutil.Process(int(done.stdout.split()[-1]))
+    assert done.returncode == 0, f"the worker never armed die_with_parent():\n{done.stderr[-3000:]}"
+    pid = int(done.stdout.split()[-1])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if worker.status() == psutil.STATUS_ZOMBIE:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
                 break
         except psutil.NoSuchProcess:
             break
