@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 
 from autograder.course import REPO, Course
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
+from processes import process_gone
 from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, graded_build, sandbox_works
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
@@ -373,15 +373,9 @@ def test_a_worker_dies_with_the_grade_run_that_started_it(tmp_path):
     assert done.returncode == 0, f"the worker never armed die_with_parent():\n{done.stderr[-3000:]}"
     pid = int(done.stdout.split()[-1])
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
+    while not process_gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    else:
-        pytest.fail("the worker is still running 60 s after its grade run ended")
+    assert process_gone(pid), "the worker is still running 60 s after its grade run ended"
     assert not marker.exists(), "the worker went on working after its grade run ended"
 
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from autograder import sandbox, worker  # noqa: E402
 from kernel_outputs import cell_texts  # noqa: E402
+from processes import process_gone  # noqa: E402
 from autograder.course import ASSIGNMENT, load_config  # noqa: E402
 from autograder.sandbox import (GradingExecute, SandboxLimits, bwrap_available, configure_sandbox,  # noqa: E402
                                 discard_prestarted, prestarted_kernels)
@@ -107,15 +108,6 @@ def kernel_line(text: str) -> tuple[float, int, bool, bool, int]:
     """(start time, pid, probed before, preloaded, parent pid) from a PROBE cell's output."""
     _, start, pid, seen, preloaded, ppid = text.split()
     return float(start), int(pid), seen == "True", preloaded == "True", int(ppid)
-
-
-def process_gone(pid: int) -> bool:
-    """True when no live (non-zombie) process has this pid."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state in ("Z", "X")
 
 
 def sandbox_processes_left(folder: Path) -> str:
