@@ -1,5 +1,6 @@
 """Process state as the tests read it from /proc."""
 
+import os
 from pathlib import Path
 
 
@@ -10,3 +11,17 @@ def process_gone(pid: int) -> bool:
     except OSError:
         return True
     return state in ("Z", "X")
+
+
+def session_processes(sid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes in session sid."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) == sid and not process_gone(int(entry.name)):
+                pids.append(int(entry.name))
+        except OSError:  # the process ended while we looked
+            continue
+    return pids

@@ -26,7 +26,7 @@ import pytest
 from autograder.course import REPO, Course
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
-from processes import process_gone
+from processes import process_gone, session_processes
 from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, graded_build, sandbox_works
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
@@ -295,19 +295,24 @@ def grade_command(build: Path, students: list[str]) -> list[str]:
     return cmd if sandbox_works() else cmd + ["--no-sandbox"]
 
 
+def wait_for_done_and_running(course: Course, proc: subprocess.Popen, timeout: float = 900) -> dict:
+    """Poll the job table until one submission is done and another is being graded; return the rows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        jobs = job_rows(course.db_url)
+        if any(r["state"] == "done" for r in jobs.values()) and any(r["state"] == "running" for r in jobs.values()):
+            return jobs
+        time.sleep(0.5)
+    raise AssertionError(f"the grade run ended (exit {proc.poll()}) or timed out before it could be interrupted")
+
+
 def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded):
     subset = ["partial", "edited-tests", "broken"]
     build, course = copy_course(graded["snapshot"])
     try:
         cmd = grade_command(build, subset)
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and proc.poll() is None:
-            jobs = job_rows(course.db_url)
-            if any(r["state"] == "done" for r in jobs.values()) and any(r["state"] == "running" for r in jobs.values()):
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, "the grade run ended before it could be killed"
+        wait_for_done_and_running(course, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         killed = job_rows(course.db_url)
@@ -320,6 +325,37 @@ def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded
             {s: ("done", 1) for s in subset}
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
         assert not list(course.grading_dir.glob("*-*")), "job folders of the killed run were not cleaned up"
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_once(graded):
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group, not only to `grade`."""
+    subset = ["partial", "edited-tests", "broken"]
+    build, course = copy_course(graded["snapshot"])
+    try:
+        proc = subprocess.Popen(grade_command(build, subset), cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        running = [r["pid"] for r in wait_for_done_and_running(course, proc).values() if r["state"] == "running"]
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, f"exit {proc.returncode} after Ctrl-C:\n{err[-3000:]}"
+        assert "interrupted:" in err and "run `python -m autograder grade` again to resume" in err, err[-3000:]
+        stopped = job_rows(course.db_url)
+        assert {r["state"] for r in stopped.values()} <= {"done", "pending"}, stopped
+        assert any(r["state"] == "pending" for r in stopped.values()), stopped
+        assert all(process_gone(pid) for pid in running if pid), "a worker outlived the interrupted run"
+        deadline = time.monotonic() + 30
+        while session_processes(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not session_processes(proc.pid), "processes of the interrupted run are still running"
+        done_before = {s for s, r in stopped.items() if r["state"] == "done"}
+        result = grade(course, options(workers=2, students=subset))
+        assert sorted(result.skipped) == sorted(done_before)
+        assert sorted(result.graded) == sorted(set(subset) - done_before)
+        assert {s: (r["state"], r["commits"]) for s, r in job_rows(course.db_url).items()} == \
+            {s: ("done", 1) for s in subset}
+        assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
