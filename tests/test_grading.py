@@ -334,8 +334,14 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
     subset = ["partial", "edited-tests", "broken"]
     build, course = copy_course(graded["snapshot"])
     try:
-        proc = subprocess.Popen(grade_command(build, subset), cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        # a terminal's shell starts `grade` with SIGINT at its default; a test run started as a background
+        # job (a CI runner, `make test &`) has SIGINT ignored, and every child would inherit that
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler resets to default on exec
+        try:
+            proc = subprocess.Popen(grade_command(build, subset), cwd=REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         running = [r["pid"] for r in wait_for_done_and_running(course, proc).values() if r["state"] == "running"]
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
