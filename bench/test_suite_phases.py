@@ -9,6 +9,11 @@ target is about. pytest's JUnit report gives every test's time (setup + call +
 teardown, on whichever worker ran it); summed by phase they show where the two workers'
 time goes (the phases overlap in wall time, so they add up to about twice the wall
 time). A test file that no phase names is counted in "other", so nothing is left out.
+Two CPU figures: the CPU time of the processes pytest reaped (rusage; processes inside
+bubblewrap do not pass theirs on, so it misses the sandboxed kernels), and the machine's
+busy CPU time over the run from /proc/stat (everything, including whatever else the
+shared machine ran), against what the cores could give (nproc x wall): near 100 %, the
+suite is CPU-bound and only less work makes it faster.
 Printed last: wall and CPU seconds of the run, worker seconds per phase, the slowest
 tests, and pytest's result line; saved to build/bench/test_suite_phases.json.
 Not a test: it runs the tests.
@@ -68,18 +73,27 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_suite(log: Path, junit: Path) -> tuple[float, float, str, int]:
-    """Run the README's pytest once; return (wall s, CPU s of pytest and its children, result line, exit code)."""
+def machine_cpu() -> dict[str, float]:
+    """Machine-wide CPU seconds since boot from /proc/stat: busy (user, nice, system, irq, softirq), idle, steal."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields + [0] * (8 - len(fields))
+    tick = os.sysconf("SC_CLK_TCK")
+    return {"busy": (user + nice + system + irq + softirq) / tick, "idle": (idle + iowait) / tick, "steal": steal / tick}
+
+
+def run_suite(log: Path, junit: Path) -> tuple[float, float, dict, str, int]:
+    """Run the README's pytest once; return (wall s, CPU s pytest reaped, machine CPU s, result line, exit code)."""
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
                PYTHONHASHSEED="0")
-    cpu0, t0 = children_cpu(), time.perf_counter()
+    cpu0, machine0, t0 = children_cpu(), machine_cpu(), time.perf_counter()
     with open(log, "w") as fh:
         rc = subprocess.run([sys.executable, "-m", "pytest", f"--junitxml={junit}", "-o", "junit_family=xunit1"],
                             cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
     wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
+    used = {k: v - machine0[k] for k, v in machine_cpu().items()}
     lines = [m.group(1) for m in map(RESULT_LINE.match, log.read_text(errors="replace").splitlines()) if m]
-    return wall, cpu, (lines[-1] if lines else f"exit code {rc}, no result line"), rc
+    return wall, cpu, used, (lines[-1] if lines else f"exit code {rc}, no result line"), rc
 
 
 def main() -> None:
@@ -91,16 +105,19 @@ def main() -> None:
     info = machine()
     logs = ROOT / "build" / "bench" / "test-suite-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    walls, cpus, per_phase, results = [], [], defaultdict(list), []
+    walls, cpus, busy, busy_share, per_phase, results = [], [], [], [], defaultdict(list), []
     slowest: list[tuple[float, str]] = []
     for rep in range(args.reps):
         print(f"run {rep + 1}/{args.reps}: pytest (pytest.ini's options)", flush=True)
         junit = logs / f"junit-{rep}.xml"
-        wall, cpu, line, rc = run_suite(logs / f"suite-{rep}.log", junit)
+        wall, cpu, used, line, rc = run_suite(logs / f"suite-{rep}.log", junit)
         walls.append(wall)
         cpus.append(cpu)
-        results.append({"line": line, "exit_code": rc})
-        print(f"  {wall:.1f} s wall, {cpu:.1f} s CPU: {line}", flush=True)
+        busy.append(used["busy"])
+        busy_share.append(100 * used["busy"] / (info["nproc"] * wall))
+        results.append({"line": line, "exit_code": rc, "machine_cpu": used})
+        print(f"  {wall:.1f} s wall, {cpu:.1f} s CPU reaped by pytest, machine busy {used['busy']:.0f} s "
+              f"({busy_share[-1]:.0f} % of {info['nproc']} cores), steal {used['steal']:.0f} s: {line}", flush=True)
         sums = defaultdict(float)
         cases = test_times(junit) if junit.exists() else []
         for path, seconds, _name in cases:
@@ -116,13 +133,16 @@ def main() -> None:
             for n, v in per_phase.items()]
     rows.append(["all phases (two workers)", f"{worker_total:.1f} s", "100 %"])
     result = {"machine": info, "reps": args.reps, "phases": PHASES, "wall": describe(walls), "cpu": describe(cpus),
+              "machine_busy_cpu": describe(busy), "machine_busy_percent": describe(busy_share),
               "worker_seconds": {n: describe(v) for n, v in per_phase.items()}, "results": results,
               "slowest": [[n, s] for s, n in slowest]}
     path = save("test_suite_phases", result)
     print()
     print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
           f"{info['load_at_end']} at end; {args.reps} run(s), median [min, max]")
-    print(f"whole suite: {fmt(describe(walls), 1, ' s')} wall, {fmt(describe(cpus), 1, ' s')} CPU; "
+    print(f"whole suite: {fmt(describe(walls), 1, ' s')} wall; {fmt(describe(cpus), 1, ' s')} CPU reaped by pytest "
+          f"(sandboxed processes not included); machine busy {fmt(describe(busy), 0, ' s')} CPU, "
+          f"{fmt(describe(busy_share), 0, ' %')} of what {info['nproc']} cores give in that wall time; "
           f"pytest: {results[-1]['line']}")
     print(table(["phase", "worker time (setup + call + teardown)", "share"], rows))
     print("slowest tests (last run): " + "; ".join(f"{n} {s:.0f} s" for s, n in slowest))
