@@ -19,6 +19,7 @@ unchanged, unless ``--force``; ``commits`` counts how often a job's grades were 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -116,7 +117,7 @@ def sandbox_mode(no_sandbox: bool) -> bool:
                               "Pass --no-sandbox to grade trusted code without it.") from None
     if not sandbox.bwrap_available():
         raise AutograderError("bubblewrap (bwrap) is not available, so student code cannot be sandboxed; refusing "
-                              "to grade. Install it (`apt-get install bubblewrap` or `make sysdeps`) or pass "
+                              "to grade. Install it as root (`apt-get install bubblewrap`, or `make sysdeps-demo`) or pass "
                               "--no-sandbox to grade trusted code without a sandbox.")
     return True
 
@@ -453,9 +454,9 @@ class Scheduler:
         job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed,
                               self.records)
         proc = start_worker(self.ctx, job_dir)
+        self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget)  # tracked at once
         _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)
         self.gb.db.commit()
-        self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget)
 
     def finish(self, run: Running, rc: int | None, timed_out: bool = False) -> bool:
         """Commit a finished job (or record its failure); return False when it should be retried."""
@@ -489,6 +490,20 @@ class Scheduler:
         self.gb.db.commit()
         self.result.errors[student] = reason
         return True
+
+    def stop_all(self, todo: list[str]) -> int:
+        """Stop every worker and leave every unfinished job pending; return how many of todo are pending."""
+        self.gb.db.rollback()  # a start or a commit the interrupt cut short is not half-saved
+        for run in self.running.values():
+            stop_worker(run.proc)
+        # the course's grade lock is ours, so every running row is this run's: also the job whose start
+        # or finish was interrupted, which self.running may no longer hold
+        self.gb.db.execute(JOBS.update().where(JOBS.c.assignment == ASSIGNMENT, JOBS.c.state == "running")
+                           .values(state="pending", pid=None))
+        self.gb.db.commit()
+        pending = self.gb.db.execute(select(JOBS.c.student_id).where(
+            JOBS.c.assignment == ASSIGNMENT, JOBS.c.state == "pending", JOBS.c.student_id.in_(todo))).all()
+        return len(pending)
 
     def _keep_log(self, run: Running) -> None:
         """Copy the worker's log to reports/grade-logs/<student>.log."""
@@ -525,16 +540,24 @@ class Scheduler:
                     else:
                         queue.append(student)
         except KeyboardInterrupt:
-            for run in self.running.values():
-                stop_worker(run.proc)
-                _update_job(self.gb.db, run.student, state="pending", pid=None)
-            self.gb.db.commit()
-            left = len(queue) + len(self.running)
+            with signals_ignored(signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut this short
+                left = self.stop_all(todo)
             raise AutograderError(f"interrupted: {len(self.result.graded)} submissions graded in this run, {left} not; "
                                   "run `python -m autograder grade` again to resume", 130) from None
         finally:
             bar.close()
         return self.result
+
+
+@contextlib.contextmanager
+def signals_ignored(*signums: int):
+    """Ignore these signals inside the block (main thread only), then restore their handlers."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def _raise_interrupt(signum, frame):

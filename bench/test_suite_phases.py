@@ -9,8 +9,9 @@ target is about. pytest's JUnit report gives every test's time (setup + call +
 teardown, on whichever worker ran it); summed by phase they show where the two workers'
 time goes (the phases overlap in wall time, so they add up to about twice the wall
 time). A test file that no phase names is counted in "other", so nothing is left out.
-Two CPU figures: the CPU time of the processes pytest reaped (rusage; processes inside
-bubblewrap do not pass theirs on, so it misses the sandboxed kernels), and the machine's
+Two CPU figures: the CPU time of the processes pytest reaped (rusage; it misses the grading
+workers and their kernels, whose parent, multiprocessing's fork server, is reaped by init,
+and whatever runs inside bubblewrap), and the machine's
 busy CPU time over the run from /proc/stat (everything, including whatever else the
 shared machine ran), against what the cores could give (nproc x wall): near 100 %, the
 suite is CPU-bound and only less work makes it faster.
@@ -141,7 +142,7 @@ def main() -> None:
     print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
           f"{info['load_at_end']} at end; {args.reps} run(s), median [min, max]")
     print(f"whole suite: {fmt(describe(walls), 1, ' s')} wall; {fmt(describe(cpus), 1, ' s')} CPU reaped by pytest "
-          f"(sandboxed processes not included); machine busy {fmt(describe(busy), 0, ' s')} CPU, "
+          f"(grading workers, their kernels and sandboxes not included); machine busy {fmt(describe(busy), 0, ' s')} CPU, "
           f"{fmt(describe(busy_share), 0, ' %')} of what {info['nproc']} cores give in that wall time; "
           f"pytest: {results[-1]['line']}")
     print(table(["phase", "worker time (setup + call + teardown)", "share"], rows))

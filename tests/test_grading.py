@@ -23,10 +23,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import REPO, Course
+from autograder.course import REPO, AutograderError, Course
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
-from processes import process_gone, session_processes
+from processes import process_gone, processes_of_build
 from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, graded_build, sandbox_works
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
@@ -295,6 +295,13 @@ def grade_command(build: Path, students: list[str]) -> list[str]:
     return cmd if sandbox_works() else cmd + ["--no-sandbox"]
 
 
+def end_grade_run(proc: subprocess.Popen | None) -> None:
+    """Kill a grade run a failed assertion left running, so it does not grade on into a deleted build."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def wait_for_done_and_running(course: Course, proc: subprocess.Popen, timeout: float = 900) -> dict:
     """Poll the job table until one submission is done and another is being graded; return the rows."""
     deadline = time.monotonic() + timeout
@@ -309,6 +316,7 @@ def wait_for_done_and_running(course: Course, proc: subprocess.Popen, timeout: f
 def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded):
     subset = ["partial", "edited-tests", "broken"]
     build, course = copy_course(graded["snapshot"])
+    proc = None
     try:
         cmd = grade_command(build, subset)
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -326,6 +334,7 @@ def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
         assert not list(course.grading_dir.glob("*-*")), "job folders of the killed run were not cleaned up"
     finally:
+        end_grade_run(proc)
         shutil.rmtree(build, ignore_errors=True)
 
 
@@ -333,6 +342,7 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
     """Ctrl-C in a terminal sends SIGINT to the whole foreground process group, not only to `grade`."""
     subset = ["partial", "edited-tests", "broken"]
     build, course = copy_course(graded["snapshot"])
+    proc = None
     try:
         # a terminal's shell starts `grade` with SIGINT at its default; a test run started as a background
         # job (a CI runner, `make test &`) has SIGINT ignored, and every child would inherit that
@@ -351,10 +361,12 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         assert {r["state"] for r in stopped.values()} <= {"done", "pending"}, stopped
         assert any(r["state"] == "pending" for r in stopped.values()), stopped
         assert all(process_gone(pid) for pid in running if pid), "a worker outlived the interrupted run"
-        deadline = time.monotonic() + 30
-        while session_processes(proc.pid) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30  # workers, sandboxes and kernels end within seconds of grade
+        while processes_of_build(build) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not session_processes(proc.pid), "processes of the interrupted run are still running"
+        left = processes_of_build(build)
+        assert not left, "processes of the interrupted run are still running: " + \
+            "; ".join(Path(f"/proc/{pid}/cmdline").read_bytes()[:200].decode(errors="replace") for pid in left)
         done_before = {s for s, r in stopped.items() if r["state"] == "done"}
         result = grade(course, options(workers=2, students=subset))
         assert sorted(result.skipped) == sorted(done_before)
@@ -362,6 +374,44 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         assert {s: (r["state"], r["commits"]) for s, r in job_rows(course.db_url).items()} == \
             {s: ("done", 1) for s in subset}
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+    finally:
+        end_grade_run(proc)
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def _exit_at_once() -> None:
+    """A stand-in worker: ends without grading anything."""
+
+
+def test_an_interrupt_while_a_job_is_being_committed_leaves_it_pending(graded, monkeypatch):
+    """Ctrl-C can land while the grader commits a finished job, when that job is no longer among the
+    running ones: it must be left pending like them, not marked running for ever."""
+    import multiprocessing
+
+    import autograder.grade as grade_module
+
+    def start_stand_in(ctx, job_dir):
+        proc = multiprocessing.get_context("fork").Process(target=_exit_at_once)
+        proc.start()
+        return proc
+
+    def interrupted(self, run, rc, timed_out=False):
+        raise KeyboardInterrupt
+
+    build, course = copy_course(graded["snapshot"])
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(grade_module, "start_worker", start_stand_in)
+            patch.setattr(grade_module.Scheduler, "finish", interrupted)
+            with pytest.raises(AutograderError, match=r"interrupted: 0 submissions graded in this run, 1 not") as err:
+                grade(course, options(workers=1, students=["partial"]))
+        assert err.value.exit_code == 130
+        row = job_rows(course.db_url)["partial"]
+        assert (row["state"], row["pid"], row["commits"]) == ("pending", None, 0), row
+        result = grade(course, options(workers=1, students=["partial"]))
+        assert result.graded == ["partial"]
+        assert (job_rows(course.db_url)["partial"]["state"], job_rows(course.db_url)["partial"]["commits"]) == ("done", 1)
+        assert dump(course.db_url, ["partial"]) == dump(graded["course"].db_url, ["partial"])
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
