@@ -225,6 +225,17 @@ def _content_digest(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
+def warn_weak_cells(records: dict) -> None:
+    """Warn on stderr about test cells ({notebook: {grade_id: [record]}}) that a patched check helper can fake."""
+    from .trusted_checks import weak_cells
+
+    weak = weak_cells(records)
+    if weak:
+        print(f"WARNING: {len(weak)} test cell(s) use only check_true/check_raises, whose verdict the student's "
+              f"own process computes, so a student who patches the helper passes them: {', '.join(weak)}. "
+              "Add a value check (check_close or check_equal) to each.", file=sys.stderr)
+
+
 def expected_records(course: Course, notebooks: list[str]) -> Path | None:
     """Run the source notebooks in record mode once (cached by content); return the records file, or None
     when the trusted-checks module is not available."""
@@ -592,6 +603,8 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
             if todo:
                 build_template(course, gb.engine, template)
                 records = expected_records(course, notebooks)
+                if records:
+                    warn_weak_cells(json.loads(records.read_text(encoding="utf-8")))
             scheduler = Scheduler(course, gb, options, notebooks, sandboxed, template, records)
             result = scheduler.run(largest_first(course, todo))
             result.skipped = skipped

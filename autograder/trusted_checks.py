@@ -34,8 +34,9 @@ value check on the student's result cannot be passed by faking the others.
 Residual threats, honestly:
 - ``check_true`` and ``check_raises`` send a verdict computed in the student's process (a
   boolean, an exception name); a patched helper can fake them. A test cell made only of such
-  checks is as weak as plain nbgrader: ``weak_cells()`` lists them so authors can add a
-  value check (e.g. ``check_close(label, p.sum(-1), np.ones(B))`` instead of
+  checks is as weak as plain nbgrader: ``weak_cells()`` lists them (``grade`` warns about
+  each, and the test suite fails on one in the course) so authors can add a value check
+  (e.g. ``check_close(label, p.sum(-1), np.ones(B))`` instead of
   ``check_true(label, np.allclose(p.sum(-1), 1))``).
 - Hidden inputs are necessarily in the student's process (the student's function receives
   them), and so is the (blinded) hidden-test source. Student code can copy them into a later

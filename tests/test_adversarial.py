@@ -131,6 +131,19 @@ def test_no_hidden_source_or_expected_value_leaks(graded_class):
         assert not leaked, leaked[:3]
 
 
+
+def test_every_course_test_cell_has_a_check_judged_outside_the_student_process(graded_class):
+    """No test cell of the course is only check_true/check_raises (a patched helper would pass it)."""
+    from autograder.grade import expected_records
+    from autograder.trusted_checks import weak_cells
+
+    course = graded_class["course"]
+    records = json.loads(expected_records(course, course.notebook_names()).read_text(encoding="utf-8"))
+    assert sorted(records) == sorted(course.notebook_names())
+    assert sum(len(cells) for cells in records.values()) >= 2 * len(records)
+    assert weak_cells(records) == []
+    assert "check_true/check_raises" not in graded_class["outputs"]["grade"].stderr
+
 # --- the trusted-check machinery without a kernel (fast) ----------------------------------------
 
 def test_blinding_removes_expected_values_and_variables_used_only_for_them():

@@ -89,3 +89,30 @@ def test_bad_arguments_are_rejected(tmp_path, kwargs, error, words):
     args = {"source_dir": tmp_path, **kwargs}
     with pytest.raises(error, match=words):
         record_assignment(**args)
+
+
+def test_a_test_cell_with_only_verdict_checks_is_listed_as_weak(tmp_path):
+    """check_true/check_raises send a verdict the student's process computed; a cell of only those is weak."""
+    source = tmp_path / "source"
+    source.mkdir()
+    source_notebook(source, "verdicts", "from checks import check_true, check_raises\n"
+                                        "check_true('positive', 2 > 1)\n"
+                                        "check_raises('bad input', ValueError, int, 'x')\n")
+    source_notebook(source, "mixed", "from checks import check_true\n"
+                                     "check_true('positive', 2 > 1)\n"
+                                     "check_close('half', 1 / 2, 0.5)\n")
+    records = record_assignment(source, parallel=2)
+    assert sorted(r["kind"] for r in records["verdicts"]["test_verdicts"]) == ["raises", "true"]
+    assert trusted_checks.weak_cells(records) == ["verdicts/test_verdicts"]
+
+
+def test_grade_warns_about_weak_test_cells_and_not_about_strong_ones(capsys):
+    from autograder.grade import warn_weak_cells
+
+    records = {"nb": {"test_a": [{"kind": "true"}, {"kind": "raises"}], "test_b": [{"kind": "true"}, {"kind": "close"}]}}
+    warn_weak_cells(records)
+    err = capsys.readouterr().err
+    assert "nb/test_a" in err and "test_b" not in err
+    assert "check_close" in err  # says what to do about it
+    warn_weak_cells({"nb": {"test_b": records["nb"]["test_b"]}})
+    assert capsys.readouterr().err == ""
