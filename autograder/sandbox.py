@@ -166,6 +166,17 @@ def _drop_to_nobody(uid: int = 65534) -> list[str]:
             "--inh-caps=-all", "--no-new-privs", "--"]
 
 
+def _outermost(paths: list[str]) -> list[str]:
+    """The paths not inside another one of them, in their order (a cover inside a cover is hidden already).
+
+    Mounting both would be worse than useless: the outer tmpfs shadows the inner one, and
+    bwrap then fails to remount the inner path read-only (it is no longer a mount point),
+    e.g. the repository under /home for an instructor who is not root.
+    """
+    kept = list(dict.fromkeys(paths))
+    return [p for p in kept if not any(q != p and Path(p).is_relative_to(q) for q in kept)]
+
+
 def _course_paths(config: Config) -> list[Path]:
     """The course build folder and a SQLite gradebook's folder named in the nbgrader config."""
     paths = []
@@ -378,7 +389,8 @@ class SandboxedKernelManager(AsyncKernelManager):
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--perms", "1777", "--size", str(self.disk_bytes), "--tmpfs", "/tmp",
         ]
-        for path in self.hidden:
+        covers = _outermost(self.hidden)
+        for path in covers:
             if Path(path).is_symlink():
                 continue  # e.g. /var/run -> /run, hidden through its target
             if Path(path).is_dir():
@@ -388,7 +400,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         for path in self.readable:
             cmd += self._bind("--ro-bind", path)
         cmd += self._bind("--bind", bound)
-        for path in self.hidden:  # the covers hide; they are no place to write either
+        for path in covers:  # the covers hide; they are no place to write either
             if Path(path).is_dir() and not Path(path).is_symlink():
                 cmd += ["--remount-ro", path]
         cmd += ["--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work, "--chdir", work]

@@ -9,8 +9,10 @@ grading worker runs them).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from traitlets.config import Config
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
+from autograder.sandbox import (ALWAYS_HIDDEN, GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
                                 close_fork_servers, configure_sandbox, sandbox_uid)
 from kernel_outputs import cell_texts  # noqa: E402
 
@@ -261,6 +263,26 @@ def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path, m
     assert texts == ["ERROR KeyboardInterruptERROR CellTimeoutError", "", "others 0", "", "ERROR ValueError", "",
                      "others 0", ""]
 
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_course_inside_a_hidden_folder_stays_hidden_and_its_kernels_run(tmp_path, mode):
+    """A course (or the repository) under /home, as for an instructor who is not root: its cover nests
+    inside /home's, and the sandbox must still start, with the course invisible."""
+    tmp_path.chmod(0o755)
+    parent = Path("/home") if os.access("/home", os.W_OK) else Path.home()
+    course = Path(tempfile.mkdtemp(prefix="part-ii-test-course-", dir=parent))
+    try:
+        assert any(course.is_relative_to(h) for h in ALWAYS_HIDDEN), f"{course} is not in a hidden folder"
+        (course / "gradebook.db").write_text("secret")
+        config = Config()
+        config.CourseDirectory.root = str(course)
+        config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+        texts = run_sandboxed([f"import os; print(os.path.exists({str(course)!r}), 6 * 7)"], tmp_path,
+                              SandboxLimits(), config, fork_server=mode == "fork server")
+        assert texts == ["False 42"]
+    finally:
+        shutil.rmtree(course, ignore_errors=True)
 
 def test_no_sandbox_process_outlives_grading(limited):
     """After the run, no process of that sandbox (kernel or forked children) is left."""
