@@ -66,6 +66,38 @@ def fast_new_gradebooks() -> None:
     nbgrader.api.get_alembic_version = alembic_head
 
 
+def check_build_folder(root: Path) -> None:
+    """Raise AutograderError when a file stands where the course root or one of its folders must be."""
+    for path in [root, *root.parents]:
+        if path.exists():
+            if not path.is_dir():
+                raise AutograderError(f"{path} is a file, but the course needs a folder there ({root}); "
+                                      "--build (or $PART_II_BUILD) must name a folder, the one that holds course/")
+            return
+
+
+def check_db_url(url: str) -> None:
+    """Raise AutograderError when the gradebook URL is not a database URL SQLAlchemy can open here."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        dialect = make_url(url).get_dialect()
+    except NoSuchModuleError:  # a subclass of ArgumentError
+        raise AutograderError(f"the gradebook URL {url!r} ($PART_II_DB_URL) names an unknown database kind; "
+                              "expected one SQLAlchemy knows, e.g. sqlite:// or postgresql+psycopg://") from None
+    except ArgumentError:
+        raise AutograderError(f"the gradebook URL {url!r} ($PART_II_DB_URL) is not a database URL; expected a "
+                              "SQLAlchemy URL such as sqlite:////abs/path/gradebook.db or "
+                              "postgresql+psycopg://user@host/dbname") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise AutograderError(f"the gradebook URL {url!r} needs the Python database driver {exc.name!r}, which is "
+                              f"not installed; install it into the venv (e.g. `.venv/bin/pip install {exc.name}`) "
+                              "or unset $PART_II_DB_URL to use the SQLite gradebook") from None
+
+
 @dataclass(frozen=True)
 class Course:
     """The paths and gradebook URL of one course, read from an nbgrader Config."""
@@ -75,7 +107,10 @@ class Course:
     @classmethod
     def load(cls, build: Path | None = None) -> "Course":
         """The course configured by nbgrader_config.py (optionally in another build folder)."""
-        return cls(load_config(build))
+        config = load_config(build)
+        check_build_folder(Path(config.CourseDirectory.root))
+        check_db_url(config.CourseDirectory.db_url)
+        return cls(config)
 
     @property
     def root(self) -> Path:

@@ -102,3 +102,28 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     assert code == 1
     line = next(ln for ln in out.splitlines() if test_id in ln)
     assert "✘" in line
+
+
+@pytest.mark.parametrize("db_url, words", [
+    ("foo", "is not a database URL; expected a SQLAlchemy URL such as sqlite:////"),
+    ("nosuchdb://host/x", "names an unknown database kind"),
+    ("postgresql+psycopg://localhost:1/x", "needs the Python database driver 'psycopg', which is not installed"),
+])
+def test_a_bad_gradebook_url_is_reported_before_anything_runs(db_url, words, empty_build, monkeypatch, capsys):
+    if db_url.startswith("postgresql"):
+        import importlib.util
+
+        assert importlib.util.find_spec("psycopg") is None, "psycopg is installed: pick a driver that is not"
+    monkeypatch.setenv("PART_II_DB_URL", db_url)
+    code, err, _ = run(["export", "--build", empty_build], capsys)
+    assert code == 2
+    assert "export: error: the gradebook URL" in err and words in err, err
+
+
+def test_a_build_path_that_is_a_file_is_reported(tmp_path, empty_build, capsys):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("not a folder")
+    for command in ("release", "export"):
+        code, err, _ = run([command, "--build", str(afile)], capsys)
+        assert code == 2
+        assert f"{afile} is a file, but the course needs a folder there" in err and "--build" in err, err
