@@ -7,6 +7,10 @@ test cell is rewritten before rendering: its source keeps only the visible check
 its output becomes one short line (passed, or what failed; a failed hidden check says
 only that, with the check's own message when it is an AssertionError). As a last guard,
 every written file is scanned for hidden-test lines and withheld if one slipped through.
+A hidden-test line counts as leaked only where the page shows it more often than the
+student's own cells (everything but the test cells) contain it: the student wrote those
+before grading, so a line there (e.g. ``with np.errstate(all="ignore"):``, an idiom the
+notebooks teach) is theirs, not a leak; any further copy came from the grading run.
 """
 
 from __future__ import annotations
@@ -66,11 +70,18 @@ def page_text(html_text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", html_text))
 
 
-def find_leaks(path: Path, signatures: set[str]) -> list[str]:
-    """Hidden-test lines (or markers) that appear in a feedback file."""
+def authored_text(notebook: Path) -> str:
+    """The sources of a graded notebook's cells the student wrote (every cell but the test cells); '' if absent."""
+    if not notebook.is_file():
+        return ""
+    cells = nbformat.read(notebook, as_version=4).cells
+    return "\n".join(cell.source for cell in cells if not is_test_cell(cell))
+
+
+def find_leaks(path: Path, signatures: set[str], authored: str = "") -> list[str]:
+    """Hidden-test lines (or markers) that a feedback file shows more often than the student's own cells hold them."""
     text = page_text(path.read_text(encoding="utf-8"))
-    leaks = [m for m in (BEGIN_HIDDEN, END_HIDDEN) if m in text]
-    return leaks + sorted(s for s in signatures if s in text)
+    return [s for s in [BEGIN_HIDDEN, END_HIDDEN, *sorted(signatures)] if text.count(s) > authored.count(s)]
 
 
 @dataclass
@@ -133,7 +144,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
             result.errors[student] = error
             continue
         for path in files:
-            leaks = find_leaks(path, signatures)
+            authored = authored_text(course.step_dir("autograded", student) / f"{path.stem}.ipynb")
+            leaks = find_leaks(path, signatures, authored)
             if leaks:
                 path.unlink()
                 result.errors[student] = f"{path.name} withheld: it would show hidden test text ({len(leaks)} lines)"
