@@ -2,7 +2,9 @@
 
 Every file in the download ends up in exactly one place of the report: filed as a
 submission, rejected with a reason (and a copy kept under <course>/rejected/), or
-ignored with a reason (system files, non-notebooks). A student's notebook that is not
+ignored with a reason (system files, unchanged copies of the released code/ and data/
+files). A student who handed in anything gets a row, even when nothing of it could be
+graded. A student's notebook that is not
 in the download is listed as missing (it scores 0).
 """
 
@@ -30,12 +32,18 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
     Canvas                    name_12345_67890_02-shapes-and-loss-1.ipynb -> student name
                               (also name_late_12345_67890_…; a -N resubmission suffix is allowed)
     Blackboard                Part II_jdoe_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb -> student jdoe
-  a zip or folder that holds just one folder of student folders is unwrapped first.
+  wrapping folders: a zip or folder that holds just one folder is unwrapped when that folder holds
+    several student folders or files named for several students (e.g. submissions/alice/…,
+    submissions/gina_123_456_….ipynb). A Moodle student folder is never unwrapped; a folder named
+    after the assignment or a notebook (part-ii/) is never a student: late/10002/part-ii/… -> 10002.
+    A folder that holds both notebooks without an id and files named for students is refused.
 A copy named like 'NAME (1).ipynb' or 'NAME-1.ipynb' counts as NAME; when a student has two
-files for one notebook the newer one is kept and the other is reported as a duplicate.
+files for one notebook the newer one is kept (at the same time, the higher-numbered copy) and the
+other is reported as a duplicate. Canvas files of two users with the same name are not filed.
 Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
-in <course>/reports/collect.json and copied to <course>/rejected/."""
+in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; system
+files (__MACOSX, .DS_Store, ...) are ignored."""
 
 STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
 MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
@@ -101,6 +109,7 @@ class CollectReport:
     students: dict[str, StudentReport] = field(default_factory=dict)
     rejected: list[Record] = field(default_factory=list)
     ignored: list[Record] = field(default_factory=list)
+    unwrapped: list[str] = field(default_factory=list)  # folders above the student level that were dropped
 
 
 # --- reading the download -------------------------------------------------------------
@@ -145,6 +154,14 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
     return entries, rejected
 
 
+def _looks_like_zip(path: Path) -> bool:
+    """True for a file named .zip or starting with a zip signature (PK), readable or not."""
+    if path.suffix.lower() == ".zip":
+        return True
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"PK"
+
+
 def read_download(path: Path) -> tuple[list[Entry], list[Record]]:
     """All files of a folder or zip download, with unreadable members already rejected."""
     if not path.exists():
@@ -153,19 +170,16 @@ def read_download(path: Path) -> tuple[list[Entry], list[Record]]:
         return _read_folder(path)
     if zipfile.is_zipfile(path):
         return _read_zip(path)
+    if _looks_like_zip(path):
+        size = path.stat().st_size
+        raise AutograderError(f"{path} is a damaged or incomplete zip file ({size} bytes, no zip directory at its end); "
+                              "re-download it from the LMS")
     raise AutograderError(f"{path} is neither a folder nor a zip file; expected an LMS download")
 
 
 def _is_system(path: PurePosixPath) -> bool:
     """Files an OS or Jupyter adds on its own (macOS zip metadata, checkpoints, hidden files)."""
     return any(part in SYSTEM_NAMES or part.startswith(".") for part in path.parts)
-
-
-def unwrap(entries: list[Entry]) -> list[Entry]:
-    """Drop leading folders that only hold folders (a zip of one folder of student folders)."""
-    while entries and all(len(e.path.parts) >= 3 for e in entries) and len({e.path.parts[0] for e in entries}) == 1:
-        entries = [Entry(PurePosixPath(*e.path.parts[1:]), e.data, e.mtime) for e in entries]
-    return entries
 
 
 # --- names -----------------------------------------------------------------------------
@@ -177,6 +191,21 @@ def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
         if m:
             return name, (m.group("prefix") or "")
     return None
+
+
+def copy_number(stem: str) -> int:
+    """The N of a browser or LMS copy 'NAME (N)' / 'NAME-N' (0 for the plain name)."""
+    m = re.search(r"(?:\s*\((\d+)\)|-(\d+))$", stem)
+    return int(m.group(1) or m.group(2)) if m else 0
+
+
+def is_assignment_name(name: str, notebooks: list[str]) -> bool:
+    """True for a folder named after the assignment or one of its notebooks: never a student id."""
+    stem = re.sub(r"\.(ipynb|zip)$", "", name, flags=re.IGNORECASE)
+    if re.fullmatch(rf"{re.escape(ASSIGNMENT)}{COPY_SUFFIX}", stem, flags=re.IGNORECASE):
+        return True
+    hit = match_notebook(stem, notebooks)
+    return hit is not None and hit[1] == ""
 
 
 def sanitize_id(text: str) -> str | None:
@@ -199,6 +228,87 @@ def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None]:
     if m := CANVAS_PREFIX.fullmatch(prefix):
         return sanitize_id(m.group("id")), None
     return sanitize_id(prefix), None
+
+
+def lms_prefix(name: str) -> str | None:
+    """The Canvas or Blackboard prefix ('gina_123_456') a file name starts with, whatever follows; else None."""
+    m = re.match(r"(?:.*_[^_]+_attempt_\d{4}(?:-\d\d){5}|[^_]+?(?:_late)?_\d+_\d+)(?=_.)", name)
+    return m.group(0) if m else None
+
+
+def file_owner(name: str, notebooks: list[str]) -> tuple[str | None, dt.datetime | None, str | None]:
+    """(student, Blackboard time, Canvas person) from a file name outside student folders.
+
+    The Canvas person is 'name_userid': the user id tells two people with the same name apart.
+    """
+    hit = match_notebook(PurePosixPath(name).stem, notebooks) if name.lower().endswith(".ipynb") else None
+    prefix = hit[1] if hit else lms_prefix(name)
+    if not prefix:
+        return None, None, None
+    student, ts = student_from_prefix(prefix)
+    m = None if BLACKBOARD_PREFIX.fullmatch(prefix) else re.fullmatch(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+", prefix)
+    return student, ts, (f"{m.group('id')}_{m.group('user')}" if m and student else None)
+
+
+def _layout_signals(inner: list[PurePosixPath], notebooks: list[str]) -> tuple[list[str], list[str]]:
+    """Why the folder holding inner looks like a wrapper of several students, and why like one student's folder."""
+    files = [p.name for p in inner if len(p.parts) == 1]
+    folders = sorted({p.parts[0] for p in inner if len(p.parts) > 1})
+    named = sorted({s for s in (file_owner(f, notebooks)[0] for f in files) if s})
+    lms = [f for f in files if lms_prefix(f)]
+    plain = [f for f in files if f.lower().endswith(".ipynb") and (hit := match_notebook(PurePosixPath(f).stem, notebooks))
+             and not hit[1]]
+    assignment = [d for d in folders if is_assignment_name(d, notebooks)]
+    others = [d for d in folders if d not in assignment]
+    wrapper, student = [], []
+    if len(named) >= 2:
+        wrapper.append(f"files named for several students ({', '.join(named[:3])}{', …' if len(named) > 3 else ''})")
+    elif lms:
+        wrapper.append(f"files named by an LMS for a student ({lms[0]})")
+    if len(others) >= 2 or any(MOODLE_FOLDER.fullmatch(d) for d in others):
+        wrapper.append(f"several student folders ({', '.join(others[:3])}{', …' if len(others) > 3 else ''})")
+    if plain:
+        student.append(f"a notebook without a student id in its name ({plain[0]})")
+    if assignment:
+        student.append(f"a folder named after the assignment ({assignment[0]}/)")
+    return wrapper, student
+
+
+def unwrap(entries: list[Entry], notebooks: list[str]) -> tuple[list[Entry], list[str]]:
+    """Drop the folders above the student level; return (entries, dropped folders). Raise when that is ambiguous.
+
+    Folders that hold only one folder form a chain. A Moodle student folder in the chain is the
+    student. Otherwise, when the last folder holds several students' folders or files, the whole
+    chain is dropped; else the student is the last folder of the chain that is not named after the
+    assignment or a notebook (the folder holding the notebooks, or holding part-ii/).
+    """
+    real = [e.path for e in entries if not _is_system(e.path)]
+    chain: list[str] = []
+    while real and all(len(p.parts) > len(chain) + 1 for p in real) and len({p.parts[len(chain)] for p in real}) == 1:
+        chain.append(real[0].parts[len(chain)])
+    if not chain:
+        return entries, []
+    moodle = [i for i, name in enumerate(chain) if MOODLE_FOLDER.fullmatch(name)]
+    if moodle:
+        depth = moodle[0]
+    else:
+        wrapper, student = _layout_signals([PurePosixPath(*p.parts[len(chain):]) for p in real], notebooks)
+        where = "/".join(chain) + "/"
+        if wrapper and student:
+            raise AutograderError(f"cannot tell whether {where} is one student's folder or a folder of several students: "
+                                  f"it holds {' and '.join(wrapper)}, but also {' and '.join(student)}; "
+                                  f"arrange the download in one of the accepted layouts\n{LAYOUTS_HELP}", 1)
+        if wrapper:
+            depth = len(chain)
+        else:
+            usable = [i for i, name in enumerate(chain) if not is_assignment_name(name, notebooks)]
+            depth = usable[-1] if usable else len(chain)
+    prefix = chain[:depth]
+    if not prefix:
+        return entries, []
+    out = [Entry(PurePosixPath(*e.path.parts[depth:]), e.data, e.mtime) if list(e.path.parts[:depth]) == prefix
+           and len(e.path.parts) > depth else e for e in entries]
+    return out, ["/".join(prefix) + "/"]
 
 
 def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
@@ -227,23 +337,56 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
 
 # --- classifying files -------------------------------------------------------------------
 
-def classify(entries: list[Entry], notebooks: list[str]) -> tuple[list[Filed], list[Record], list[Record], set[str]]:
-    """Sort entries into filed notebooks, rejected and ignored files; also return every student seen."""
-    filed, rejected, ignored, seen = [], [], [], set()
+def not_a_notebook_reason(path: PurePosixPath, notebooks: list[str]) -> str:
+    """Why a file that does not end in .ipynb is not graded, with a hint when its name is close to a notebook."""
+    reason = f"not a notebook ({path.suffix or 'no extension'}); only .ipynb files are graded"
+    inner = path.name[: -len(path.suffix)] if path.suffix else path.name
+    hit = match_notebook(PurePosixPath(inner).stem, notebooks) if inner.lower().endswith(".ipynb") else None
+    if hit:
+        return reason + f"; rename it to {hit[0]}.ipynb if it is that notebook"
+    if path.suffix.lower() in (".zip", ".rar", ".7z", ".gz", ".tar"):
+        return reason + "; an archive inside the download is not opened: unpack it and hand in the .ipynb files"
+    return reason
+
+
+def released_files(course: Course) -> dict[str, str]:
+    """sha256 -> path of every non-notebook file of the student bundle (code/, data/), to recognise echoed copies."""
+    if not course.bundle_dir.is_dir():
+        return {}
+    return {hashlib.sha256(p.read_bytes()).hexdigest(): p.relative_to(course.bundle_dir).as_posix()
+            for p in sorted(course.bundle_dir.rglob("*")) if p.is_file() and p.suffix != ".ipynb"}
+
+
+def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str] | None = None) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
+    """Sort entries into filed notebooks, rejected and ignored files; also return every student seen with the
+    Canvas people ('name_userid') whose file names gave that id."""
+    filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
     for e in entries:
         if _is_system(e.path):
             ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)"))
             continue
-        student, timestamp = None, None
+        student, timestamp, origin = None, None, None
         if len(e.path.parts) >= 2:
-            student = student_from_folder(e.path.parts[0])
-            if student is None:
-                rejected.append(Record(str(e.path), f"cannot derive a student id from folder {e.path.parts[0]!r}"))
+            folder = e.path.parts[0]
+            if is_assignment_name(folder, notebooks):
+                rejected.append(Record(str(e.path), f"cannot tell whose file this is: folder {folder!r} is named after "
+                                                     "the assignment, not a student; put it in a folder named after the student"))
                 continue
-            seen.add(student)
+            student = student_from_folder(folder)
+            if student is None:
+                rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}"))
+                continue
+        else:
+            student, timestamp, origin = file_owner(e.path.name, notebooks)
+        if student is not None:
+            seen.setdefault(student, set()).update({origin} - {None})
+        if e.path.suffix.lower() != ".ipynb" and (same := (released or {}).get(hashlib.sha256(e.data).hexdigest())):
+            ignored.append(Record(str(e.path), f"unchanged copy of the released course file {same}", student))
+            continue
         if e.path.suffix.lower() != ".ipynb":
-            ignored.append(Record(str(e.path), f"not a notebook ({e.path.suffix or 'no extension'}); only .ipynb files are collected", student))
+            reason = not_a_notebook_reason(e.path, notebooks)
+            rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
             continue
         hit = match_notebook(e.path.stem, notebooks)
         if hit is None:
@@ -251,14 +394,11 @@ def classify(entries: list[Entry], notebooks: list[str]) -> tuple[list[Filed], l
             hint = f"; did you mean {close[0]}.ipynb?" if close else ""
             rejected.append(Record(str(e.path), f"wrong name: not a notebook of {ASSIGNMENT} (expected one of {expected}){hint}", student))
             continue
-        notebook, prefix = hit
+        notebook = hit[0]
         if student is None:
-            student, timestamp = student_from_prefix(prefix) if prefix else (None, None)
-            if student is None:
-                rejected.append(Record(str(e.path), "cannot tell whose file this is: put it in a folder named after the "
-                                                     "student or start the file name with the student id"))
-                continue
-            seen.add(student)
+            rejected.append(Record(str(e.path), "cannot tell whose file this is: put it in a folder named after the "
+                                                 "student or start the file name with the student id"))
+            continue
         try:
             nb, note = read_notebook(e.data)
         except NotANotebook as exc:
@@ -268,19 +408,43 @@ def classify(entries: list[Entry], notebooks: list[str]) -> tuple[list[Filed], l
     return filed, rejected, ignored, seen
 
 
+def split_shared_ids(filed: list[Filed], seen: dict[str, set[str]]) -> tuple[list[Filed], list[Record]]:
+    """Reject the notebooks of a student id that several Canvas people (same name, other user id) map to."""
+    shared = {s: sorted(origins) for s, origins in seen.items() if len(origins) > 1}
+    kept, rejected = [], []
+    for f in filed:
+        if f.student in shared:
+            names = ", ".join(repr(o) for o in shared[f.student])
+            rejected.append(Record(str(f.entry.path), f"student id {f.student} comes from several Canvas users "
+                                                       f"({names}): different people with the same name; nothing filed "
+                                                       "for it: rename the files apart and collect again", f.student))
+        else:
+            kept.append(f)
+    return kept, rejected
+
+
 def drop_duplicates(filed: list[Filed]) -> tuple[list[Filed], list[Record]]:
-    """Keep one file per (student, notebook): the newest, then the exact name, then the last path."""
+    """Keep one file per (student, notebook): the newest; at equal times the highest-numbered copy."""
     groups: dict[tuple[str, str], list[Filed]] = {}
     for f in filed:
         groups.setdefault((f.student, f.notebook), []).append(f)
     kept, rejected = [], []
     for (student, notebook), group in sorted(groups.items()):
-        group.sort(key=lambda f: (f.entry.mtime, f.entry.path.stem == notebook, str(f.entry.path)))
+        # a browser names a later download of the same file 'NAME (1)', an LMS resubmission 'NAME-1'
+        group.sort(key=lambda f: (f.entry.mtime, copy_number(f.entry.path.stem), str(f.entry.path)))
         winner = group[-1]
         kept.append(winner)
         for loser in group[:-1]:
-            rejected.append(Record(str(loser.entry.path), f"duplicate: {student} handed in {notebook}.ipynb more than once; "
-                                                          f"kept the newer {winner.entry.path}", student))
+            if loser.entry.mtime < winner.entry.mtime:
+                why = f"kept the newer {winner.entry.path}"
+            elif copy_number(loser.entry.path.stem) < copy_number(winner.entry.path.stem):
+                why = (f"both have the same time; kept {winner.entry.path}, the higher-numbered copy (a browser numbers "
+                       "the later download); check by hand if that is wrong")
+            else:
+                why = (f"both have the same time and copy number; kept {winner.entry.path} (the last path in name order); "
+                       "check by hand which one the student meant")
+            rejected.append(Record(str(loser.entry.path), f"duplicate: {student} handed in {notebook}.ipynb more than "
+                                                          f"once; {why}", student))
     return kept, rejected
 
 
@@ -366,13 +530,14 @@ def collect(course: Course, path: Path) -> CollectReport:
     path = Path(path)
     entries, unreadable = read_download(path)
     notebooks = course.notebook_names()
-    entries = unwrap(entries)
-    filed, rejected, ignored, seen = classify(entries, notebooks)
+    entries, unwrapped = unwrap(entries, notebooks)
+    filed, rejected, ignored, seen = classify(entries, notebooks, released_files(course))
+    filed, shared = split_shared_ids(filed, seen)
     filed, duplicates = drop_duplicates(filed)
-    rejected = unreadable + rejected + duplicates
+    rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"found no student files in {path}\n{LAYOUTS_HELP}", 1)
-    report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored)
+    report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         keep_rejected_copies(course, entries, rejected)
         with course.gradebook() as gb:
@@ -395,6 +560,8 @@ def collect(course: Course, path: Path) -> CollectReport:
 def print_report(report: CollectReport) -> None:
     """A readable summary: one line per student, then every rejected and ignored file with its reason."""
     print(f"collected {report.source}")
+    for folder in report.unwrapped:
+        print(f"  (dropped the wrapping folder {folder}: the students are inside it)")
     width = max([len(s) for s in report.students] + [7])
     print(f"  {'student':<{width}}  {'status':<17}  notebooks  missing")
     for s, r in sorted(report.students.items()):

@@ -4,7 +4,9 @@
 student_id, last_name, first_name, email, raw_score, late_submission_penalty, score,
 max_score), then one score column per notebook, the number of cells still waiting for a
 human grader, a status and the reasons behind it (rejected or missing files, notebooks
-that could not be graded, grading errors). Manual scores given in formgrader are part
+that could not be graded, grading errors). Status is one of graded, incomplete (graded,
+with reasons to look at), error, not graded, no valid notebook (files handed in, none
+gradable: the notes name each file and why) and no submission. Manual scores given in formgrader are part
 of every score. ``grades-per-cell.csv`` has one row per student and graded cell.
 """
 
@@ -40,7 +42,9 @@ def student_notes(student: str, collect_log: dict, job: dict | None) -> tuple[st
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
     if job is None:
         if not collected.get("notebooks"):
-            return "no submission", notes or ["nothing was collected"]
+            # a student who handed in only files that could not be graded has a row saying which and why
+            return ("no valid notebook", notes) if any(n.startswith("rejected ") for n in notes) else \
+                ("no submission", notes or ["nothing was collected"])
         return "not graded", notes + ["not graded yet; run `python -m autograder grade`"]
     if job["state"] == "error":
         return "error", notes + [f"grading failed: {job['error']}"]

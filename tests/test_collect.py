@@ -98,6 +98,7 @@ def test_every_bad_file_is_recorded_with_its_reason_and_kept(course, tmp_path):
         "gina/02-shapes-and-loss.ipynb": old,
         "gina/02-shapes-and-loss (1).ipynb": new,
         "gina/notes.txt": b"hello",
+        "gina/.DS_Store": b"\0",
         "02-shapes-and-loss.ipynb": notebook_bytes("whose?"),
     })
     os.utime(download / "gina/02-shapes-and-loss.ipynb", (1_700_000_000, 1_700_000_000))
@@ -110,7 +111,8 @@ def test_every_bad_file_is_recorded_with_its_reason_and_kept(course, tmp_path):
     assert "not UTF-8" in reasons["frank/02-shapes-and-loss.ipynb"]
     assert reasons["gina/02-shapes-and-loss.ipynb"].startswith("duplicate")
     assert reasons["02-shapes-and-loss.ipynb"].startswith("cannot tell whose file")
-    assert {r.file for r in report.ignored} == {"gina/notes.txt"}
+    assert reasons["gina/notes.txt"].startswith("not a notebook (.txt)")
+    assert {r.file for r in report.ignored} == {"gina/.DS_Store"}
     assert submitted(course, "gina") == {"02-shapes-and-loss.ipynb": new}  # the newer file wins
     for r in report.rejected:  # never dropped: a byte-identical copy is kept
         assert Path(r.copy).read_bytes() == (download / r.file).read_bytes()
@@ -144,6 +146,15 @@ def test_bad_paths_raise_clear_errors(course, tmp_path):
     (tmp_path / "plain.txt").write_text("x")
     with pytest.raises(AutograderError, match="neither a folder nor a zip"):
         collect(course, tmp_path / "plain.txt")
+    good = tmp_path / "good.zip"
+    with zipfile.ZipFile(good, "w") as zf:
+        zf.writestr("ivan/02-shapes-and-loss.ipynb", notebook_bytes("ivan"))
+    (tmp_path / "cut.zip").write_bytes(good.read_bytes()[:40])  # an interrupted download
+    (tmp_path / "cut-download").write_bytes(good.read_bytes()[:40])  # same, without its .zip name
+    (tmp_path / "empty.zip").write_bytes(b"")
+    for name in ("cut.zip", "cut-download", "empty.zip"):
+        with pytest.raises(AutograderError, match="damaged or incomplete zip file.*re-download"):
+            collect(course, tmp_path / name)
     (tmp_path / "empty").mkdir()
     with pytest.raises(AutograderError, match="no student files"):
         collect(course, tmp_path / "empty")
@@ -190,3 +201,127 @@ def test_new_gradebooks_get_nbgrader_s_alembic_head_without_a_subprocess(course,
         pass
     db = course.root / "gradebook.db"
     assert sqlite3.connect(db).execute("select version_num from alembic_version").fetchall() == [(alembic_head(),)]
+
+
+def test_nested_moodle_folder_and_a_late_folder_file_two_students_not_part_ii(course, tmp_path):
+    """The review's case: a single Moodle folder is the student; part-ii/ below a student is never a student."""
+    alice, bob = notebook_bytes("alice"), notebook_bytes("bob")
+    dl1 = write_tree(tmp_path / "dl1", {"Alice Wang_10001_assignsubmission_file_/part-ii/02-shapes-and-loss.ipynb": alice})
+    dl2 = write_tree(tmp_path / "dl2", {"late/10002/part-ii/02-shapes-and-loss.ipynb": bob})
+    assert list(collect(course, dl1).students) == ["10001"]
+    second = collect(course, dl2)
+    assert list(second.students) == ["10002"] and second.unwrapped == ["late/"]
+    assert second.students["10002"].status == "new"
+    assert submitted(course, "10001") == {"02-shapes-and-loss.ipynb": alice}  # not replaced by Bob's file
+    assert submitted(course, "10002") == {"02-shapes-and-loss.ipynb": bob}
+    assert not course.step_dir("submitted", "part-ii").exists()
+
+
+def test_a_folder_named_after_the_assignment_is_never_a_student(course, tmp_path):
+    download = write_tree(tmp_path / "d", {"part-ii/02-shapes-and-loss.ipynb": notebook_bytes("whose"),
+                                           "alice/02-shapes-and-loss.ipynb": notebook_bytes("alice")})
+    report = collect(course, download)
+    assert list(report.students) == ["alice"]
+    reason = next(r.reason for r in report.rejected if r.file == "part-ii/02-shapes-and-loss.ipynb")
+    assert "named after the assignment" in reason
+    alone = write_tree(tmp_path / "alone", {"part-ii/02-shapes-and-loss.ipynb": notebook_bytes("whose")})
+    with pytest.raises(AutograderError, match="no student files"):
+        collect(course, alone)
+
+
+def test_canvas_files_in_one_wrapping_folder_are_several_students(course, tmp_path):
+    gina, hank = notebook_bytes("gina"), notebook_bytes("hank")
+    download = write_tree(tmp_path / "cz", {"submissions/gina_123_456_02-shapes-and-loss.ipynb": gina,
+                                            "submissions/hank_124_457_02-shapes-and-loss.ipynb": hank})
+    report = collect(course, download)
+    assert sorted(report.students) == ["gina", "hank"] and report.rejected == []
+    assert submitted(course, "gina") == {"02-shapes-and-loss.ipynb": gina}
+    assert submitted(course, "hank") == {"02-shapes-and-loss.ipynb": hank}
+
+
+def test_a_folder_that_looks_like_both_layouts_is_refused(course, tmp_path):
+    download = write_tree(tmp_path / "mixed", {"submissions/gina_123_456_02-shapes-and-loss.ipynb": notebook_bytes("g"),
+                                               "submissions/hank_124_457_02-shapes-and-loss.ipynb": notebook_bytes("h"),
+                                               "submissions/02-shapes-and-loss.ipynb": notebook_bytes("?")})
+    with pytest.raises(AutograderError, match=r"(?s)cannot tell whether submissions/ is one student's folder.*"
+                                              r"accepted layouts") as info:
+        collect(course, download)
+    assert "02-shapes-and-loss.ipynb" in str(info.value) and "gina" in str(info.value)
+    assert course.submitted_students() == []
+
+
+def test_two_canvas_users_with_one_name_are_not_merged(course, tmp_path):
+    download = write_tree(tmp_path / "same", {"li_123_456_02-shapes-and-loss.ipynb": notebook_bytes("li one"),
+                                              "li_999_457_02-shapes-and-loss.ipynb": notebook_bytes("li two"),
+                                              "li_123_458_00-vectors-shapes-and-gradients.ipynb": notebook_bytes("1")})
+    report = collect(course, download)
+    assert report.students["li"].status == "no valid notebook"
+    reasons = {r.file: r.reason for r in report.rejected}
+    assert set(reasons) == {"li_123_456_02-shapes-and-loss.ipynb", "li_999_457_02-shapes-and-loss.ipynb",
+                            "li_123_458_00-vectors-shapes-and-gradients.ipynb"}
+    assert all("several Canvas users ('li_123', 'li_999')" in r for r in reasons.values())
+    assert not course.step_dir("submitted", "li").exists()
+
+
+def test_files_that_are_not_gradable_notebooks_keep_their_student(course, tmp_path):
+    files = {"hank_124_457_homework2.ipynb": notebook_bytes("hank"),
+             "ivy_125_458_part-ii.zip": b"PK\3\4 a zip",
+             "jack_126_459_02-shapes-and-loss.ipynb.txt": notebook_bytes("jack"),
+             "kim/part-ii.zip": b"PK\3\4 kim's zip",
+             "kim/__MACOSX/._part-ii.zip": b"\0"}
+    report = collect(course, write_tree(tmp_path / "flat", files))
+    assert sorted(report.students) == ["hank", "ivy", "jack", "kim"]
+    reasons = {r.file: r for r in report.rejected}
+    assert set(reasons) == set(files) - {"kim/__MACOSX/._part-ii.zip"}
+    assert reasons["hank_124_457_homework2.ipynb"].reason.startswith("wrong name")
+    assert "rename it to 02-shapes-and-loss.ipynb" in reasons["jack_126_459_02-shapes-and-loss.ipynb.txt"].reason
+    assert "unpack it" in reasons["ivy_125_458_part-ii.zip"].reason and "unpack it" in reasons["kim/part-ii.zip"].reason
+    for name, r in reasons.items():
+        assert Path(r.copy).read_bytes() == files[name]
+    assert [r.file for r in report.ignored] == ["kim/__MACOSX/._part-ii.zip"]
+    assert {s: r.status for s, r in report.students.items()} == dict.fromkeys(["hank", "ivy", "jack", "kim"],
+                                                                              "no valid notebook")
+
+
+def test_export_gives_every_student_who_handed_in_anything_a_row(course, tmp_path):
+    from autograder.course import ASSIGNMENT
+    from autograder.export import export
+
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(ASSIGNMENT)
+    collect(course, write_tree(tmp_path / "flat", {"ivy_125_458_part-ii.zip": b"PK\3\4",
+                                                   "jack_126_459_02-shapes-and-loss.ipynb.txt": b"{}"}))
+    grades_csv = export(course)[0]
+    import csv
+    with open(grades_csv, newline="", encoding="utf-8") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert sorted(rows) == ["ivy", "jack"]
+    assert rows["ivy"]["status"] == "no valid notebook" and rows["ivy"]["score"] == "0"
+    assert "rejected ivy_125_458_part-ii.zip: not a notebook (.zip)" in rows["ivy"]["notes"]
+    assert "rename it to 02-shapes-and-loss.ipynb" in rows["jack"]["notes"]
+
+
+def test_a_released_course_file_handed_back_is_not_a_rejection(course, tmp_path):
+    helper = b"def softmax(x):\n    return x\n"
+    (course.bundle_dir / "code/part-ii").mkdir(parents=True)
+    (course.bundle_dir / "code/part-ii/helpers.py").write_bytes(helper)
+    download = write_tree(tmp_path / "d", {"mia/part-ii/02-shapes-and-loss.ipynb": notebook_bytes("mia"),
+                                           "mia/part-ii/code/part-ii/helpers.py": helper,
+                                           "mia/part-ii/code/part-ii/mine.py": b"x = 1\n"})
+    report = collect(course, download)
+    assert [r.file for r in report.rejected] == ["mia/part-ii/code/part-ii/mine.py"]
+    assert [(r.file, r.reason) for r in report.ignored] == [
+        ("mia/part-ii/code/part-ii/helpers.py", "unchanged copy of the released course file code/part-ii/helpers.py")]
+
+
+def test_equal_times_keep_the_higher_numbered_copy_and_say_so(course, tmp_path):
+    first, second = notebook_bytes("first"), notebook_bytes("second")
+    download = write_tree(tmp_path / "d", {"zoe/02-shapes-and-loss.ipynb": first,
+                                           "zoe/02-shapes-and-loss (1).ipynb": second})
+    for name in ("02-shapes-and-loss.ipynb", "02-shapes-and-loss (1).ipynb"):
+        os.utime(download / "zoe" / name, (1_700_000_000, 1_700_000_000))
+    report = collect(course, download)
+    (dup,) = report.rejected
+    assert dup.file == "zoe/02-shapes-and-loss.ipynb"
+    assert "same time" in dup.reason and "higher-numbered copy" in dup.reason and "newer" not in dup.reason
+    assert submitted(course, "zoe") == {"02-shapes-and-loss.ipynb": second}
