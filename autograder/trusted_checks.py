@@ -202,8 +202,19 @@ def record_failure(expected: dict, got) -> str | None:
         return None if got.get("holds") is True else f"{label}: property does not hold"
     if kind == "raises":
         ok = got.get("ok") is True and got.get("raised") == expected.get("raised")
-        return None if ok else f"{label}: the expected error was not raised"
+        return None if ok else raises_failure(label, expected.get("raised"), got.get("raised"))
     return f"{label}: unknown kind of check"
+
+
+def raises_failure(label: str, wanted, raised) -> str:
+    """Why a check_raises record failed: the exception class names only (a message could echo hidden inputs)."""
+    if not isinstance(wanted, str) or raised == wanted:  # nothing to compare with, or a malformed record
+        return f"{label}: the expected error was not raised"
+    if raised is None:
+        return f"{label}: expected {wanted}, but the call returned normally"
+    # the name comes from the student's process: only a built-in exception's name is shown as is
+    shown = raised if isinstance(raised, str) and raised in SAFE_ENAMES else "another exception"
+    return f"{label}: expected {wanted}, got {shown}"
 
 
 def cell_failure(expected: list, got: list) -> str | None:

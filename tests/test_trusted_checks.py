@@ -116,3 +116,39 @@ def test_grade_warns_about_weak_test_cells_and_not_about_strong_ones(capsys):
     assert "check_close" in err  # says what to do about it
     warn_weak_cells({"nb": {"test_b": records["nb"]["test_b"]}})
     assert capsys.readouterr().err == ""
+
+
+RAISES = {"kind": "raises", "label": "an unknown unit raises ValueError", "raised": "ValueError"}
+
+
+@pytest.mark.parametrize("got, message", [
+    ({"kind": "raises", "raised": "ValueError", "ok": True}, None),
+    ({"kind": "raises", "raised": "KeyError", "ok": False}, "an unknown unit raises ValueError: expected ValueError, got KeyError"),
+    ({"kind": "raises", "raised": "TypeError", "ok": False}, "an unknown unit raises ValueError: expected ValueError, got TypeError"),
+    ({"kind": "raises", "raised": None, "ok": False},
+     "an unknown unit raises ValueError: expected ValueError, but the call returned normally"),
+    # a name the student's process made up (a class of theirs, or a forged record) is not echoed
+    ({"kind": "raises", "raised": "nat 0.123456", "ok": False}, "an unknown unit raises ValueError: expected ValueError, got another exception"),
+    ({"kind": "raises", "raised": ["KeyError"], "ok": False}, "an unknown unit raises ValueError: expected ValueError, got another exception"),
+    ({"kind": "raises", "raised": "ValueError", "ok": False}, "an unknown unit raises ValueError: the expected error was not raised"),
+    ({"kind": "close", "actual": 1.0}, "an unknown unit raises ValueError: this check did not report its result"),
+])
+def test_a_failed_raises_check_names_the_exception_classes_only(got, message):
+    """The self-check's wording (checks.py: 'expected ValueError, got KeyError'), without the exception's message."""
+    assert trusted_checks.record_failure(RAISES, got) == message
+
+
+def test_records_check_raises_sends_are_judged_as_the_self_check_words_them(monkeypatch, capsys):
+    """Records made by checks.py's check_raises in record mode (kind, label, raised, ok) give the same names."""
+    sent = []
+    monkeypatch.setenv(trusted_checks.checks.MODE_ENV, "record")
+    monkeypatch.setattr(trusted_checks.checks, "_emit", lambda kind, label, **fields: sent.append({"kind": kind, "label": label, **fields}))
+    trusted_checks.checks.check_raises("unit", ValueError, {"nats": 1.0}.__getitem__, "decibans")
+    trusted_checks.checks.check_raises("unit", ValueError, float, "1.5")
+    trusted_checks.checks.check_raises("unit", ValueError, float, "x")
+    keyerror, returned, right = sent
+    want = {"kind": "raises", "label": "unit", "raised": "ValueError"}
+    assert trusted_checks.record_failure(want, keyerror) == "unit: expected ValueError, got KeyError"
+    assert "decibans" not in trusted_checks.record_failure(want, keyerror)
+    assert trusted_checks.record_failure(want, returned) == "unit: expected ValueError, but the call returned normally"
+    assert trusted_checks.record_failure(want, right) is None
