@@ -48,19 +48,48 @@ def run_notebook(nb, folder: Path, timeout: float):
     return nb
 
 
+def cell_error(cell, number: int) -> str | None:
+    """'<grade id or cell N>, <error name>: <first line of its message>' for a code cell that raised, else None."""
+    errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+    if cell.cell_type != "code" or not errors:
+        return None
+    name = nbgrader_meta(cell).get("grade_id") or f"cell {number}"
+    ename = errors[0].get("ename", "Error")
+    if ename in ("KeyboardInterrupt", "CellTimeoutError"):
+        return f"{name}, which did not finish within the time limit"
+    evalue = (str(errors[0].get("evalue", "")).strip().splitlines() or [""])[0][:160]
+    return f"{name}, {ename}: {evalue}" if evalue else f"{name}, {ename}"
+
+
 def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
-    """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells."""
+    """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells.
+
+    A failed test cell's message also names the first cell that failed since the previous test
+    cell (or in the setup before the first one): its NameError is usually that cell's fault.
+    """
     rows, heading = [], "(before the first exercise)"
-    for cell in nb.cells:
+    setup_failure = since_last_test = None
+    seen_test = False
+    for number, cell in enumerate(nb.cells, start=1):
         meta = nbgrader_meta(cell)
         if cell.cell_type == "markdown" and not meta.get("grade"):
             titles = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln.startswith("#")]
             heading = titles[-1] if titles else heading
+        if not is_test_cell(cell):
+            failure = cell_error(cell, number)
+            if failure and since_last_test is None:
+                since_last_test = failure
+                if not seen_test and setup_failure is None:
+                    setup_failure = failure
         if not meta.get("grade"):
             continue
         points = float(meta.get("points") or 0)
         if is_test_cell(cell):
             message = outcome_message(cell)
+            earlier = since_last_test or setup_failure
+            if earlier and not message.startswith("✔"):
+                message += f" [an earlier cell failed first: {earlier}; fix it and run again]"
+            seen_test, since_last_test = True, None
             rows.append((heading, meta.get("grade_id", "?"), points, message, message.startswith("✔")))
         else:
             rows.append((heading, meta.get("grade_id", "?"), points, "graded by your instructor", None))

@@ -102,6 +102,9 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     assert code == 1
     line = next(ln for ln in out.splitlines() if test_id in ln)
     assert "✘" in line
+    # the test cell's own error is a consequence: the line names the solution cell that raised first
+    solution_id = meta[solution]["grade_id"]
+    assert f"an earlier cell failed first: {solution_id}, NotImplementedError" in line, line
 
 
 @pytest.mark.parametrize("db_url, words", [
