@@ -70,6 +70,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Dict
 from traitlets.config import Config
 
+from .cells import visible_source
+
 REPO = Path(__file__).resolve().parent.parent
 CHECKS_PATH = REPO / "code" / "part-ii" / "checks.py"
 CHECKS_WITH_EXPECTED = frozenset({"check_close", "check_equal"})
@@ -80,6 +82,8 @@ GRADER_ERRORS = {
     "KernelDied": "the kernel stopped while running this cell or before it",
     "NotebookTimeout": "not run: the notebook used up its time budget",
 }
+NAME_ERROR = re.compile(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 __all__ = ["record_expected", "record_assignment", "configure_trusted_checks", "weak_cells",
            "blind_source", "BlindExpectedValues", "TrustedChecks", "DropEmptyGradeMetadata", "RECORD_ENV"]
@@ -371,12 +375,13 @@ class TrustedChecks(NbGraderPreprocessor):
         notebook = resources.get("unique_key") or resources.get("nbgrader", {}).get("notebook", "")
         expected = self.expected_records.get(notebook)
         originals = resources.get("trusted_checks_sources", {})
+        names = visible_test_names(nb, originals)
         seen_test = False
         for cell in nb.cells:
             if is_autograded_test(cell):
                 seen_test = True
                 grade_id = cell.metadata.nbgrader.get("grade_id", "")
-                cell.outputs = self._verdict(cell, None if expected is None else expected.get(grade_id))
+                cell.outputs = self._verdict(cell, None if expected is None else expected.get(grade_id), names)
                 if grade_id in originals:
                     cell.source = originals[grade_id]
             elif cell.get("cell_type") == "code":
@@ -385,13 +390,13 @@ class TrustedChecks(NbGraderPreprocessor):
                     cell.outputs = _hidden_outputs(cell.outputs)
         return nb, resources
 
-    def _verdict(self, cell, expected: list | None) -> list:
-        """[] when the cell passes, else one short error output that reveals no value."""
+    def _verdict(self, cell, expected: list | None, names: frozenset = frozenset()) -> list:
+        """[] when the cell passes, else one short error output that reveals no value (`names` may be named)."""
         if expected is None:
             return [_error("no trusted expected values were recorded for this test cell")]
         for output in cell.outputs:
             if output.get("output_type") == "error":
-                return [_error(_error_summary(output.get("ename", "")))]
+                return [_error(_error_summary(output.get("ename", ""), str(output.get("evalue", "")), names))]
             if output.get("output_type") == "stream" and output.get("name") == "stderr":
                 return [_error("the test cell wrote to stderr")]
         message = cell_failure(expected, records_of(cell))
@@ -425,10 +430,29 @@ def _hidden_outputs(outputs: list) -> list:
                        text="[output not shown: cells that run after a test cell could display its hidden inputs]\n")]
 
 
-def _error_summary(ename: str) -> str:
-    """A fixed phrase for an error raised in a test cell (the student controls its message)."""
+def visible_test_names(nb, originals: dict) -> frozenset:
+    """Identifiers in the visible part of a notebook's autograded test cells (what the student's copy shows them)."""
+    names = set()
+    for cell in nb.cells:
+        if is_autograded_test(cell):
+            # the blinded source lost its comments, hidden-test markers included: read the original
+            source = originals.get(cell.metadata.nbgrader.get("grade_id", ""), cell.source)
+            names |= set(IDENTIFIER.findall(visible_source(source)))
+    return frozenset(names)
+
+
+def _error_summary(ename: str, evalue: str = "", names: frozenset = frozenset()) -> str:
+    """A fixed phrase for an error raised in a test cell (the student controls its message).
+
+    A NameError's missing name is added only when it is one of `names` (the visible test code's
+    identifiers): a name only the hidden tests use is never shown.
+    """
     if ename in GRADER_ERRORS:
         return GRADER_ERRORS[ename]
+    missing = NAME_ERROR.match(evalue.strip()) if ename == "NameError" else None
+    if missing and missing.group(1) in names:
+        return (f"the test cell stopped with NameError ({missing.group(1)} is not defined: "
+                "did the cell that defines it run without error?)")
     shown = ename if ename in SAFE_ENAMES else "an exception"
     return f"the test cell stopped with {shown}"
 

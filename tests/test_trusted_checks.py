@@ -152,3 +152,46 @@ def test_records_check_raises_sends_are_judged_as_the_self_check_words_them(monk
     assert "decibans" not in trusted_checks.record_failure(want, keyerror)
     assert trusted_checks.record_failure(want, returned) == "unit: expected ValueError, but the call returned normally"
     assert trusted_checks.record_failure(want, right) is None
+
+
+HIDDEN_TEST = ("check_close('loss', ex2_loss(z), 1.0)\n"
+               "### BEGIN HIDDEN TESTS\n"
+               "_z_hidden = np.array([0.25, 0.75])\n"
+               "check_close('hidden loss', ex2_loss(_z_hidden), 0.5)\n"
+               "### END HIDDEN TESTS")
+
+
+def verdict_of(ename: str, evalue: str) -> str:
+    """The verdict TrustedChecks gives a test cell (blinded first, as in grading) that stopped with this error."""
+    test = nbformat.v4.new_code_cell(HIDDEN_TEST)
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                 "grade_id": "test_loss", "schema_version": 3}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import numpy as np"), test])
+    resources = {"unique_key": "nb"}
+    nb, resources = trusted_checks.BlindExpectedValues().preprocess(nb, resources)
+    assert "HIDDEN" not in test.source  # the blinded source has lost its markers (comments)
+    test.outputs = [nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[])]
+    judge = trusted_checks.TrustedChecks(expected_records={"nb": {"test_loss": [{"kind": "close", "label": "loss"}]}})
+    nb, _ = judge.preprocess(nb, resources)
+    (output,) = nb.cells[1].outputs
+    return output["evalue"]
+
+
+def test_a_name_error_names_a_name_the_visible_checks_use():
+    assert verdict_of("NameError", "name 'ex2_loss' is not defined") == (
+        "the test cell stopped with NameError (ex2_loss is not defined: did the cell that defines it run without error?)")
+
+
+@pytest.mark.parametrize("evalue", [
+    "name '_z_hidden' is not defined",          # only the hidden tests use it
+    "name 'secret_0_123456' is not defined",    # made up by the student's code
+    "free variable 'ex2_loss' referenced before assignment",
+])
+def test_a_name_error_never_names_what_the_visible_checks_do_not_show(evalue):
+    assert verdict_of("NameError", evalue) == "the test cell stopped with NameError"
+
+
+def test_only_the_missing_name_is_taken_from_a_name_error_message():
+    """Python's 'Did you mean' hint (or anything after the name) is not copied."""
+    assert "_z_hidden" not in verdict_of("NameError", "name 'ex2_loss' is not defined. Did you mean: '_z_hidden'?")
+    assert verdict_of("KeyError", "name 'ex2_loss' is not defined") == "the test cell stopped with KeyError"
