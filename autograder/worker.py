@@ -196,9 +196,38 @@ def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger,
         converter.force = True
         converter.start()
     except Exception as exc:  # noqa: BLE001 - any failure is this notebook's, the others go on
-        raise RuntimeError(errors.reason() if errors.messages else f"{type(exc).__name__}: {exc}") from exc
+        reason = errors.reason() if errors.messages else f"{type(exc).__name__}: {exc}"
+        lost = lost_cells_reason(job, notebook)
+        raise RuntimeError(f"{lost} (nbgrader: {reason})" if lost else reason) from exc
     finally:
         log.removeHandler(errors)
+
+
+def lost_cells_reason(job: dict, notebook: str) -> str | None:
+    """What is wrong with a submitted notebook that lacks answer cells of the assignment, or None when it has them all.
+
+    nbgrader puts back deleted test cells next to their answer cells, and fails with a bare
+    KeyError when an answer cell is gone too (e.g. a fresh notebook saved under the right name).
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+
+    try:
+        submitted = json.loads((Path(job["course_root"]) / "submitted" / job["student"] / ASSIGNMENT
+                                / f"{notebook}.ipynb").read_text(encoding="utf-8"))
+        present = {str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
+                   for cell in submitted.get("cells", []) if isinstance(cell, dict)}
+        with Gradebook(job["db_url"], job["course_id"]) as gb:
+            source = gb.find_notebook(notebook, ASSIGNMENT)
+            expected = {c.name for c in source.solution_cells}
+    except (OSError, ValueError, AttributeError, MissingEntry):
+        return None
+    lost = sorted(set(expected) - present)
+    if not lost:
+        return None
+    shown = ", ".join(lost[:4]) + (", ..." if len(lost) > 4 else "")
+    return (f"the notebook lacks {len(lost)} of its {len(expected)} answer cells ({shown}): "
+            "it was not started from the released notebook, or those cells were deleted; "
+            "hand in the released notebook with the answers written in it")
 
 
 def kernel_names(job: dict, submitted: Path) -> dict[str, str]:
