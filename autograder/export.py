@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .collect import load_collect_log
 from .course import ASSIGNMENT, AutograderError, Course
-from .grade import job_rows
+from .grade import job_rows, needs_regrade
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -35,8 +35,9 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def student_notes(student: str, collect_log: dict, job: dict | None) -> tuple[str, list[str]]:
-    """(status, reasons) of one student from the collect report and the job table."""
+def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool = False) -> tuple[str, list[str]]:
+    """(status, reasons) of one student from the collect report and the job table; stale: handed in
+    again after the job was graded."""
     collected = collect_log["students"].get(student, {})
     notes = [f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
@@ -50,6 +51,9 @@ def student_notes(student: str, collect_log: dict, job: dict | None) -> tuple[st
         return "error", notes + [f"grading failed: {job['error']}"]
     if job["state"] != "done":
         return "not graded", notes + [f"grading {job['state']}; run `python -m autograder grade`"]
+    if stale:
+        return "not graded", notes + ["handed in again after grading (collect filed newer files); "
+                                      "run `python -m autograder grade`"]
     for nb, r in sorted(json.loads(job["notebooks"] or "{}").items()):
         if r["status"] == "error":
             notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
@@ -63,8 +67,13 @@ def cell_kind(grade, solution_names: set[str]) -> str:
     return "answer" if grade.name in solution_names else "test"
 
 
-def cell_result(grade, kind: str) -> str:
-    """passed / failed / partial / needs manual grading, from the scores."""
+def cell_result(grade, kind: str, notebook_status: str = "graded") -> str:
+    """passed / failed / partial / needs manual grading from the scores; 'not handed in' or 'not gradable'
+    when the notebook was missing or nbgrader could not grade it (its cells then score 0)."""
+    if notebook_status == "missing":
+        return "not handed in"
+    if notebook_status == "error":
+        return "not gradable"
     if grade.needs_manual_grade:
         return "needs manual grading"
     if grade.score >= grade.max_score:
@@ -77,6 +86,7 @@ def export(course: Course) -> list[Path]:
     notebooks = course.notebook_names()
     collect_log = load_collect_log(course)
     jobs = job_rows(course.db_url)
+    stale = needs_regrade(course, jobs)
     from nbgrader.api import MissingEntry
 
     rows, cells = [], []
@@ -87,7 +97,7 @@ def export(course: Course) -> list[Path]:
             raise AutograderError("the gradebook has no assignment part-ii; run `python -m autograder release` first") from None
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
         for student in sorted(gb.students, key=lambda s: s.id):
-            status, notes = student_notes(student.id, collect_log, jobs.get(student.id))
+            status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale)
             row = {"assignment": ASSIGNMENT, "duedate": _fmt(assignment.duedate), "student_id": student.id,
                    "last_name": _fmt(student.last_name), "first_name": _fmt(student.first_name),
                    "email": _fmt(student.email), "max_score": _fmt(assignment.max_score)}
@@ -105,6 +115,8 @@ def export(course: Course) -> list[Path]:
                 by_name = {nb.name: nb for nb in submission.notebooks}
                 row.update({nb: _fmt(by_name[nb].score) if nb in by_name else "" for nb in notebooks})
                 waiting = 0
+                job = jobs.get(student.id) or {}
+                statuses = {nb: r.get("status", "graded") for nb, r in json.loads(job.get("notebooks") or "{}").items()}
                 for nb in sorted(submission.notebooks, key=lambda n: n.name):
                     for grade in sorted(nb.grades, key=lambda g: g.name):
                         kind = cell_kind(grade, solution_names.get(nb.name, set()))
@@ -114,7 +126,7 @@ def export(course: Course) -> list[Path]:
                                       "auto_score": _fmt(grade.auto_score), "manual_score": _fmt(grade.manual_score),
                                       "extra_credit": _fmt(grade.extra_credit), "score": _fmt(grade.score),
                                       "needs_manual_grade": str(bool(grade.needs_manual_grade)).lower(),
-                                      "result": cell_result(grade, kind)})
+                                      "result": cell_result(grade, kind, statuses.get(nb.name, "graded"))})
                 row["needs_manual_grading"] = str(waiting)
             row["status"] = status
             row["notes"] = "; ".join(notes)

@@ -133,6 +133,14 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     quiet_nbgrader_logs()
     signatures = hidden_lines(course)
     result = FeedbackResult()
+    from .grade import job_rows, needs_regrade
+
+    for student in sorted(needs_regrade(course, job_rows(course.db_url)) & set(graded)):
+        result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
+                                  "run `python -m autograder grade` first")
+        graded.remove(student)
+    if not graded:
+        return result
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

@@ -157,6 +157,14 @@ def _kill_stale_worker(pid: int | None) -> None:
             pass
 
 
+def needs_regrade(course: Course, jobs: dict[str, dict]) -> set[str]:
+    """Students whose graded (done) job was for other files than the ones collected now: collect
+    filed a new hand-in after grading, so their grades and autograded notebooks are out of date."""
+    return {student for student, row in jobs.items()
+            if row["state"] == "done" and course.step_dir("submitted", student).is_dir()
+            and _digest(course.step_dir("submitted", student)) != row["digest"]}
+
+
 def plan_jobs(session, course: Course, students: list[str], force: bool) -> tuple[list[str], list[str]]:
     """Bring the job table up to date; return (students to grade, students skipped as already graded)."""
     existing = {r.student_id: r for r in session.execute(select(JOBS).where(JOBS.c.assignment == ASSIGNMENT))}

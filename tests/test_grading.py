@@ -174,9 +174,15 @@ def test_totals_in_the_csv_match_the_metadata(graded):
                                           "email", "raw_score", "late_submission_penalty", "score", "max_score"]
     assert [float(rows["perfect"][n]) for n in sorted(points)] == [sum(points[n].values()) for n in sorted(points)]
     with open(graded["course"].reports_dir / "grades-per-cell.csv", newline="", encoding="utf-8") as fh:
-        cells = [r for r in csv.DictReader(fh) if r["student_id"] == "perfect"]
+        every_cell = list(csv.DictReader(fh))
+    cells = [r for r in every_cell if r["student_id"] == "perfect"]
     assert sum(float(r["score"]) for r in cells) == total
     assert {r["result"] for r in cells if r["kind"] == "answer"} == {"needs manual grading"}
+    # the notebook 'broken' handed in damaged was rejected: its cells were not failed, they were never handed in
+    damaged = [n.removesuffix(".ipynb") for n, d in graded["students"]["broken"].files.items() if _invalid_json(d)]
+    assert damaged
+    lost = [r for r in every_cell if r["student_id"] == "broken" and r["notebook"] in damaged]
+    assert lost and {r["result"] for r in lost} == {"not handed in"}, {r["result"] for r in lost}
 
 
 def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
@@ -509,3 +515,54 @@ def test_the_summary_names_notebooks_that_could_not_be_graded(tmp_path, capsys):
                       "mode: sandbox")
     assert out[1:] == ["  cy: ERROR worker died",
                        "  bob: 02-shapes-and-loss not gradable, scored 0: ValueError: bad cell metadata"]
+
+
+def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_student_can_act_on(graded):
+    """A fresh notebook saved under a released name: nbgrader fails with a bare KeyError; the reason names the lost cells."""
+    build, course = copy_course(graded["snapshot"])
+    try:
+        folder = course.step_dir("submitted", "partial")
+        for path in folder.glob("*.ipynb"):
+            if path.stem != "02-shapes-and-loss":
+                path.unlink()  # grade only this notebook: it fails before any kernel starts
+        fresh = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('my own work')")])
+        fresh.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(fresh, folder / "02-shapes-and-loss.ipynb")
+        source = nbformat.read(REPO / "notebooks" / "part-ii" / "02-shapes-and-loss.ipynb", as_version=4)
+        answers = sorted(c.metadata["nbgrader"]["grade_id"] for c in source.cells
+                         if c.metadata.get("nbgrader", {}).get("solution"))
+        result = grade(course, options(workers=1, students=["partial"]))
+        reason = result.notebook_errors["partial"]["02-shapes-and-loss"]
+        assert f"the notebook lacks {len(answers)} of its {len(answers)} answer cells ({', '.join(answers[:4])}" in reason
+        assert "not started from the released notebook" in reason and "nbgrader: KeyError" in reason, reason
+        cells = {cell: v for (nb, cell), v in grades_of(dump(course.db_url, ["partial"]), "partial").items()
+                 if nb == "02-shapes-and-loss"}
+        assert cells and all(not auto for auto, _, _ in cells.values()), cells
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded(graded):
+    """collect files newer notebooks for a graded student: export and feedback must not serve the old grades."""
+    from autograder.export import export
+    from autograder.feedback import feedback
+
+    build, course = copy_course(graded["course"].root)  # graded, with feedback; the shared one stays read-only
+    try:
+        changed = course.step_dir("submitted", "perfect") / "02-shapes-and-loss.ipynb"
+        nb = nbformat.read(changed, as_version=4)
+        nb.cells.append(nbformat.v4.new_markdown_cell("a second thought, handed in after grading"))
+        nbformat.write(nb, changed)
+        export(course)
+        with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
+            rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+        assert rows["perfect"]["status"] == "not graded", rows["perfect"]
+        assert "handed in again after grading" in rows["perfect"]["notes"]
+        assert rows["perfect"]["score"] == "0" and rows["perfect"]["02-shapes-and-loss"] == ""
+        assert rows["partial"]["status"] != "not graded" and "handed in again" not in rows["partial"]["notes"]
+        assert float(rows["partial"]["score"]) > 0
+        result = feedback(course, students=["perfect", "partial"])
+        assert "handed in again after grading" in result.errors["perfect"]
+        assert {p.parent.parent.name for p in result.written} == {"partial"}
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
