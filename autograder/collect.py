@@ -47,9 +47,10 @@ files (__MACOSX, .DS_Store, ...) are ignored."""
 
 STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
 MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
-CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_\d+_\d+")
+CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
 BLACKBOARD_PREFIX = re.compile(r".*_(?P<id>[^_]+)_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
-COPY_SUFFIX = r"(?:\s*\(\d+\)|-\d+)?"
+COPY_FORMS = r"\s*\(\d+\)|-\d+"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1'
+COPY_SUFFIX = rf"(?:{COPY_FORMS})?"
 SYSTEM_NAMES = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints", "__pycache__"}
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
@@ -195,8 +196,8 @@ def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
 
 def copy_number(stem: str) -> int:
     """The N of a browser or LMS copy 'NAME (N)' / 'NAME-N' (0 for the plain name)."""
-    m = re.search(r"(?:\s*\((\d+)\)|-(\d+))$", stem)
-    return int(m.group(1) or m.group(2)) if m else 0
+    m = re.search(rf"(?:{COPY_FORMS})$", stem)
+    return int(re.search(r"\d+", m.group(0)).group(0)) if m else 0
 
 
 def is_assignment_name(name: str, notebooks: list[str]) -> bool:
@@ -232,8 +233,10 @@ def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None]:
 
 def lms_prefix(name: str) -> str | None:
     """The Canvas or Blackboard prefix ('gina_123_456') a file name starts with, whatever follows; else None."""
-    m = re.match(r"(?:.*_[^_]+_attempt_\d{4}(?:-\d\d){5}|[^_]+?(?:_late)?_\d+_\d+)(?=_.)", name)
-    return m.group(0) if m else None
+    for pattern in (BLACKBOARD_PREFIX, CANVAS_PREFIX):
+        if m := re.match(rf"(?:{pattern.pattern})(?=_.)", name):
+            return m.group(0)
+    return None
 
 
 def file_owner(name: str, notebooks: list[str]) -> tuple[str | None, dt.datetime | None, str | None]:
@@ -246,7 +249,7 @@ def file_owner(name: str, notebooks: list[str]) -> tuple[str | None, dt.datetime
     if not prefix:
         return None, None, None
     student, ts = student_from_prefix(prefix)
-    m = None if BLACKBOARD_PREFIX.fullmatch(prefix) else re.fullmatch(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+", prefix)
+    m = None if BLACKBOARD_PREFIX.fullmatch(prefix) else CANVAS_PREFIX.fullmatch(prefix)
     return student, ts, (f"{m.group('id')}_{m.group('user')}" if m and student else None)
 
 
