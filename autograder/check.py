@@ -75,20 +75,19 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
         if cell.cell_type == "markdown" and not meta.get("grade"):
             titles = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln.startswith("#")]
             heading = titles[-1] if titles else heading
-        if not is_test_cell(cell):
-            failure = cell_error(cell, number)
-            if failure and since_last_test is None:
-                since_last_test = failure
-                if not seen_test and setup_failure is None:
-                    setup_failure = failure
+        test = is_test_cell(cell)
+        if not test and since_last_test is None:
+            since_last_test = cell_error(cell, number)
         if not meta.get("grade"):
             continue
         points = float(meta.get("points") or 0)
-        if is_test_cell(cell):
+        if test:
             message = outcome_message(cell)
             earlier = since_last_test or setup_failure
             if earlier and not message.startswith("✔"):
                 message += f" [an earlier cell failed first: {earlier}; fix it and run again]"
+            if not seen_test:  # what failed before the first test cell was the setup
+                setup_failure = since_last_test
             seen_test, since_last_test = True, None
             rows.append((heading, meta.get("grade_id", "?"), points, message, message.startswith("✔")))
         else:
