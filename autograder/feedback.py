@@ -135,7 +135,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     result = FeedbackResult()
     from .grade import job_rows, needs_regrade
 
-    for student in sorted(needs_regrade(course, job_rows(course.db_url)) & set(graded)):
+    jobs = {s: row for s, row in job_rows(course.db_url).items() if s in graded}  # hash only these hand-ins
+    for student in sorted(needs_regrade(course, jobs)):
         result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
                                   "run `python -m autograder grade` first")
         graded.remove(student)
