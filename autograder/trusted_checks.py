@@ -82,8 +82,8 @@ GRADER_ERRORS = {
     "KernelDied": "the kernel stopped while running this cell or before it",
     "NotebookTimeout": "not run: the notebook used up its time budget",
 }
-NAME_ERROR = re.compile(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_ERROR = re.compile(rf"name '({IDENTIFIER.pattern})' is not defined")
 
 __all__ = ["record_expected", "record_assignment", "configure_trusted_checks", "weak_cells",
            "blind_source", "BlindExpectedValues", "TrustedChecks", "DropEmptyGradeMetadata", "RECORD_ENV"]
