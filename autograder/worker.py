@@ -221,7 +221,7 @@ def lost_cells_reason(job: dict, notebook: str) -> str | None:
             expected = {c.name for c in source.solution_cells}
     except (OSError, ValueError, AttributeError, MissingEntry):
         return None
-    lost = sorted(set(expected) - present)
+    lost = sorted(expected - present)
     if not lost:
         return None
     shown = ", ".join(lost[:4]) + (", ..." if len(lost) > 4 else "")
