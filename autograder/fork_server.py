@@ -54,6 +54,14 @@ def kill_processes(procs: list[psutil.Process]) -> int:
     return len(procs)
 
 
+def _children(proc: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+    """proc's children ([] when proc has just ended: one process reaped mid-sweep must not spare the others)."""
+    try:
+        return proc.children(recursive=recursive)
+    except psutil.Error:
+        return []
+
+
 def _ns_pid(proc: psutil.Process) -> int | None:
     """proc's pid in its innermost PID namespace (the last NSpid field), None when unreadable."""
     try:
@@ -177,11 +185,11 @@ class ForkServer:
             return 0
         try:
             init = server.parent()
-            strays = [p for p in init.children() if p.pid != server.pid] if init else []
-            strays += [d for p in strays for d in p.children(recursive=True)]
-            strays += [d for kernel in server.children() for d in kernel.children(recursive=True)]
         except psutil.Error:
             return 0
+        strays = [p for p in _children(init) if p.pid != server.pid] if init else []
+        strays += [d for p in list(strays) for d in _children(p, recursive=True)]
+        strays += [d for kernel in _children(server) for d in _children(kernel, recursive=True)]
         return kill_processes(strays)
 
     def close(self, grace: float = CLOSE_GRACE) -> None:

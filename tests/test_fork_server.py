@@ -226,3 +226,39 @@ def test_bad_fork_server_folders_are_rejected(tmp_path):
         configure_sandbox(Config(), scratch, READABLE, SandboxLimits(), fork_server=tmp_path / "elsewhere")
     with pytest.raises(ValueError, match="fork_server must be a folder above scratch"):
         configure_sandbox(Config(), scratch, READABLE, SandboxLimits(), fork_server=scratch)
+
+
+class _Proc:
+    """A stand-in for psutil.Process: pid, parent, children; `gone` raises like a process that just ended."""
+
+    def __init__(self, pid, parent=None, children=(), gone=False):
+        self.pid, self._parent, self._children, self.gone = pid, parent, list(children), gone
+
+    def parent(self):
+        return self._parent
+
+    def children(self, recursive=False):
+        import psutil
+
+        if self.gone:  # psutil.Process.children reads the process's own create time first
+            raise psutil.NoSuchProcess(self.pid)
+        return list(self._children)
+
+
+def test_strays_are_killed_even_when_a_kernel_ends_while_they_are_listed(monkeypatch):
+    """The kernel that just ended may be reaped while kill_strays walks the server's children: the daemon it
+    left beside the server must still be killed (a NoSuchProcess used to abort the whole sweep)."""
+    from autograder import fork_server
+
+    daemon, grandchild = _Proc(30), _Proc(31)
+    daemon._children = [grandchild]
+    init = _Proc(1)
+    server = _Proc(2, parent=init)
+    server._children = [_Proc(3, gone=True), _Proc(4, children=[_Proc(40)])]  # the ended kernel, the next one
+    init._children = [server, daemon]
+    killed = []
+    monkeypatch.setattr(fork_server, "kill_processes", lambda procs: killed.extend(p.pid for p in procs) or len(procs))
+    fs = fork_server.ForkServer.__new__(fork_server.ForkServer)
+    monkeypatch.setattr(fs, "server_process", lambda: server, raising=False)
+    fs.kill_strays()
+    assert sorted(killed) == [30, 31, 40]
