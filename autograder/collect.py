@@ -328,14 +328,45 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
         raise NotANotebook(f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); the file is damaged") from None
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise NotANotebook("valid JSON but not a Jupyter notebook (no cells)")
+    renamed = unique_cell_ids(raw)
     try:
-        nb = nbformat.reads(text, as_version=4)
+        nb = nbformat.reads(json.dumps(raw) if renamed else text, as_version=4)
         nbformat.validate(nb)
     except Exception as exc:  # noqa: BLE001 - nbformat raises several types for a malformed notebook
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NotANotebook(f"not a valid Jupyter notebook ({first})") from None
     major = raw.get("nbformat", 4)
-    return nb, (f"converted from nbformat {major} to 4" if major != 4 else "")
+    notes = [f"converted from nbformat {major} to 4"] if major != 4 else []
+    if renamed:
+        notes.append(f"{renamed} repeated cell {'id' if renamed == 1 else 'ids'} renamed (cells pasted from another copy?)")
+    return nb, "; ".join(notes)
+
+
+def unique_cell_ids(raw: dict) -> int:
+    """Rename repeated cell ids in a notebook's JSON in place (id-2, id-3, ...); return how many were renamed.
+
+    nbformat would rename them itself, to random ids, with a DuplicateCellId warning on the
+    grader's terminal that names no file; here the new ids are reproducible and the count
+    becomes a note on the student's row.
+    """
+    cells = raw.get("cells")
+    if not isinstance(cells, list):
+        return 0
+    ids = [c.get("id") for c in cells if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    taken, seen, renamed = set(ids), set(), 0
+    for cell in cells:
+        cid = cell.get("id") if isinstance(cell, dict) else None
+        if not isinstance(cid, str):
+            continue
+        if cid in seen:
+            number = 2
+            while f"{cid[:60]}-{number}" in taken:  # ids are at most 64 characters
+                number += 1
+            cell["id"] = f"{cid[:60]}-{number}"
+            taken.add(cell["id"])
+            renamed += 1
+        seen.add(cell["id"])
+    return renamed
 
 
 # --- classifying files -------------------------------------------------------------------

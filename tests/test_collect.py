@@ -177,6 +177,28 @@ def test_nbformat3_is_converted_and_garbage_is_named():
         read_notebook(b'{"hello": 1}')
 
 
+def test_repeated_cell_ids_are_renamed_reproducibly_without_a_warning():
+    """Cells pasted from another copy of the notebook repeat ids; nbformat would rename them at random and warn."""
+    import warnings
+
+    source = Path(__file__).resolve().parents[1] / "notebooks" / "part-ii" / "02-shapes-and-loss.ipynb"
+    raw = json.loads(source.read_text(encoding="utf-8"))
+    first = raw["cells"][2]["id"]
+    for index in (3, 5):
+        raw["cells"][index]["id"] = first
+    data = json.dumps(raw).encode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nbformat's DuplicateCellId is a FutureWarning
+        nb, note = read_notebook(data)
+        again, _ = read_notebook(data)
+    ids = [c.id for c in nb.cells]
+    assert len(set(ids)) == len(ids), ids
+    assert ids[2] == first and ids[3] == f"{first}-2" and ids[5] == f"{first}-3"
+    assert ids == [c.id for c in again.cells]
+    assert note == "2 repeated cell ids renamed (cells pasted from another copy?)"
+    assert [c.source for c in nb.cells] == ["".join(c["source"]) for c in raw["cells"]]
+
+
 def test_new_gradebooks_get_nbgrader_s_alembic_head_without_a_subprocess(course, tmp_path, monkeypatch):
     """The in-process schema head equals what `alembic heads` prints, and a new gradebook is stamped with it."""
     import sqlite3
