@@ -11,6 +11,11 @@ A hidden-test line counts as leaked only where the page shows it more often than
 student's own cells (everything but the test cells) contain it: the student wrote those
 before grading, so a line there (e.g. ``with np.errstate(all="ignore"):``, an idiom the
 notebooks teach) is theirs, not a leak; any further copy came from the grading run.
+
+Feedback written before the free-text answers are graded in formgrader would show each of
+them as 0 / N. Such a page opens with a note that its score is provisional, and each answer
+still waiting for a grader says so under it; feedback run again after manual grading drops
+both.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 import nbformat
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_output
+from nbformat.v4 import new_markdown_cell
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 
 from .cells import BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, outcome_message, visible_source
@@ -43,6 +49,58 @@ class HideHiddenTests(NbGraderPreprocessor):
             cell.source = visible_source(cell.source)
             cell.outputs = [new_output("stream", name="stdout", text=message + "\n")]
         return cell, resources
+
+
+class GetGradesNotingPending(GetGrades):
+    """nbgrader's GetGrades, plus a note wherever a grade still waits for a human grader."""
+
+    def preprocess(self, nb, resources):
+        """Scores and comments from the gradebook; a provisional-score note first when grades are pending."""
+        resources["nbgrader"]["pending"] = {}
+        nb, resources = super().preprocess(nb, resources)
+        pending = resources["nbgrader"]["pending"]
+        if pending:
+            nb.cells.insert(0, new_markdown_cell(provisional_note(pending)))
+        return nb, resources
+
+    def _get_score(self, cell, resources):
+        """Score and points of a graded cell; a grade waiting for a human grader is noted in its comment."""
+        meta = cell.metadata.nbgrader
+        grade = self.gradebook.find_grade(meta["grade_id"], self.notebook_id, self.assignment_id, self.student_id)
+        meta["score"], meta["points"] = grade.score, grade.max_score
+        if grade.needs_manual_grade:
+            scored = grade.manual_score is not None  # nbgrader flags a hand-scored cell again after a regrade
+            resources["nbgrader"]["pending"][meta["grade_id"]] = (grade.max_score, scored)
+            note = (f"To be reviewed: your notebook was graded again after your instructor scored this answer; "
+                    f"the {grade.manual_score:g} of {grade.max_score:g} points shown can change." if scored else
+                    f"Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of "
+                    f"{grade.max_score:g} points.")
+            meta["comment"] = f"{meta['comment']}\n\n{note}" if meta.get("comment") else note
+
+
+def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:
+    """The note opening a page whose grades are not all in: {grade id: (points, scored before)} -> markdown."""
+    unscored = {g: points for g, (points, scored) in pending.items() if not scored}
+    review = sorted(g for g, (_, scored) in pending.items() if scored)
+    parts = []
+    if unscored:
+        one = len(unscored) == 1
+        parts.append(f"{len(unscored)} {'answer' if one else 'answers'} worth {sum(unscored.values()):g} points "
+                     f"({', '.join(sorted(unscored))}) {'has' if one else 'have'} not been graded yet and "
+                     f"{'counts' if one else 'count'} as 0 in the score above.")
+    if review:
+        one = len(review) == 1
+        parts.append(f"{len(review)} hand-scored {'answer' if one else 'answers'} ({', '.join(review)}) "
+                     f"{'is' if one else 'are'} to be reviewed, because the notebook was graded again.")
+    outlook = "the score can still change" if review else "the final score can only be higher"
+    return f"**Provisional score.** {' '.join(parts)} Your instructor grades these by hand; {outlook}."
+
+
+def pending_pages(course: Course, pages: list[Path]) -> list[Path]:
+    """The feedback pages whose notebook still has grades waiting for a human grader."""
+    with course.gradebook() as gb:
+        return [page for page in pages
+                if gb.find_submission_notebook(page.stem, course.release_dir.name, page.parent.parent.name).needs_manual_grade]
 
 
 def hidden_lines(course: Course) -> set[str]:
@@ -90,12 +148,13 @@ class FeedbackResult:
 
     written: list[Path] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    provisional: list[Path] = field(default_factory=list)  # pages with answers not yet graded by hand
 
 
 def _feedback_config(course: Course):
     """The course config with the hidden-test filter in GenerateFeedback's preprocessors."""
     config = course.config.copy()
-    config.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+    config.GenerateFeedback.preprocessors = [GetGradesNotingPending, HideHiddenTests, CSSHTMLHeaderPreprocessor]
     return config
 
 
@@ -160,14 +219,19 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                 result.errors[student] = f"{path.name} withheld: it would show hidden test text ({len(leaks)} lines)"
             else:
                 result.written.append(path)
+    result.provisional = pending_pages(course, result.written)
     return result
 
 
 def print_feedback(result: FeedbackResult) -> None:
     """Where the feedback went, and who has none and why."""
     students = sorted({p.parent.parent.name for p in result.written})
-    print(f"wrote {len(result.written)} feedback files for {len(students)} students")
+    print(f"wrote {len(result.written)} feedback {'file' if len(result.written) == 1 else 'files'} for "
+          f"{len(students)} {'student' if len(students) == 1 else 'students'}")
     if result.written:
         print(f"  e.g. {result.written[0]}")
+    if result.provisional:
+        print(f"  {len(result.provisional)} of them show a provisional score: free-text answers not graded yet "
+              "(each page says so); grade them in formgrader, then run feedback again")
     for student, reason in sorted(result.errors.items()):
         print(f"  {student}: ERROR {reason}")

@@ -566,3 +566,47 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         assert {p.parent.parent.name for p in result.written} == {"partial"}
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_it_once_graded(graded):
+    """A written answer not graded yet must not read as a final 0 / N; after manual grading the note goes."""
+    from autograder.feedback import feedback, page_text
+
+    run = graded["outputs"]["feedback"]
+    assert "show a provisional score" in run["stdout"], run["stdout"][-2000:]
+    build, course = copy_course(graded["course"].root)
+    try:
+        page = course.step_dir("feedback", "perfect") / "02-shapes-and-loss.html"
+        before = page_text(page.read_text(encoding="utf-8"))
+        assert "Provisional score. 1 answer worth 2 points (answer_ppl_evidence) has not been graded yet" in before
+        assert "Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of 2 points." in before
+        assert "Written response (Score: 0.0 / 2.0)" in before
+
+        def set_grade(manual_score, needs_manual_grade):
+            """What formgrader's grade API does (and, for needs_manual_grade=True, a later regrade)."""
+            with course.gradebook() as gb:
+                grade = gb.find_grade("answer_ppl_evidence", "02-shapes-and-loss", "part-ii", "perfect")
+                assert grade.max_score == 2
+                grade.manual_score, grade.needs_manual_grade = manual_score, needs_manual_grade
+                gb.db.commit()
+                notebook = gb.find_submission_notebook("02-shapes-and-loss", "part-ii", "perfect")
+                return notebook.score, notebook.max_score
+
+        total, max_points = set_grade(1.5, False)
+        result = feedback(course, students=["perfect"])
+        assert page in result.written and page not in result.provisional
+        assert set(result.provisional) == set(result.written) - {page}  # the other notebooks still wait
+        after = page_text(page.read_text(encoding="utf-8"))
+        assert "Provisional score." not in after and "Not graded yet" not in after
+        assert f"(Score: {round(total, 2)} / {round(max_points, 2)})" in after  # nbgrader's header, the 1.5 counted
+        assert total > 1.5 and "Written response (Score: 1.5 / 2.0)" in after
+
+        set_grade(1.5, True)  # graded again after the manual score: nbgrader flags the cell for review
+        result = feedback(course, students=["perfect"])
+        assert page in result.provisional
+        review = page_text(page.read_text(encoding="utf-8"))
+        assert "1 hand-scored answer (answer_ppl_evidence) is to be reviewed" in review
+        assert "the 1.5 of 2 points shown can change" in review and "Not graded yet" not in review
+        assert "Written response (Score: 1.5 / 2.0)" in review
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
