@@ -4,8 +4,11 @@ The notebook runs from top to bottom in a fresh kernel, in its own folder (so th
 cell finds code/part-ii beside it, as in the student zip). Each graded cell gets a row:
 autograded test cells say passed or failed and the points at stake; free-text answers
 say they are graded by the instructor. Hidden tests are not in a student's notebook, so
-passing here means the visible checks pass, not yet the final score. Exit code 0 when
-every visible test passes, 1 when one fails, 2 when the notebook cannot be read.
+passing here means the visible checks pass, not yet the final score. A test cell (or other
+read-only cell) whose contents differ from the release (nbgrader's checksum) is flagged:
+grading puts the released cell back, so what the edited cell did here does not count.
+Exit code 0 when every visible test passes, 1 when one fails or was edited, 2 when the
+notebook cannot be read.
 """
 
 from __future__ import annotations
@@ -61,6 +64,23 @@ def cell_error(cell, number: int) -> str | None:
     return f"{name}, {ename}: {evalue}" if evalue else f"{name}, {ename}"
 
 
+EDITED = ("✘ This test cell was changed: grading uses the released cell, so this result does not count. "
+          "Undo the change (copy the cell from a fresh copy of the notebook).")
+
+
+def is_edited(cell) -> bool:
+    """A released read-only cell (a test cell or a locked cell) whose contents no longer match its nbgrader checksum."""
+    from nbgrader.utils import compute_checksum, is_locked
+
+    meta = nbgrader_meta(cell)
+    if "checksum" not in meta or not is_locked(cell):
+        return False
+    try:
+        return compute_checksum(cell) != meta["checksum"]
+    except (KeyError, TypeError, ValueError):  # its grade id or points were removed or mangled
+        return True
+
+
 def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
     """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells.
 
@@ -82,9 +102,9 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
             continue
         points = float(meta.get("points") or 0)
         if test:
-            message = outcome_message(cell)
+            message = EDITED if is_edited(cell) else outcome_message(cell)
             earlier = since_last_test or setup_failure
-            if earlier and not message.startswith("✔"):
+            if earlier and not message.startswith("✔") and message != EDITED:
                 message += f" [an earlier cell failed first: {earlier}; fix it and run again]"
             if not seen_test:  # what failed before the first test cell was the setup
                 setup_failure = since_last_test
@@ -93,6 +113,12 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
         else:
             rows.append((heading, meta.get("grade_id", "?"), points, "graded by your instructor", None))
     return rows
+
+
+def edited_locked_cells(nb) -> list[str]:
+    """'cell N' for each read-only cell that is not a test cell and was changed (grading restores it)."""
+    return [f"cell {number}" for number, cell in enumerate(nb.cells, start=1)
+            if not is_test_cell(cell) and is_edited(cell)]
 
 
 def print_table(path: Path, rows) -> None:
@@ -124,4 +150,8 @@ def check(path: Path, timeout: float = 120) -> int:
     run_notebook(nb, Path(path).resolve().parent, timeout)
     rows = exercise_rows(nb)
     print_table(Path(path), rows)
+    locked = edited_locked_cells(nb)
+    if locked:
+        print(f"read-only cells changed: {', '.join(locked)}; grading puts the released versions back, "
+              "so undo those changes if your code relies on them.")
     return 0 if all(r[4] is not False for r in rows) else 1

@@ -107,6 +107,37 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     assert f"an earlier cell failed first: {solution_id}, NotImplementedError" in line, line
 
 
+def test_check_flags_an_edited_test_cell_even_when_the_edit_makes_it_pass(tmp_path, monkeypatch, capsys):
+    """A student who edits a failing test cell must not read ✔: grading restores the released cell."""
+    import nbformat
+    from nbgrader.utils import compute_checksum, is_locked
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    for cell in nb.cells:  # checksums as nbgrader's release writes them (its own function)
+        meta = cell.metadata.get("nbgrader", {})
+        if "grade_id" in meta and (is_locked(cell) or meta.get("solution")):
+            meta["checksum"] = compute_checksum(cell)
+    meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
+    solution = next(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code")
+    test = next(i for i in range(solution, len(meta)) if meta[i].get("grade") and not meta[i].get("solution"))
+    note = next(i for i, m in enumerate(meta) if m.get("locked") and not m.get("grade") and not m.get("solution"))
+    nb.cells[solution].source = "raise NotImplementedError()"
+    nb.cells[test].source = "pass  # the test was in my way"
+    nb.cells[note].source += "\n(edited)"
+    edited = tmp_path / path.name
+    nbformat.write(nb, edited)
+    code, _, out = run(["check", str(edited)], capsys)
+    assert code == 1, out
+    line = next(ln for ln in out.splitlines() if meta[test]["grade_id"] in ln)
+    assert "✘ This test cell was changed: grading uses the released cell" in line, line
+    assert "earlier cell failed first" not in line
+    assert f"read-only cells changed: cell {note + 1};" in out
+    others = [ln for ln in out.splitlines() if any(m.get("grade_id", "§") in ln for j, m in enumerate(meta)
+                                                   if j != test and m.get("grade") and not m.get("solution"))]
+    assert others and not any("was changed" in ln for ln in others), out
+
+
 @pytest.mark.parametrize("db_url, words", [
     ("foo", "is not a database URL; expected a SQLAlchemy URL such as sqlite:////"),
     ("nosuchdb://host/x", "names an unknown database kind"),
