@@ -244,6 +244,48 @@ def warn_weak_cells(records: dict) -> None:
               "Add a value check (check_close or check_equal) to each.", file=sys.stderr)
 
 
+def changed_test_cells(course: Course, gb, notebooks: list[str]) -> dict[str, list[str]]:
+    """notebook -> grade ids of the test cells whose source or points differ from the release recorded in the
+    gradebook (added and removed ones included); notebooks the gradebook does not know are left out."""
+    import nbformat
+    from nbgrader.api import MissingEntry
+
+    from .cells import is_test_cell, nbgrader_meta
+
+    changed = {}
+    for name in notebooks:
+        path = course.source_dir / f"{name}.ipynb"
+        try:
+            released = gb.find_notebook(name, ASSIGNMENT)
+        except MissingEntry:
+            continue
+        if not path.is_file():
+            continue
+        current = {nbgrader_meta(c)["grade_id"]: (c.source, float(nbgrader_meta(c).get("points") or 0))
+                   for c in nbformat.read(path, as_version=4).cells if is_test_cell(c) and nbgrader_meta(c).get("grade_id")}
+        sources = {c.name: c.source for c in released.source_cells}
+        answers = {c.name for c in released.solution_cells}
+        recorded = {g.name: (sources.get(g.name), float(g.max_score))
+                    for g in released.grade_cells if g.name not in answers and g.cell_type == "code"}
+        differ = sorted(k for k in current.keys() | recorded.keys() if current.get(k) != recorded.get(k))
+        if differ:
+            changed[name] = differ
+    return changed
+
+
+def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
+    """Raise when test cells were edited after release: graded kernels would run the released test cells
+    (nbgrader restores them from the gradebook) against values recorded from the edited ones."""
+    changed = changed_test_cells(course, gb, notebooks)
+    if changed:
+        listed = "; ".join(f"{name} ({', '.join(ids)})" for name, ids in sorted(changed.items()))
+        raise AutograderError(
+            f"test cells of the source notebooks changed after the assignment was released: {listed}. Grading runs "
+            "the released test cells stored in the gradebook but compares with values recorded from the edited "
+            "ones, so correct code could fail. Run `python -m autograder release` again (collected submissions and "
+            "grades are kept; hand out the new zip if students should see the change), then grade.", 1)
+
+
 def expected_records(course: Course, notebooks: list[str]) -> Path | None:
     """Run the source notebooks in record mode once (cached by content); return the records file, or None
     when the trusted-checks module is not available."""
@@ -600,6 +642,7 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with course.lock("grade"), course.gradebook() as gb:
+            refuse_stale_release(course, gb, notebooks)
             JOBS.create(gb.engine, checkfirst=True)
             todo, skipped = plan_jobs(gb.db, course, students, options.force)
             course.grading_dir.mkdir(parents=True, exist_ok=True)

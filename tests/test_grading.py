@@ -610,3 +610,42 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         assert "Written response (Score: 1.5 / 2.0)" in review
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_test_cells_edited_after_release_stop_grading_until_released_again(graded, tmp_path, monkeypatch):
+    """nbgrader runs the released test cells kept in the gradebook; values recorded from edited ones would fail
+    correct code, so grade refuses, names the cells, and a new release (which keeps every grade) clears it."""
+    import dataclasses
+
+    from autograder.grade import changed_test_cells
+    from autograder.release import release
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        source = tmp_path / "notebooks"
+        shutil.copytree(REPO / "notebooks", source)
+        edited = source / "part-ii" / "02-shapes-and-loss.ipynb"
+        nb = nbformat.read(edited, as_version=4)
+        tests = [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+                 and not c.metadata["nbgrader"].get("solution")]
+        tests[0].source += "\nassert True  # a check added after the release"
+        tests[-1].metadata["nbgrader"]["points"] += 1
+        nbformat.write(nb, edited)
+        monkeypatch.setenv("PART_II_SOURCE", str(source))
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
+        with build_env(build):
+            course = Course.load(build)
+        assert course.source_dir == source / "part-ii"
+        changed = sorted(c.metadata["nbgrader"]["grade_id"] for c in (tests[0], tests[-1]))
+        with pytest.raises(AutograderError, match="test cells of the source notebooks changed after the assignment "
+                                                  rf"was released: 02-shapes-and-loss \({', '.join(changed)}\)"):
+            grade(course, dataclasses.replace(options(workers=1, students=["perfect"]), force=True))
+        assert dump(course.db_url, SAMPLE) == graded["dump"]  # refused before anything changed
+        release(course)
+        with course.gradebook() as gb:
+            assert changed_test_cells(course, gb, course.notebook_names()) == {}
+        assert dump(course.db_url, SAMPLE) == graded["dump"]  # a new release keeps the grades
+        assert sorted(course.submitted_students()) == sorted(graded["course"].submitted_students())
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
