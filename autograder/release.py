@@ -106,7 +106,10 @@ def write_formgrader_config(course: Course) -> Path:
 
     The course root and a gradebook inside it are written relative to the file itself, so a
     copied or moved build folder still points at its own course, not at the one it came from.
+    Formgrader's Generate, Autograde and Generate Feedback are turned off (autograder/formgrader.py).
     """
+    from .formgrader import formgrader_lines
+
     path = course.root / "nbgrader_config.py"
     local_db = f"sqlite:///{course.root / 'gradebook.db'}"
     db_line = ("c.CourseDirectory.db_url = 'sqlite:///' + os.path.join(_here, 'gradebook.db')\n"
@@ -119,7 +122,8 @@ def write_formgrader_config(course: Course) -> Path:
         f"load_subconfig({str(REPO / 'autograder' / 'nbgrader_config.py')!r})  # noqa: F821\n"
         "_here = os.path.dirname(os.path.abspath(__file__))\n"
         "c.CourseDirectory.root = _here\n"
-        + db_line,
+        + db_line
+        + formgrader_lines(),
         encoding="utf-8",
     )
     return path

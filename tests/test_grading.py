@@ -649,3 +649,52 @@ def test_test_cells_edited_after_release_stop_grading_until_released_again(grade
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
+
+FORMGRADER_BUTTONS = """
+import json, os, sys
+from traitlets.config.loader import PyFileConfigLoader
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+root = sys.argv[1]
+os.chdir(root)  # as JupyterLab started in the course folder, which is where formgrader reads its config
+config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
+api = NbGraderAPI(CourseDirectory(config=config), config=config)
+calls = {"Generate": lambda: api.generate_assignment("part-ii"),
+         "Autograde": lambda: api.autograde("part-ii", "perfect"),
+         "Generate Feedback": lambda: api.generate_feedback("part-ii", "perfect")}
+print(json.dumps({name: call() for name, call in calls.items()}))
+"""
+
+
+def test_formgrader_cannot_generate_autograde_or_write_feedback_behind_the_harness_s_back(graded):
+    """Formgrader's buttons run nbgrader with nbgrader's defaults: marking notes released, student code run
+    unsandboxed over the graded copy, hidden tests shown. The course's formgrader config refuses all three,
+    with the command to use, before anything is touched; manual grading (the gradebook) stays open to it."""
+    import hashlib
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        def state() -> dict:
+            """A digest of every file formgrader's converters could write, and of the gradebook."""
+            out = {}
+            for name in ("release", "autograded", "feedback", "submitted", "gradebook.db"):
+                h = hashlib.sha256()
+                for f in sorted((course.root / name).rglob("*")) if (course.root / name).is_dir() else [course.root / name]:
+                    if f.is_file():
+                        h.update(str(f.relative_to(course.root)).encode() + f.read_bytes())
+                out[name] = h.hexdigest()
+            return out
+
+        before = state()
+        proc = subprocess.run([sys.executable, "-c", FORMGRADER_BUTTONS, str(course.root)], capture_output=True,
+                              text=True, timeout=600, env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = json.loads(proc.stdout.strip().splitlines()[-1])
+        commands = {"Generate": "release", "Autograde": "grade", "Generate Feedback": "feedback"}
+        for button, result in results.items():
+            assert result["success"] is False, (button, result.get("log", "")[-2000:])
+            assert f"formgrader's {button} is turned off for this course" in result["error"], result["error"][-2000:]
+            assert f"python -m autograder {commands[button]} --build {build}" in result["error"]
+        assert state() == before
+    finally:
+        shutil.rmtree(build, ignore_errors=True)

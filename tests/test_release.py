@@ -223,4 +223,5 @@ def test_formgrader_config_follows_a_copied_course(release_dir, tmp_path):
     config = PyFileConfigLoader("nbgrader_config.py", path=str(copy)).load_config()
     assert config.CourseDirectory.root == str(copy)
     assert config.CourseDirectory.db_url == f"sqlite:///{copy / 'gradebook.db'}"
+    assert config.UseTheCommandLine.build == str(copy.parent)  # the --build that formgrader's refusals name
     assert str(original) not in (copy / "nbgrader_config.py").read_text(encoding="utf-8")
