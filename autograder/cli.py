@@ -163,11 +163,16 @@ def _run(args: argparse.Namespace) -> int:
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":
-        from .export import export
+        from .export import export, waiting_for_a_grader
 
         written = export(course)
         for path in written:
             print(f"wrote {path}")
+        waiting = waiting_for_a_grader(written[0])
+        if waiting:
+            print(f"{sum(waiting.values())} cells of {len(waiting)} students wait for a grader in formgrader "
+                  "(not graded yet, or flagged for review by a regrade): see needs_manual_grading; "
+                  "run export again after grading them")
         return 0
     raise AssertionError(args.command)
 

@@ -69,13 +69,14 @@ def cell_kind(grade, solution_names: set[str]) -> str:
 
 def cell_result(grade, kind: str, notebook_status: str = "graded") -> str:
     """passed / failed / partial / needs manual grading from the scores; 'not handed in' or 'not gradable'
-    when the notebook was missing or nbgrader could not grade it (its cells then score 0)."""
+    when the notebook was missing or nbgrader could not grade it (its cells then score 0); 'to be reviewed'
+    for a hand score that a later regrade flagged again (nbgrader's rule; the score is kept)."""
     if notebook_status == "missing":
         return "not handed in"
     if notebook_status == "error":
         return "not gradable"
     if grade.needs_manual_grade:
-        return "needs manual grading"
+        return "to be reviewed" if grade.manual_score is not None else "needs manual grading"
     if grade.score >= grade.max_score:
         return "passed"
     return "failed" if grade.score == 0 else "partial"
@@ -149,6 +150,13 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
         writer.writeheader()
         writer.writerows(rows)
     tmp.replace(path)
+
+
+def waiting_for_a_grader(path: Path) -> dict[str, int]:
+    """student_id -> cells still needing manual grading, from a grades.csv (students with none left out)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {r["student_id"]: int(r["needs_manual_grading"]) for r in csv.DictReader(fh)
+                if r["needs_manual_grading"] not in ("", "0")}
 
 
 def read_totals(path: Path) -> dict[str, float]:

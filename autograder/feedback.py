@@ -231,7 +231,8 @@ def print_feedback(result: FeedbackResult) -> None:
     if result.written:
         print(f"  e.g. {result.written[0]}")
     if result.provisional:
-        print(f"  {len(result.provisional)} of them show a provisional score: free-text answers not graded yet "
-              "(each page says so); grade them in formgrader, then run feedback again")
+        print(f"  {len(result.provisional)} of them show a provisional score: free-text answers not graded yet, or "
+              "flagged for review by a regrade (each page says which); grade or resolve them in formgrader, "
+              "then run feedback again")
     for student, reason in sorted(result.errors.items()):
         print(f"  {student}: ERROR {reason}")

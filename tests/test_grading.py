@@ -178,6 +178,13 @@ def test_totals_in_the_csv_match_the_metadata(graded):
     cells = [r for r in every_cell if r["student_id"] == "perfect"]
     assert sum(float(r["score"]) for r in cells) == total
     assert {r["result"] for r in cells if r["kind"] == "answer"} == {"needs manual grading"}
+    waiting = {}  # from the gradebook: cells nbgrader says wait for a grader, per student (catalogue entries too)
+    for (student, _, _, kind), values in dump(graded["course"].db_url).items():
+        if kind == "grade" and values[2]:
+            waiting[student] = waiting.get(student, 0) + 1
+    assert waiting, "the sample class has written answers to grade by hand"
+    export_run = graded["outputs"]["export"]["stdout"]
+    assert f"{sum(waiting.values())} cells of {len(waiting)} students wait for a grader in formgrader" in export_run, export_run
     # the notebook 'broken' handed in damaged was rejected: its cells were not failed, they were never handed in
     damaged = [n.removesuffix(".ipynb") for n, d in graded["students"]["broken"].files.items() if _invalid_json(d)]
     assert damaged
@@ -601,7 +608,18 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         assert f"(Score: {round(total, 2)} / {round(max_points, 2)})" in after  # nbgrader's header, the 1.5 counted
         assert total > 1.5 and "Written response (Score: 1.5 / 2.0)" in after
 
+        def answer_row() -> dict:
+            """The answer's row of grades-per-cell.csv, freshly exported."""
+            from autograder.export import export
+
+            export(course)
+            with open(course.reports_dir / "grades-per-cell.csv", newline="", encoding="utf-8") as fh:
+                return next(r for r in csv.DictReader(fh) if (r["student_id"], r["cell"]) == ("perfect", "answer_ppl_evidence"))
+
+        assert answer_row()["result"] == "partial"
         set_grade(1.5, True)  # graded again after the manual score: nbgrader flags the cell for review
+        row = answer_row()
+        assert (row["result"], row["manual_score"], row["needs_manual_grade"]) == ("to be reviewed", "1.5", "true"), row
         result = feedback(course, students=["perfect"])
         assert page in result.provisional
         review = page_text(page.read_text(encoding="utf-8"))
