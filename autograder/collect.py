@@ -328,9 +328,9 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
         raise NotANotebook(f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); the file is damaged") from None
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise NotANotebook("valid JSON but not a Jupyter notebook (no cells)")
-    renamed = unique_cell_ids(raw)
+    renamed, added = unique_cell_ids(raw)
     try:
-        nb = nbformat.reads(json.dumps(raw) if renamed else text, as_version=4)
+        nb = nbformat.reads(json.dumps(raw) if renamed or added else text, as_version=4)
         nbformat.validate(nb)
     except Exception as exc:  # noqa: BLE001 - nbformat raises several types for a malformed notebook
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -339,26 +339,40 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
     notes = [f"converted from nbformat {major} to 4"] if major != 4 else []
     if renamed:
         notes.append(f"{renamed} repeated cell {'id' if renamed == 1 else 'ids'} renamed (cells pasted from another copy?)")
+    if added:
+        notes.append(f"{added} missing cell {'id' if added == 1 else 'ids'} added")
     return nb, "; ".join(notes)
 
 
-def unique_cell_ids(raw: dict) -> int:
-    """Rename repeated cell ids in a notebook's JSON in place (id-2, id-3, ...); return how many were renamed.
+def unique_cell_ids(raw: dict) -> tuple[int, int]:
+    """Rename repeated cell ids in a notebook's JSON in place (id-2, id-3, ...) and, from nbformat 4.5 on, give
+    cells without one the id cell-N (N its position); return (renamed, added).
 
-    nbformat would rename them itself, to random ids, with a DuplicateCellId warning on the
-    grader's terminal that names no file; here the new ids are reproducible and the count
-    becomes a note on the student's row.
+    nbformat would do both itself, with random ids and a DuplicateCellId or MissingIDFieldWarning on
+    the grader's terminal that names no file; here the ids are reproducible and the counts become a
+    note on the student's row.
     """
     cells = raw.get("cells")
     if not isinstance(cells, list):
-        return 0
-    ids = [c.get("id") for c in cells if isinstance(c, dict) and isinstance(c.get("id"), str)]
-    taken, seen, renamed = set(ids), set(), 0
-    for cell in cells:
-        cid = cell.get("id") if isinstance(cell, dict) else None
-        if not isinstance(cid, str):
+        return 0, 0
+    with_ids = raw.get("nbformat") == 4 and isinstance(raw.get("nbformat_minor"), int) and raw["nbformat_minor"] >= 5
+    taken = {c.get("id") for c in cells if isinstance(c, dict) and isinstance(c.get("id"), str)}
+    seen, renamed, added = set(), 0, 0
+    for index, cell in enumerate(cells):
+        if not isinstance(cell, dict):
             continue
-        if cid in seen:
+        cid = cell.get("id")
+        if cid is None and with_ids:
+            cid = base = f"cell-{index}"
+            number = 2
+            while cid in taken:
+                cid, number = f"{base}-{number}", number + 1
+            cell["id"] = cid
+            taken.add(cid)
+            added += 1
+        elif not isinstance(cid, str):
+            continue
+        elif cid in seen:
             number = 2
             while f"{cid[:60]}-{number}" in taken:  # ids are at most 64 characters
                 number += 1
@@ -366,7 +380,7 @@ def unique_cell_ids(raw: dict) -> int:
             taken.add(cell["id"])
             renamed += 1
         seen.add(cell["id"])
-    return renamed
+    return renamed, added
 
 
 # --- classifying files -------------------------------------------------------------------

@@ -197,6 +197,14 @@ def test_repeated_cell_ids_are_renamed_reproducibly_without_a_warning():
     assert ids == [c.id for c in again.cells]
     assert note == "2 repeated cell ids renamed (cells pasted from another copy?)"
     assert [c.source for c in nb.cells] == ["".join(c["source"]) for c in raw["cells"]]
+    del raw["cells"][4]["id"]  # an editor that drops ids: nbformat would invent random ones
+    raw["cells"][6]["id"] = "cell-4"  # and the id we would give it is taken
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nbformat's MissingIDFieldWarning is a FutureWarning too
+        nb, note = read_notebook(json.dumps(raw).encode())
+    ids = [c.id for c in nb.cells]
+    assert ids[4] == "cell-4-2" and len(set(ids)) == len(ids), ids
+    assert note == "2 repeated cell ids renamed (cells pasted from another copy?); 1 missing cell id added"
 
 
 def test_new_gradebooks_get_nbgrader_s_alembic_head_without_a_subprocess(course, tmp_path, monkeypatch):
