@@ -84,3 +84,26 @@ def is_test_cell(cell) -> bool:
     """An autograded test cell: a graded code cell that is not a solution."""
     meta = nbgrader_meta(cell)
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def is_edited(cell) -> bool:
+    """A released read-only cell (a test cell or a locked cell) whose contents no longer match its nbgrader checksum.
+
+    Trailing whitespace added or removed at the end of the cell (an editor's save) does not count.
+    """
+    from nbgrader.utils import compute_checksum, is_locked
+
+    meta = nbgrader_meta(cell)
+    if "checksum" not in meta or not is_locked(cell):
+        return False
+    source = cell.source
+    try:
+        for variant in (source, source.rstrip(), source.rstrip() + "\n"):
+            cell.source = variant
+            if compute_checksum(cell) == meta["checksum"]:
+                return False
+        return True
+    except (KeyError, TypeError, ValueError):  # its grade id or points were removed or mangled
+        return True
+    finally:
+        cell.source = source

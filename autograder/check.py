@@ -7,15 +7,16 @@ say they are graded by the instructor. Hidden tests are not in a student's noteb
 passing here means the visible checks pass, not yet the final score. A test cell (or other
 read-only cell) whose contents differ from the release (nbgrader's checksum) is flagged:
 grading puts the released cell back, so what the edited cell did here does not count.
-Exit code 0 when every visible test passes, 1 when one fails or was edited, 2 when the
-notebook cannot be read.
+Exit code 0 when every visible test passes, 1 when one fails or a test cell was edited
+(an edited read-only cell that is not a test is only listed), 2 when the notebook cannot
+be read.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .cells import is_test_cell, nbgrader_meta, outcome_message
+from .cells import is_edited, is_test_cell, nbgrader_meta, outcome_message
 from .collect import NotANotebook, read_notebook
 from .course import AutograderError
 
@@ -66,19 +67,6 @@ def cell_error(cell, number: int) -> str | None:
 
 EDITED = ("✘ This test cell was changed: grading uses the released cell, so this result does not count. "
           "Undo the change (copy the cell from a fresh copy of the notebook).")
-
-
-def is_edited(cell) -> bool:
-    """A released read-only cell (a test cell or a locked cell) whose contents no longer match its nbgrader checksum."""
-    from nbgrader.utils import compute_checksum, is_locked
-
-    meta = nbgrader_meta(cell)
-    if "checksum" not in meta or not is_locked(cell):
-        return False
-    try:
-        return compute_checksum(cell) != meta["checksum"]
-    except (KeyError, TypeError, ValueError):  # its grade id or points were removed or mangled
-        return True
 
 
 def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:

@@ -225,3 +225,21 @@ def test_formgrader_config_follows_a_copied_course(release_dir, tmp_path):
     assert config.CourseDirectory.db_url == f"sqlite:///{copy / 'gradebook.db'}"
     assert config.UseTheCommandLine.build == str(copy.parent)  # the --build that formgrader's refusals name
     assert str(original) not in (copy / "nbgrader_config.py").read_text(encoding="utf-8")
+
+
+def test_check_sees_no_edit_in_a_fresh_release_and_a_real_one_in_an_edited_test_cell(release_dir):
+    """The self-check's edit detection (nbgrader's checksums): silent on the release as written, even after an
+    editor adds trailing newlines; a changed test line is an edit."""
+    from autograder.cells import is_edited, is_test_cell
+
+    tests = 0
+    for path in sorted(release_dir.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        assert not [i for i, cell in enumerate(nb.cells) if is_edited(cell)], path.name
+        for cell in filter(is_test_cell, nb.cells):
+            tests += 1
+            cell.source += "\n\n"
+            assert not is_edited(cell), (path.name, cell.metadata["nbgrader"]["grade_id"])
+            cell.source = cell.source.rstrip() + "\nassert True"
+            assert is_edited(cell), (path.name, cell.metadata["nbgrader"]["grade_id"])
+    assert tests >= 7
