@@ -13,6 +13,9 @@ command to use instead.
 
 from __future__ import annotations
 
+import shlex
+import textwrap
+
 from nbconvert.exporters import Exporter
 from traitlets import Unicode
 
@@ -27,9 +30,16 @@ class UseTheCommandLine(Exporter):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)  # reads `build` from the config
-        where = f" --build {self.build}" if self.build else ""
-        raise AutograderError(f"formgrader's {self.button} is turned off for this course: {self.reason}. "
-                              f"Run `.venv/bin/python -m autograder {self.command}{where}` in {REPO} instead.")
+        message = refusal(self.button, self.reason, self.command, self.build)
+        self.log.error(message)  # formgrader shows the log first, in full; the traceback's box does not wrap
+        raise AutograderError(message)
+
+
+def refusal(button: str, reason: str, command: str, build: str) -> str:
+    """The refusal in short lines: which button, why, and the command to run instead."""
+    where = f" --build {shlex.quote(build)}" if build else ""
+    return (f"formgrader's {button} is turned off for this course:\n{textwrap.fill(reason, 70)}.\n"
+            f"Instead, in {REPO} run:\n  .venv/bin/python -m autograder {command}{where}")
 
 
 class NoGenerate(UseTheCommandLine):
@@ -57,8 +67,7 @@ def formgrader_lines() -> str:
     """The lines of the course's formgrader config that turn those converters into refusals."""
     return ("import sys\n"
             f"sys.path.insert(0, {str(REPO)!r})  # formgrader's converters import the refusals below\n"
-            "from autograder.formgrader import NoAutograde, NoGenerate, NoGenerateFeedback  # noqa: E402\n"
             "c.UseTheCommandLine.build = os.path.dirname(_here)\n"
-            "c.GenerateAssignment.exporter_class = NoGenerate\n"
-            "c.Autograde.exporter_class = NoAutograde\n"
-            "c.GenerateFeedback.exporter_class = NoGenerateFeedback\n")
+            "c.GenerateAssignment.exporter_class = 'autograder.formgrader.NoGenerate'\n"
+            "c.Autograde.exporter_class = 'autograder.formgrader.NoAutograde'\n"
+            "c.GenerateFeedback.exporter_class = 'autograder.formgrader.NoGenerateFeedback'\n")

@@ -713,6 +713,11 @@ def test_formgrader_cannot_generate_autograde_or_write_feedback_behind_the_harne
             assert result["success"] is False, (button, result.get("log", "")[-2000:])
             assert f"formgrader's {button} is turned off for this course" in result["error"], result["error"][-2000:]
             assert f"python -m autograder {commands[button]} --build {build}" in result["error"]
+            # formgrader shows the log above the traceback, whose box does not wrap: the message is there, in short lines
+            shown = result["log"][result["log"].index(f"formgrader's {button} is turned off"):].splitlines()
+            command = f".venv/bin/python -m autograder {commands[button]} --build {build}"
+            assert command in [line.strip() for line in shown], shown
+            assert all(len(line) <= 80 for line in shown if command not in line), shown
         assert state() == before
     finally:
         shutil.rmtree(build, ignore_errors=True)
