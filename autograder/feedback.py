@@ -199,6 +199,10 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
                                   "run `python -m autograder grade` first")
         graded.remove(student)
+    for student in sorted(s for s, row in jobs.items() if row["state"] in ("pending", "running") and s in graded):
+        result.errors[student] = "grading pending (e.g. after a release with new tests): no feedback written; " \
+                                 "run `python -m autograder grade` first"
+        graded.remove(student)
     if not graded:
         return result
     import multiprocessing

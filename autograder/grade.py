@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -273,17 +274,77 @@ def changed_test_cells(course: Course, gb, notebooks: list[str]) -> dict[str, li
     return changed
 
 
+def cells_added_or_removed(course: Course, gb, notebooks: list[str]) -> dict[str, list[str]]:
+    """notebook -> grade ids of the cells nbgrader records (graded, answer, task or read-only) that the source
+    notebook has and the gradebook has not, or the reverse; nbgrader refuses such a release once submissions exist."""
+    import nbformat
+    from nbgrader.api import MissingEntry
+    from nbgrader.utils import is_grade, is_locked, is_solution, is_task
+
+    from .cells import nbgrader_meta
+
+    moved = {}
+    for name in notebooks:
+        path = course.source_dir / f"{name}.ipynb"
+        try:
+            released = gb.find_notebook(name, ASSIGNMENT)
+        except MissingEntry:
+            continue
+        if not path.is_file():
+            continue
+        current = {nbgrader_meta(c)["grade_id"] for c in nbformat.read(path, as_version=4).cells
+                   if nbgrader_meta(c).get("grade_id") and (is_grade(c) or is_solution(c) or is_task(c) or is_locked(c))}
+        recorded = {c.name for c in released.source_cells}
+        if current != recorded:
+            moved[name] = sorted(current ^ recorded)
+    return moved
+
+
+def _listed(cells: dict[str, list[str]]) -> str:
+    """'02-shapes-and-loss (test_a, test_b); 04-… (…)' for a notebook -> grade ids mapping."""
+    return "; ".join(f"{name} ({', '.join(ids)})" for name, ids in sorted(cells.items()))
+
+
+def moved_cells_error(moved: dict[str, list[str]]) -> AutograderError:
+    """The error for cells added or removed after students handed in (nbgrader cannot record that)."""
+    return AutograderError(
+        f"graded or read-only cells were added to or removed from the source notebooks since the release students "
+        f"handed in: {_listed(moved)}. nbgrader cannot record that once submissions exist: put those cells back as "
+        "they were (edit their contents instead), or use a new build folder (release, collect, grade).", 1)
+
+
 def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
     """Raise when test cells were edited after release: graded kernels would run the released test cells
     (nbgrader restores them from the gradebook) against values recorded from the edited ones."""
+    moved = cells_added_or_removed(course, gb, notebooks)
+    if moved and gb.assignment_submissions(ASSIGNMENT):
+        raise moved_cells_error(moved)
     changed = changed_test_cells(course, gb, notebooks)
     if changed:
-        listed = "; ".join(f"{name} ({', '.join(ids)})" for name, ids in sorted(changed.items()))
         raise AutograderError(
-            f"test cells of the source notebooks changed after the assignment was released: {listed}. Grading runs "
-            "the released test cells stored in the gradebook but compares with values recorded from the edited "
-            "ones, so correct code could fail. Run `python -m autograder release` again (collected submissions and "
-            "grades are kept; hand out the new zip if students should see the change), then grade.", 1)
+            f"test cells of the source notebooks changed (source or points) after the assignment was released: "
+            f"{_listed(changed)}. Grading runs the released test cells stored in the gradebook but would compare "
+            "with values recorded from the edited ones. Run `python -m autograder release"
+            f"{_build_option(course)}` first: it keeps submissions and grades, and the next `grade` grades again "
+            "every submission graded under the old cells (hand out the new zip if students should see them).", 1)
+
+
+def _build_option(course: Course) -> str:
+    """' --build DIR' for a course outside the default build folder, else ''."""
+    build = course.root.parent
+    return "" if build.resolve() == (REPO / "build").resolve() else f" --build {shlex.quote(str(build))}"
+
+
+def regrade_after_new_tests(course: Course) -> list[str]:
+    """Mark every graded (done) job pending again, in one transaction; return their students (sorted)."""
+    with course.gradebook() as gb:
+        if not inspect(gb.engine).has_table(JOBS.name):
+            return []
+        done = JOBS.c.assignment == ASSIGNMENT
+        students = sorted(gb.db.execute(select(JOBS.c.student_id).where(done, JOBS.c.state == "done")).scalars())
+        gb.db.execute(JOBS.update().where(done, JOBS.c.state == "done").values(state="pending", pid=None))
+        gb.db.commit()
+    return students
 
 
 def expected_records(course: Course, notebooks: list[str]) -> Path | None:

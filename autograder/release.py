@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -32,6 +32,8 @@ class Release:
     notebooks: list[Path]
     bundle_dir: Path
     zip_path: Path
+    changed: dict[str, list[str]] = field(default_factory=dict)  # test cells changed since the last release
+    regrade: list[str] = field(default_factory=list)  # students whose grades are to be redone for that
 
 
 def generate_release(course: Course) -> list[Path]:
@@ -132,6 +134,7 @@ def write_formgrader_config(course: Course) -> Path:
 def release(course: Course) -> Release:
     """Generate the release, check it leaks nothing, write the bundle, zip and formgrader config."""
     with course.lock("release"):
+        changed = check_changes_since_last_release(course)
         notebooks = generate_release(course)
         for nb in notebooks:
             strip_marking_notes(nb)
@@ -140,4 +143,33 @@ def release(course: Course) -> Release:
             raise AutograderError(f"the release still contains solution/hidden-test markers: {leaks}", 1)
         bundle_dir, zip_path = write_bundle(course)
         write_formgrader_config(course)
-    return Release(notebooks, bundle_dir, zip_path)
+        from .grade import regrade_after_new_tests
+
+        regrade = regrade_after_new_tests(course) if changed else []
+    return Release(notebooks, bundle_dir, zip_path, changed, regrade)
+
+
+def check_changes_since_last_release(course: Course) -> dict[str, list[str]]:
+    """notebook -> test cells changed since the last release ({} for a first release); raise, before nbgrader
+    runs (it would fail and delete the release folder), when cells were added or removed once students handed in."""
+    from .grade import cells_added_or_removed, changed_test_cells, moved_cells_error
+
+    names = [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))]
+    with course.gradebook() as gb:
+        if not _has_assignment(gb):
+            return {}
+        moved = cells_added_or_removed(course, gb, names) if gb.assignment_submissions(ASSIGNMENT) else {}
+        if moved:
+            raise moved_cells_error(moved)
+        return changed_test_cells(course, gb, names)
+
+
+def _has_assignment(gb) -> bool:
+    """Whether the gradebook knows part-ii (a release was recorded)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        gb.find_assignment(ASSIGNMENT)
+    except MissingEntry:
+        return False
+    return True

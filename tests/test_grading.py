@@ -632,10 +632,12 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
 
 def test_test_cells_edited_after_release_stop_grading_until_released_again(graded, tmp_path, monkeypatch):
     """nbgrader runs the released test cells kept in the gradebook; values recorded from edited ones would fail
-    correct code, so grade refuses, names the cells, and a new release (which keeps every grade) clears it."""
+    correct code. grade refuses and names the cells; a new release records them, keeps the submissions and
+    sends every graded submission back to be graded again; a removed cell is refused before nbgrader runs."""
     import dataclasses
 
-    from autograder.grade import changed_test_cells
+    from autograder.export import export
+    from autograder.grade import changed_test_cells, job_rows
     from autograder.release import release
 
     build, course = copy_course(graded["course"].root)
@@ -655,15 +657,33 @@ def test_test_cells_edited_after_release_stop_grading_until_released_again(grade
             course = Course.load(build)
         assert course.source_dir == source / "part-ii"
         changed = sorted(c.metadata["nbgrader"]["grade_id"] for c in (tests[0], tests[-1]))
-        with pytest.raises(AutograderError, match="test cells of the source notebooks changed after the assignment "
-                                                  rf"was released: 02-shapes-and-loss \({', '.join(changed)}\)"):
+        with pytest.raises(AutograderError, match=r"test cells of the source notebooks changed \(source or points\) "
+                                                  rf"after the assignment was released: 02-shapes-and-loss \({', '.join(changed)}\)"
+                                                  rf".*release --build {build}"):
             grade(course, dataclasses.replace(options(workers=1, students=["perfect"]), force=True))
         assert dump(course.db_url, SAMPLE) == graded["dump"]  # refused before anything changed
-        release(course)
+        done = sorted(s for s, row in job_rows(course.db_url).items() if row["state"] == "done")
+        assert set(SAMPLE) <= set(done)
+        result = release(course)
+        assert result.changed == {"02-shapes-and-loss": changed} and result.regrade == done
         with course.gradebook() as gb:
             assert changed_test_cells(course, gb, course.notebook_names()) == {}
-        assert dump(course.db_url, SAMPLE) == graded["dump"]  # a new release keeps the grades
+        assert dump(course.db_url, SAMPLE) == graded["dump"]  # the submissions' grades are kept until regraded...
+        assert {row["state"] for s, row in job_rows(course.db_url).items() if s in done} == {"pending"}  # ...which is due
+        export(course)
+        with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
+            assert {r["status"] for r in csv.DictReader(fh) if r["student_id"] in done} == {"not graded"}
         assert sorted(course.submitted_students()) == sorted(graded["course"].submitted_students())
+
+        del nb.cells[nb.cells.index(tests[-1])]  # removing a graded cell: nbgrader cannot record it any more
+        nbformat.write(nb, edited)
+        released = {p.name: p.read_bytes() for p in course.release_dir.glob("*.ipynb")}
+        gone = tests[-1].metadata["nbgrader"]["grade_id"]
+        with pytest.raises(AutograderError, match=rf"added to or removed from .*02-shapes-and-loss \({gone}\)"):
+            release(course)
+        assert {p.name: p.read_bytes() for p in course.release_dir.glob("*.ipynb")} == released  # left as it was
+        with pytest.raises(AutograderError, match=rf"02-shapes-and-loss \({gone}\).*put those cells back"):
+            grade(course, options(workers=1, students=["perfect"]))
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
