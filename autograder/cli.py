@@ -174,7 +174,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         waiting = waiting_for_a_grader(written[0])
         if waiting:
-            print(f"{sum(waiting.values())} cells of {len(waiting)} students wait for a grader in formgrader "
+            cells, students = sum(waiting.values()), len(waiting)
+            print(f"{cells} {'cell' if cells == 1 else 'cells'} of {students} {'student' if students == 1 else 'students'} "
+                  f"{'waits' if cells == 1 else 'wait'} for a grader in formgrader "
                   "(not graded yet, or flagged for review by a regrade): see needs_manual_grading; "
                   "run export again after grading them")
         return 0

@@ -29,8 +29,7 @@ from pathlib import Path
 
 import nbformat
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbformat.v4 import new_output
-from nbformat.v4 import new_markdown_cell
+from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 
 from .cells import BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, outcome_message, visible_source
@@ -84,8 +83,8 @@ def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:
     review = sorted(g for g, (_, scored) in pending.items() if scored)
     parts = []
     if unscored:
-        one = len(unscored) == 1
-        parts.append(f"{len(unscored)} {'answer' if one else 'answers'} worth {sum(unscored.values()):g} points "
+        one, points = len(unscored) == 1, sum(unscored.values())
+        parts.append(f"{len(unscored)} {'answer' if one else 'answers'} worth {points:g} {'point' if points == 1 else 'points'} "
                      f"({', '.join(sorted(unscored))}) {'has' if one else 'have'} not been graded yet and "
                      f"{'counts' if one else 'count'} as 0 in the score above.")
     if review:
@@ -93,7 +92,8 @@ def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:
         parts.append(f"{len(review)} hand-scored {'answer' if one else 'answers'} ({', '.join(review)}) "
                      f"{'is' if one else 'are'} to be reviewed, because the notebook was graded again.")
     outlook = "the score can still change" if review else "the final score can only be higher"
-    return f"**Provisional score.** {' '.join(parts)} Your instructor grades these by hand; {outlook}."
+    which = "it" if len(pending) == 1 else "them"
+    return f"**Provisional score.** {' '.join(parts)} Your instructor grades {which} by hand; {outlook}."
 
 
 def pending_pages(course: Course, pages: list[Path]) -> list[Path]:

@@ -105,3 +105,17 @@ def test_the_test_cells_hidden_source_is_not_counted_as_the_students(tmp_path):
     notebook = graded_notebook(tmp_path, "pass", [])
     assert SECRET not in authored_text(notebook) and "pass" in authored_text(notebook)
     assert authored_text(tmp_path / "missing.ipynb") == ""
+
+
+def test_the_provisional_note_counts_answers_and_points_and_says_what_can_still_change():
+    from autograder.feedback import provisional_note
+
+    one = provisional_note({"answer_a": (1.0, False)})
+    assert one == ("**Provisional score.** 1 answer worth 1 point (answer_a) has not been graded yet and counts as 0 "
+                   "in the score above. Your instructor grades it by hand; the final score can only be higher.")
+    mixed = provisional_note({"answer_b": (3.0, False), "answer_a": (2.0, False), "answer_c": (2.0, True)})
+    assert "2 answers worth 5 points (answer_a, answer_b) have not been graded yet and count as 0" in mixed
+    assert "1 hand-scored answer (answer_c) is to be reviewed, because the notebook was graded again." in mixed
+    assert mixed.endswith("Your instructor grades them by hand; the score can still change.")
+    review = provisional_note({"answer_c": (2.0, True), "answer_d": (1.0, True)})
+    assert "not been graded yet" not in review and "2 hand-scored answers (answer_c, answer_d) are to be reviewed" in review
