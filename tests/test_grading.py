@@ -618,6 +618,10 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
 
         assert answer_row()["result"] == "partial"
         set_grade(1.5, True)  # graded again after the manual score: nbgrader flags the cell for review
+        with course.gradebook() as gb:  # the grader had left a comment, which the note must not replace
+            gb.find_comment("answer_ppl_evidence", "02-shapes-and-loss", "part-ii", "perfect").manual_comment = \
+                "Names the tokenizer problem; say which evidence would settle it."
+            gb.db.commit()
         row = answer_row()
         assert (row["result"], row["manual_score"], row["needs_manual_grade"]) == ("to be reviewed", "1.5", "true"), row
         result = feedback(course, students=["perfect"])
@@ -625,6 +629,8 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         review = page_text(page.read_text(encoding="utf-8"))
         assert "1 hand-scored answer (answer_ppl_evidence) is to be reviewed" in review
         assert "the 1.5 of 2 points shown can change" in review and "Not graded yet" not in review
+        comment = review.index("Comments: Names the tokenizer problem; say which evidence would settle it.")
+        assert review.index("To be reviewed: your notebook was graded again", comment) > comment  # after it
         assert "Written response (Score: 1.5 / 2.0)" in review
     finally:
         shutil.rmtree(build, ignore_errors=True)
