@@ -172,6 +172,7 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
     for label, path in items:
         print(f"  {label:<22} {path}")
     print(f"  {'grading mode':<22} {graded_mode} ({mode})")
-    print("\nmanual grading: cd " + str(course.root) + " && " + str(REPO / ".venv" / "bin" / "jupyter")
-          + " lab   (then Nbgrader > Formgrader; run `python -m autograder export --build "
-          + str(course.root.parent) + "` afterwards)")
+    as_root = " --allow-root" if os.geteuid() == 0 else ""  # JupyterLab refuses root without it
+    print(f"\nmanual grading: cd {course.root} && {REPO / '.venv' / 'bin' / 'jupyter'} lab{as_root}   "
+          f"(then Nbgrader > Formgrader > Manual Grading; afterwards run `python -m autograder export --build "
+          f"{course.root.parent}` and `... feedback --build {course.root.parent}`)")
