@@ -143,8 +143,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"released {len(result.notebooks)} notebooks to {course.release_dir}")
         print(f"student zip: {result.zip_path}")
         if result.changed:
-            listed = "; ".join(f"{n} ({', '.join(ids)})" for n, ids in sorted(result.changed.items()))
-            print(f"test cells changed since the last release: {listed}; the next `grade` grades again the "
+            from .grade import listed_cells
+
+            print(f"test cells changed since the last release: {listed_cells(result.changed)}; the next `grade` grades again the "
                   f"{len(result.regrade)} submissions graded under the old cells")
         return 0
     if args.command == "collect":

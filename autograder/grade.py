@@ -245,45 +245,18 @@ def warn_weak_cells(records: dict) -> None:
               "Add a value check (check_close or check_equal) to each.", file=sys.stderr)
 
 
-def changed_test_cells(course: Course, gb, notebooks: list[str]) -> dict[str, list[str]]:
-    """notebook -> grade ids of the test cells whose source or points differ from the release recorded in the
-    gradebook (added and removed ones included); notebooks the gradebook does not know are left out."""
-    import nbformat
-    from nbgrader.api import MissingEntry
-
-    from .cells import is_test_cell, nbgrader_meta
-
-    changed = {}
-    for name in notebooks:
-        path = course.source_dir / f"{name}.ipynb"
-        try:
-            released = gb.find_notebook(name, ASSIGNMENT)
-        except MissingEntry:
-            continue
-        if not path.is_file():
-            continue
-        current = {nbgrader_meta(c)["grade_id"]: (c.source, float(nbgrader_meta(c).get("points") or 0))
-                   for c in nbformat.read(path, as_version=4).cells if is_test_cell(c) and nbgrader_meta(c).get("grade_id")}
-        sources = {c.name: c.source for c in released.source_cells}
-        answers = {c.name for c in released.solution_cells}
-        recorded = {g.name: (sources.get(g.name), float(g.max_score))
-                    for g in released.grade_cells if g.name not in answers and g.cell_type == "code"}
-        differ = sorted(k for k in current.keys() | recorded.keys() if current.get(k) != recorded.get(k))
-        if differ:
-            changed[name] = differ
-    return changed
-
-
-def cells_added_or_removed(course: Course, gb, notebooks: list[str]) -> dict[str, list[str]]:
-    """notebook -> grade ids of the cells nbgrader records (graded, answer, task or read-only) that the source
-    notebook has and the gradebook has not, or the reverse; nbgrader refuses such a release once submissions exist."""
+def release_drift(course: Course, gb, notebooks: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(moved, changed), each notebook -> grade ids, comparing the source notebooks with the release recorded in
+    the gradebook: moved, the cells nbgrader records (graded, answer, task or read-only) added or removed, which it
+    refuses once submissions exist; changed, the test cells whose source or points differ (added and removed ones
+    included). Notebooks the gradebook or the source folder lacks are left out; each source is read once."""
     import nbformat
     from nbgrader.api import MissingEntry
     from nbgrader.utils import is_grade, is_locked, is_solution, is_task
 
-    from .cells import nbgrader_meta
+    from .cells import is_test_cell, nbgrader_meta
 
-    moved = {}
+    moved, changed = {}, {}
     for name in notebooks:
         path = course.source_dir / f"{name}.ipynb"
         try:
@@ -292,15 +265,23 @@ def cells_added_or_removed(course: Course, gb, notebooks: list[str]) -> dict[str
             continue
         if not path.is_file():
             continue
-        current = {nbgrader_meta(c)["grade_id"] for c in nbformat.read(path, as_version=4).cells
-                   if nbgrader_meta(c).get("grade_id") and (is_grade(c) or is_solution(c) or is_task(c) or is_locked(c))}
-        recorded = {c.name for c in released.source_cells}
-        if current != recorded:
-            moved[name] = sorted(current ^ recorded)
-    return moved
+        cells = [c for c in nbformat.read(path, as_version=4).cells if nbgrader_meta(c).get("grade_id")]
+        kept = {nbgrader_meta(c)["grade_id"] for c in cells if is_grade(c) or is_solution(c) or is_task(c) or is_locked(c)}
+        sources = {c.name: c.source for c in released.source_cells}
+        if kept != sources.keys():
+            moved[name] = sorted(kept ^ sources.keys())
+        tests = {nbgrader_meta(c)["grade_id"]: (c.source, float(nbgrader_meta(c).get("points") or 0))
+                 for c in cells if is_test_cell(c)}
+        answers = {c.name for c in released.solution_cells}
+        recorded = {g.name: (sources.get(g.name), float(g.max_score))
+                    for g in released.grade_cells if g.name not in answers and g.cell_type == "code"}
+        differ = sorted(k for k in tests.keys() | recorded.keys() if tests.get(k) != recorded.get(k))
+        if differ:
+            changed[name] = differ
+    return moved, changed
 
 
-def _listed(cells: dict[str, list[str]]) -> str:
+def listed_cells(cells: dict[str, list[str]]) -> str:
     """'02-shapes-and-loss (test_a, test_b); 04-… (…)' for a notebook -> grade ids mapping."""
     return "; ".join(f"{name} ({', '.join(ids)})" for name, ids in sorted(cells.items()))
 
@@ -309,21 +290,20 @@ def moved_cells_error(moved: dict[str, list[str]]) -> AutograderError:
     """The error for cells added or removed after students handed in (nbgrader cannot record that)."""
     return AutograderError(
         f"graded or read-only cells were added to or removed from the source notebooks since the release students "
-        f"handed in: {_listed(moved)}. nbgrader cannot record that once submissions exist: put those cells back as "
+        f"handed in: {listed_cells(moved)}. nbgrader cannot record that once submissions exist: put those cells back as "
         "they were (edit their contents instead), or use a new build folder (release, collect, grade).", 1)
 
 
 def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
     """Raise when test cells were edited after release: graded kernels would run the released test cells
     (nbgrader restores them from the gradebook) against values recorded from the edited ones."""
-    moved = cells_added_or_removed(course, gb, notebooks)
+    moved, changed = release_drift(course, gb, notebooks)
     if moved and gb.assignment_submissions(ASSIGNMENT):
         raise moved_cells_error(moved)
-    changed = changed_test_cells(course, gb, notebooks)
     if changed:
         raise AutograderError(
             f"test cells of the source notebooks changed (source or points) after the assignment was released: "
-            f"{_listed(changed)}. Grading runs the released test cells stored in the gradebook but would compare "
+            f"{listed_cells(changed)}. Grading runs the released test cells stored in the gradebook but would compare "
             "with values recorded from the edited ones. Run `python -m autograder release"
             f"{_build_option(course)}` first: it keeps submissions and grades, and the next `grade` grades again "
             "every submission graded under the old cells (hand out the new zip if students should see them).", 1)

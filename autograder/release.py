@@ -152,16 +152,16 @@ def release(course: Course) -> Release:
 def check_changes_since_last_release(course: Course) -> dict[str, list[str]]:
     """notebook -> test cells changed since the last release ({} for a first release); raise, before nbgrader
     runs (it would fail and delete the release folder), when cells were added or removed once students handed in."""
-    from .grade import cells_added_or_removed, changed_test_cells, moved_cells_error
+    from .grade import moved_cells_error, release_drift
 
     names = [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))]
     with course.gradebook() as gb:
         if not _has_assignment(gb):
             return {}
-        moved = cells_added_or_removed(course, gb, names) if gb.assignment_submissions(ASSIGNMENT) else {}
-        if moved:
+        moved, changed = release_drift(course, gb, names)
+        if moved and gb.assignment_submissions(ASSIGNMENT):
             raise moved_cells_error(moved)
-        return changed_test_cells(course, gb, names)
+        return changed
 
 
 def _has_assignment(gb) -> bool:
