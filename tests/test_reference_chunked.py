@@ -107,6 +107,20 @@ def test_float32_rows_that_need_the_shift_share_a_chunk_with_rows_that_do_not(mo
     np.testing.assert_allclose(pp.logsumexp(z), unchunked_lse(z), rtol=4 * EPS32)
 
 
+def test_finite_logits_whose_row_sum_overflows_are_accepted(monkeypatch):
+    """The check pass sums each row of z; a sum past float32's range (3.4e38) is an overflow, not a non-finite logit."""
+    monkeypatch.setattr(pp, "CHUNK_BYTES", 2 * 1001 * 4)
+    z = logits(5, 1001, np.float32, seed=9)
+    z[2] = np.float32(3e38)            # every logit finite, the row's sum is not
+    z[2, ::2] = np.float32(2.9e38)     # and the row maximum is not the only value near it
+    with np.errstate(over="ignore"):
+        assert np.isfinite(z).all() and not np.isfinite(z[2].sum(dtype=np.float32))
+    y = np.array([0, 1, 1, 2, 3])
+    expected = torch_nll(z, y)
+    np.testing.assert_allclose(pp.nll_from_logits(z, y), expected, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(pp.logsumexp(z), unchunked_lse(z), rtol=4 * EPS32)
+
+
 @pytest.mark.parametrize("where, value, words", [
     ((36, 1000), math.nan, ["nan", "(36, 1000)"]),   # in the remainder chunk
     ((9, 0), math.inf, ["finite", "(9, 0)"]),
