@@ -473,8 +473,8 @@ def entropy(p, axis: int = -1, unit: str = "nats") -> np.ndarray:
     return (0.0 - terms.sum(axis=ax)) / _log_in(unit)  # 0.0 - x, not -x: a certain outcome prints 0, not -0
 
 
-def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
-    """H(p, q) = -sum_k p_k ln q_k, p the reference, q the prediction: [..., K] -> [...]; inf off q's support."""
+def _distribution_pair(p, q, axis: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Validate a reference p and a prediction q [..., K] of one shape, each a distribution along axis; return (p, q, axis)."""
     p = _as_float_array(p, "p")
     q = _as_float_array(q, "q")
     _check_nonempty(p, "p", min_ndim=1)
@@ -483,6 +483,12 @@ def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
     ax = _norm_axis(axis, p.ndim)
     _check_distribution(p, "p", axis=ax)
     _check_distribution(q, "q", axis=ax)
+    return p, q, ax
+
+
+def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
+    """H(p, q) = -sum_k p_k ln q_k, p the reference, q the prediction: [..., K] -> [...]; inf off q's support."""
+    p, q, ax = _distribution_pair(p, q, axis)
     pos = p > 0
     with np.errstate(divide="ignore"):
         terms = np.where(pos, -p * np.log(np.where(pos, q, 1.0)), 0.0)  # q = 0 under p > 0 gives +inf
@@ -491,14 +497,7 @@ def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
 
 def kl_divergence(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
     """KL(p || q) = sum_k p_k ln(p_k / q_k), weights from p: [..., K] -> [...]; 0 where p_k = 0, inf where q_k = 0 < p_k."""
-    p = _as_float_array(p, "p")
-    q = _as_float_array(q, "q")
-    _check_nonempty(p, "p", min_ndim=1)
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
-    ax = _norm_axis(axis, p.ndim)
-    _check_distribution(p, "p", axis=ax)
-    _check_distribution(q, "q", axis=ax)
+    p, q, ax = _distribution_pair(p, q, axis)
     pos = p > 0
     with np.errstate(divide="ignore"):
         terms = np.where(pos, p * (np.log(np.where(pos, p, 1.0)) - np.log(np.where(pos, q, 1.0))), 0.0)
