@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="File student notebooks from a folder or zip as nbgrader submissions.",
                        epilog=_collect_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", type=Path, help="a folder or .zip file as downloaded from the LMS")
+    p.add_argument("--student", type=_student_id, metavar="ID",
+                   help="every file of the download is this student's (for one student's files whose folders "
+                        "do not say whose they are)")
 
     p = sub.add_parser("grade", parents=[common], help="autograde the collected submissions in parallel",
                        description="Autograde every collected submission with nbgrader, N at a time, each in its own "
@@ -151,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "collect":
         from .collect import collect, print_report
 
-        report = collect(course, args.path)
+        report = collect(course, args.path, student=args.student)
         print_report(report)
         return 0
     if args.command == "grade":

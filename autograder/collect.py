@@ -35,11 +35,18 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
   wrapping folders: a zip or folder that holds just one folder is unwrapped when that folder holds
     several student folders or files named for several students (e.g. submissions/alice/…,
     submissions/gina_123_456_….ipynb). A Moodle student folder is never unwrapped; a folder named
-    after the assignment or a notebook (part-ii/) is never a student: late/10002/part-ii/… -> 10002.
+    after the assignment or a notebook (part-ii/) is never a student. When one student's files sit
+    below two or more folders (late/10002/…, alice/work/…), the student is the folder that names a
+    student of the gradebook (collected before, or added with nbgrader db student); otherwise collect
+    refuses to guess: pass --student ID to say whose files they are.
     A folder that holds both notebooks without an id and files named for students is refused.
+  --student ID: every file of the download is that student's (refused when its layout gives one
+    notebook to several students, as a class download does).
 A copy named like 'NAME (1).ipynb' or 'NAME-1.ipynb' counts as NAME; when a student has two
 files for one notebook the newer one is kept (at the same time, the higher-numbered copy) and the
 other is reported as a duplicate. Canvas files of two users with the same name are not filed.
+A hand-in that replaces an earlier one (status 'updated') keeps the earlier files in
+<course>/replaced/<student>/<their time>/.
 Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
 in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; system
@@ -100,6 +107,7 @@ class StudentReport:
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timestamp: str | None = None
+    replaced: str | None = None  # where the hand-in this one replaced was kept
 
 
 @dataclass
@@ -277,13 +285,14 @@ def _layout_signals(inner: list[PurePosixPath], notebooks: list[str]) -> tuple[l
     return wrapper, student
 
 
-def unwrap(entries: list[Entry], notebooks: list[str]) -> tuple[list[Entry], list[str]]:
+def unwrap(entries: list[Entry], notebooks: list[str], known: frozenset[str] = frozenset()) -> tuple[list[Entry], list[str]]:
     """Drop the folders above the student level; return (entries, dropped folders). Raise when that is ambiguous.
 
     Folders that hold only one folder form a chain. A Moodle student folder in the chain is the
     student. Otherwise, when the last folder holds several students' folders or files, the whole
-    chain is dropped; else the student is the last folder of the chain that is not named after the
-    assignment or a notebook (the folder holding the notebooks, or holding part-ii/).
+    chain is dropped; else the student is the one folder of the chain not named after the
+    assignment or a notebook, or, where there are several such folders, the one that names a
+    student in known (see _student_in_chain).
     """
     real = [e.path for e in entries if not _is_system(e.path)]
     chain: list[str] = []
@@ -305,13 +314,35 @@ def unwrap(entries: list[Entry], notebooks: list[str]) -> tuple[list[Entry], lis
             depth = len(chain)
         else:
             usable = [i for i, name in enumerate(chain) if not is_assignment_name(name, notebooks)]
-            depth = usable[-1] if usable else len(chain)
+            if len(usable) > 1:
+                depth = _student_in_chain(chain, usable, known)
+            else:
+                depth = usable[0] if usable else len(chain)
     prefix = chain[:depth]
     if not prefix:
         return entries, []
     out = [Entry(PurePosixPath(*e.path.parts[depth:]), e.data, e.mtime) if list(e.path.parts[:depth]) == prefix
            and len(e.path.parts) > depth else e for e in entries]
     return out, ["/".join(prefix) + "/"]
+
+
+def _student_in_chain(chain: list[str], usable: list[int], known: frozenset[str]) -> int:
+    """The index of the student's folder among several candidates of a chain: the one student in known; else raise.
+
+    late/10002/ may be a wrapper around student 10002, and alice/work/ student alice's folder with a
+    subfolder: the names alone cannot tell, and a wrong guess files one student's work under another
+    id (where a later download with the same subfolder name would replace it).
+    """
+    named = [i for i in usable if student_from_folder(chain[i]) in known]
+    if len(named) == 1:
+        return named[0]
+    names = ", ".join(f"{chain[i]}/" for i in usable)
+    why = ("several of them are students of the gradebook" if named
+           else "none of them is a student of the gradebook (collected before, or added with nbgrader db student)")
+    raise AutograderError(f"cannot tell which folder of {'/'.join(chain)}/ is the student: {names} (a folder may wrap one "
+                          f"student's folder, or a student's folder may hold a subfolder), and {why}; say whose files "
+                          f"they are with `collect PATH --student ID`, or arrange the download in one of the "
+                          f"accepted layouts\n{LAYOUTS_HELP}", 1)
 
 
 def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
@@ -405,9 +436,10 @@ def released_files(course: Course) -> dict[str, str]:
             for p in sorted(course.bundle_dir.rglob("*")) if p.is_file() and p.suffix != ".ipynb"}
 
 
-def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str] | None = None) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
+def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str] | None = None,
+             owner: str | None = None) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
     """Sort entries into filed notebooks, rejected and ignored files; also return every student seen with the
-    Canvas people ('name_userid') whose file names gave that id."""
+    Canvas people ('name_userid') whose file names gave that id. With owner, every file is that student's."""
     filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
     for e in entries:
@@ -415,7 +447,9 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)"))
             continue
         student, timestamp, origin = None, None, None
-        if len(e.path.parts) >= 2:
+        if owner is not None:
+            student, timestamp = owner, file_owner(e.path.name, notebooks)[1]  # a Blackboard name still gives its time
+        elif len(e.path.parts) >= 2:
             folder = e.path.parts[0]
             if is_assignment_name(folder, notebooks):
                 rejected.append(Record(str(e.path), f"cannot tell whose file this is: folder {folder!r} is named after "
@@ -507,8 +541,8 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[str, str]:
-    """File a student's notebooks as submitted/<student>/part-ii; return (status, timestamp)."""
+def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[str, str, Path | None]:
+    """File a student's notebooks as submitted/<student>/part-ii; return (status, timestamp, where the replaced hand-in went)."""
     dest = course.step_dir("submitted", student)
     incoming = dest.parent / f".incoming-{ASSIGNMENT}"
     if incoming.exists():
@@ -522,13 +556,27 @@ def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[
     if dest.exists():
         if _digest(dest) == _digest(incoming):
             shutil.rmtree(incoming)
-            return "unchanged", timestamp
-        shutil.rmtree(dest)
+            return "unchanged", timestamp, None
+        kept = keep_replaced(course, student, dest)
         status = "updated"
     else:
-        status = "new"
+        status, kept = "new", None
     incoming.rename(dest)
-    return status, timestamp
+    return status, timestamp, kept
+
+
+def keep_replaced(course: Course, student: str, dest: Path) -> Path:
+    """Move a student's earlier hand-in to <course>/replaced/<student>/<its time>/ (never over another); return it."""
+    stamp = dest / "timestamp.txt"
+    name = re.sub(r"[^0-9A-Za-z.]+", "-", stamp.read_text(encoding="utf-8").strip() if stamp.exists() else "").strip("-")
+    base = course.replaced_dir / student / (name or "unknown-time")
+    target, n = base, 1
+    while target.exists():
+        n += 1
+        target = base.with_name(f"{base.name}-{n}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    dest.rename(target)
+    return target
 
 
 def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Record]) -> None:
@@ -573,13 +621,39 @@ def load_collect_log(course: Course) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def collect(course: Course, path: Path) -> CollectReport:
-    """File the download at path as submissions; register its students in the gradebook."""
+def known_students(course: Course) -> frozenset[str]:
+    """Ids of the students in the gradebook (collected before, or added with nbgrader db student)."""
+    with course.gradebook() as gb:
+        return frozenset(s.id for s in gb.students)
+
+
+def shared_notebooks(entries: list[Entry], notebooks: list[str], known: frozenset[str]) -> dict[str, list[str]]:
+    """{notebook: students} for each notebook that the download's own layout files for several students (a class)."""
+    try:
+        inner, _ = unwrap(entries, notebooks, known)
+    except AutograderError:
+        return {}
+    owners: dict[str, set[str]] = {}
+    for f in classify(inner, notebooks)[0]:
+        owners.setdefault(f.notebook, set()).add(f.student)
+    return {nb: sorted(who) for nb, who in owners.items() if len(who) > 1}
+
+
+def collect(course: Course, path: Path, student: str | None = None) -> CollectReport:
+    """File the download at path as submissions (all of them student's, when given); register its students in the gradebook."""
     path = Path(path)
     entries, unreadable = read_download(path)
     notebooks = course.notebook_names()
-    entries, unwrapped = unwrap(entries, notebooks)
-    filed, rejected, ignored, seen = classify(entries, notebooks, released_files(course))
+    known = known_students(course)
+    unwrapped = []
+    if student is None:
+        entries, unwrapped = unwrap(entries, notebooks, known)
+    elif shared := shared_notebooks(entries, notebooks, known):
+        nb, who = next(iter(shared.items()))
+        listed = ", ".join(who[:5]) + (", …" if len(who) > 5 else "")
+        raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed}); "
+                              "--student is for a download of one student's files", 1)
+    filed, rejected, ignored, seen = classify(entries, notebooks, released_files(course), owner=student)
     filed, shared = split_shared_ids(filed, seen)
     filed, duplicates = drop_duplicates(filed)
     rejected = unreadable + rejected + shared + duplicates
@@ -599,7 +673,8 @@ def collect(course: Course, path: Path) -> CollectReport:
             rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note]
             rec.notes += [f"{r.file}: {r.reason}" for r in rejected if r.student == student]
             if files:
-                rec.status, rec.timestamp = write_submission(course, student, files)
+                rec.status, rec.timestamp, kept = write_submission(course, student, files)
+                rec.replaced = str(kept) if kept else None
             report.students[student] = rec
         save_report(course, report)
     return report
@@ -615,6 +690,11 @@ def print_report(report: CollectReport) -> None:
     for s, r in sorted(report.students.items()):
         missing = ", ".join(r.missing) if r.missing else "-"
         print(f"  {s:<{width}}  {r.status:<17}  {len(r.notebooks):>9}  {missing}")
+    replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
+    if replaced:
+        print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")
+        for s, where in replaced:
+            print(f"  {s}: {where}")
     if report.rejected:
         print(f"rejected files ({len(report.rejected)}), copies kept in the course's rejected/ folder:")
         for r in report.rejected:

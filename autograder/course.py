@@ -163,6 +163,11 @@ class Course:
         return self.root / "rejected"
 
     @property
+    def replaced_dir(self) -> Path:
+        """The earlier hand-ins that a later collect replaced."""
+        return self.root / "replaced"
+
+    @property
     def grading_dir(self) -> Path:
         """Scratch folders of grading jobs."""
         return self.root / "grading"

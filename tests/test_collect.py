@@ -126,8 +126,19 @@ def test_collect_again_reports_unchanged_then_updated(course, tmp_path):
     assert collect(course, download).students["hana"].status == "new"
     assert collect(course, download).students["hana"].status == "unchanged"
     (download / "hana/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("v2"))
-    assert collect(course, download).students["hana"].status == "updated"
+    second = collect(course, download).students["hana"]
+    assert second.status == "updated"
     assert submitted(course, "hana")["02-shapes-and-loss.ipynb"] == notebook_bytes("v2")
+    kept = Path(second.replaced)  # the replaced hand-in is kept, with its time, outside nbgrader's folders
+    assert kept.parent == course.replaced_dir / "hana"
+    assert (kept / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("v1")
+    assert (kept / "timestamp.txt").is_file()
+    (download / "hana/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("v3"))
+    third = collect(course, download).students["hana"]
+    assert (Path(third.replaced) / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("v2")
+    assert (kept / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("v1")  # never overwritten
+    saved = json.loads((course.reports_dir / "collect.json").read_text())
+    assert saved["students"]["hana"]["replaced"] == third.replaced
 
 
 def test_unsafe_zip_member_is_rejected_not_extracted(course, tmp_path):
@@ -234,17 +245,79 @@ def test_new_gradebooks_get_nbgrader_s_alembic_head_without_a_subprocess(course,
 
 
 def test_nested_moodle_folder_and_a_late_folder_file_two_students_not_part_ii(course, tmp_path):
-    """The review's case: a single Moodle folder is the student; part-ii/ below a student is never a student."""
+    """The review's case: a single Moodle folder is the student; part-ii/ below a student is never a student.
+    late/10002/ is either a wrapper around 10002 or student late's folder: collect asks, until 10002 is known."""
     alice, bob = notebook_bytes("alice"), notebook_bytes("bob")
     dl1 = write_tree(tmp_path / "dl1", {"Alice Wang_10001_assignsubmission_file_/part-ii/02-shapes-and-loss.ipynb": alice})
     dl2 = write_tree(tmp_path / "dl2", {"late/10002/part-ii/02-shapes-and-loss.ipynb": bob})
     assert list(collect(course, dl1).students) == ["10001"]
-    second = collect(course, dl2)
-    assert list(second.students) == ["10002"] and second.unwrapped == ["late/"]
+    with pytest.raises(AutograderError, match=r"cannot tell which folder of late/10002/part-ii/ is the student: "
+                                              r"late/, 10002/ .*--student ID"):
+        collect(course, dl2)
+    assert course.submitted_students() == ["10001"]
+    second = collect(course, dl2, student="10002")
+    assert list(second.students) == ["10002"] and second.unwrapped == []
     assert second.students["10002"].status == "new"
     assert submitted(course, "10001") == {"02-shapes-and-loss.ipynb": alice}  # not replaced by Bob's file
     assert submitted(course, "10002") == {"02-shapes-and-loss.ipynb": bob}
     assert not course.step_dir("submitted", "part-ii").exists()
+    (dl2 / "late/10002/part-ii/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("bob v2"))
+    third = collect(course, dl2)  # 10002 is in the gradebook now: the folder that names a student is the student
+    assert list(third.students) == ["10002"] and third.unwrapped == ["late/"]
+    assert third.students["10002"].status == "updated"
+
+
+def test_a_student_s_subfolder_never_becomes_a_student_nor_replaces_another_s_work(course, tmp_path):
+    """alice/work/NB alone used to be filed as student 'work', and bob/work/NB then replaced it."""
+    first, alice, bob = notebook_bytes("alice v1"), notebook_bytes("alice v2"), notebook_bytes("bob")
+    solo = write_tree(tmp_path / "solo", {"alice/work/02-shapes-and-loss.ipynb": alice})
+    with pytest.raises(AutograderError, match=r"(?s)alice/, work/ .*none of them is a student of the gradebook"):
+        collect(course, solo)
+    assert course.submitted_students() == []
+    collect(course, write_tree(tmp_path / "class", {"alice/02-shapes-and-loss.ipynb": first,
+                                                     "carl/02-shapes-and-loss.ipynb": notebook_bytes("carl")}))
+    report = collect(course, solo)  # alice is known now
+    assert list(report.students) == ["alice"] and report.students["alice"].status == "updated"
+    assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": alice}
+    with pytest.raises(AutograderError, match=r"bob/, work/"):
+        collect(course, write_tree(tmp_path / "bob", {"bob/work/02-shapes-and-loss.ipynb": bob}))
+    assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": alice}
+    assert course.submitted_students() == ["alice", "carl"]
+
+
+def test_a_roster_in_the_gradebook_tells_the_student_folder(course, tmp_path):
+    """Students added to nbgrader's gradebook before any collect (nbgrader db student add/import) count as known."""
+    with course.gradebook() as gb:
+        gb.update_or_create_student("10002")
+    report = collect(course, write_tree(tmp_path / "d", {"late/10002/02-shapes-and-loss.ipynb": notebook_bytes("b")}))
+    assert list(report.students) == ["10002"]
+    with course.gradebook() as gb:
+        gb.update_or_create_student("late")
+    with pytest.raises(AutograderError, match="several of them are students of the gradebook"):
+        collect(course, write_tree(tmp_path / "e", {"late/10002/02-shapes-and-loss.ipynb": notebook_bytes("c")}))
+
+
+def test_student_option_files_one_student_s_messy_download_and_refuses_a_class(course, tmp_path):
+    messy = write_tree(tmp_path / "messy", {
+        "Downloads/hand-in/work/02-shapes-and-loss.ipynb": notebook_bytes("nested"),
+        "Downloads/hand-in/Part II_dora_attempt_2026-03-01-10-00-00_00-vectors-shapes-and-gradients.ipynb":
+            notebook_bytes("bb"),
+        "Downloads/hand-in/notes.pdf": b"%PDF-1.4",
+    })
+    feb = 1769940000  # 2026-02-01, before the Blackboard attempt: the hand-in's time is its latest file's
+    os.utime(messy / "Downloads/hand-in/work/02-shapes-and-loss.ipynb", (feb, feb))
+    report = collect(course, messy, student="dora")
+    assert list(report.students) == ["dora"] and report.students["dora"].missing == []
+    assert submitted(course, "dora") == {"02-shapes-and-loss.ipynb": notebook_bytes("nested"),
+                                        "00-vectors-shapes-and-gradients.ipynb": notebook_bytes("bb")}
+    assert report.students["dora"].timestamp.startswith("2026-03-01 10:00:00")  # the Blackboard name's time
+    assert [(r.file, r.student) for r in report.rejected] == [("Downloads/hand-in/notes.pdf", "dora")]
+    klass = write_tree(tmp_path / "class", {"ann/02-shapes-and-loss.ipynb": notebook_bytes("a"),
+                                            "ben/02-shapes-and-loss.ipynb": notebook_bytes("b")})
+    with pytest.raises(AutograderError, match=r"--student dora: the download holds 02-shapes-and-loss.ipynb of 2 "
+                                              r"students \(ann, ben\)"):
+        collect(course, klass, student="dora")
+    assert course.submitted_students() == ["dora"]
 
 
 def test_a_folder_named_after_the_assignment_is_never_a_student(course, tmp_path):
