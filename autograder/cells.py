@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+# A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure):
+# grading removes such outputs with nbgrader's IgnorePattern, and check does the same
+WARNING_PATTERN = r"\w*Warning: "
 HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")

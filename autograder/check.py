@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cells import is_edited, is_test_cell, nbgrader_meta, outcome_message
+from .cells import WARNING_PATTERN, is_edited, is_test_cell, nbgrader_meta, outcome_message
 from .collect import NotANotebook, read_notebook
 from .course import AutograderError
 
@@ -36,10 +36,15 @@ def read_for_check(path: Path):
 
 
 def run_notebook(nb, folder: Path, timeout: float):
-    """Execute every cell in a fresh python3 kernel started in folder; errors are recorded, not raised."""
+    """Execute every cell in a fresh python3 kernel started in folder; errors are recorded, not raised.
+
+    Warnings on stderr are then removed as grading removes them (nbgrader's IgnorePattern with the
+    grader's pattern), so a cell that only warned passes here as it does when graded.
+    """
     import tempfile
 
     from nbclient import NotebookClient
+    from nbgrader.preprocessors import IgnorePattern
     from traitlets.config import Config
 
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as sockets:
@@ -49,6 +54,7 @@ def run_notebook(nb, folder: Path, timeout: float):
         client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3", allow_errors=True, config=config,
                                 interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}})
         client.execute()
+    IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
     return nb
 
 
@@ -73,13 +79,18 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
     """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells.
 
     A failed test cell's message also names the first cell that failed since the previous test
-    cell (or in the setup before the first one): its NameError is usually that cell's fault.
+    cell, or else the first that failed in the setup (every cell before the first graded or
+    solution cell): its NameError is usually that cell's fault. An unfinished earlier exercise
+    is not the setup, so it is named only under its own test cell.
     """
     rows, heading = [], "(before the first exercise)"
     setup_failure = since_last_test = None
-    seen_test = False
+    in_setup = True
     for number, cell in enumerate(nb.cells, start=1):
         meta = nbgrader_meta(cell)
+        in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
+        if in_setup and setup_failure is None:
+            setup_failure = cell_error(cell, number)
         if cell.cell_type == "markdown" and not meta.get("grade"):
             titles = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln.startswith("#")]
             heading = titles[-1] if titles else heading
@@ -94,9 +105,7 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
             earlier = since_last_test or setup_failure
             if earlier and not message.startswith("✔") and message != EDITED:
                 message += f" [an earlier cell failed first: {earlier}; fix it and run again]"
-            if not seen_test:  # what failed before the first test cell was the setup
-                setup_failure = since_last_test
-            seen_test, since_last_test = True, None
+            since_last_test = None
             rows.append((heading, meta.get("grade_id", "?"), points, message, message.startswith("✔")))
         else:
             rows.append((heading, meta.get("grade_id", "?"), points, "graded by your instructor", None))

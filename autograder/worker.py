@@ -27,11 +27,10 @@ from pathlib import Path
 from nbformat.v4 import new_output
 from traitlets import Float
 
+from .cells import WARNING_PATTERN
 from .course import ASSIGNMENT, load_config
 from .sandbox import GradingExecute, close_fork_servers, discard_prestarted
 
-# A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure)
-WARNING_PATTERN = r"\w*Warning: "
 PR_SET_PDEATHSIG = 1
 
 

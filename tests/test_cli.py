@@ -161,3 +161,41 @@ def test_a_build_path_that_is_a_file_is_reported(tmp_path, empty_build, capsys):
         code, err, _ = run([command, "--build", str(afile)], capsys)
         assert code == 2
         assert f"{afile} is a file, but the course needs a folder there" in err and "--build" in err, err
+
+
+def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_failures(tmp_path, monkeypatch, capsys):
+    """A warning on stderr passes (grading strips it with nbgrader's IgnorePattern); an unfinished first
+    exercise is named under its own test cell only, not under a later exercise's failure."""
+    import re
+
+    import nbformat
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
+    solutions = [i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code"]
+    tests = [i for i, m in enumerate(meta) if m.get("grade") and not m.get("solution") and nb.cells[i].cell_type == "code"]
+    first_test = next(i for i in tests if i > solutions[0])
+    warned = nbformat.from_dict(nb)  # every check_close call warns once: the first test cell writes to stderr
+    warned.cells[solutions[0]].source += ("\nimport warnings\n_real_check_close = check_close\n\n\n"
+                                          "def check_close(*args, **kwargs):\n"
+                                          "    warnings.warn('a harmless warning', RuntimeWarning)\n"
+                                          "    return _real_check_close(*args, **kwargs)\n")
+    nbformat.write(warned, tmp_path / path.name)
+    code, _, out = run(["check", str(tmp_path / path.name)], capsys)
+    assert code == 0, out
+    assert "✔" in next(ln for ln in out.splitlines() if meta[first_test]["grade_id"] in ln), out
+
+    second = next(i for i in solutions if i > first_test)
+    name = re.search(r"^def (\w+)\(", nb.cells[second].source, flags=re.M).group(1)
+    nb.cells[solutions[0]].source = "raise NotImplementedError()"      # exercise 1 not done yet
+    nb.cells[second].source += f"\n{name} = lambda *args, **kwargs: None\n"  # exercise 2 wrong, raises nothing
+    (tmp_path / "two").mkdir()
+    nbformat.write(nb, tmp_path / "two" / path.name)
+    code, _, out = run(["check", str(tmp_path / "two" / path.name)], capsys)
+    assert code == 1
+    later = next(i for i in tests if i > second)
+    line = next(ln for ln in out.splitlines() if meta[later]["grade_id"] in ln)
+    assert "✘" in line and "earlier cell failed first" not in line, line
+    first_line = next(ln for ln in out.splitlines() if meta[first_test]["grade_id"] in ln)
+    assert f"an earlier cell failed first: {meta[solutions[0]]['grade_id']}" in first_line, first_line
