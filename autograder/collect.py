@@ -10,8 +10,10 @@ in the download is listed as missing (it scores 0).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import difflib
+import functools
 import hashlib
 import json
 import re
@@ -42,11 +44,15 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
     A folder that holds both notebooks without an id and files named for students is refused.
   --student ID: every file of the download is that student's (refused when its layout gives one
     notebook to several students, as a class download does).
-A copy named like 'NAME (1).ipynb' or 'NAME-1.ipynb' counts as NAME; when a student has two
-files for one notebook the newer one is kept (at the same time, the higher-numbered copy) and the
-other is reported as a duplicate. Canvas files of two users with the same name are not filed.
-A hand-in that replaces an earlier one (status 'updated') keeps the earlier files in
-<course>/replaced/<student>/<their time>/.
+A copy named like 'NAME (1).ipynb', 'NAME-1.ipynb', 'Copy of NAME.ipynb' or 'NAME-final.ipynb'
+counts as NAME; when a student has two files for one notebook the newer one is kept (at the same
+time, the higher-numbered copy) and the other is reported as a duplicate. Canvas files of two users
+with the same name are not filed.
+A download adds to what was collected before: its notebooks replace the student's earlier files
+for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand-in is kept in
+<course>/replaced/<student>/<its time>/).
+A notebook over 50 MiB is filed with its outputs removed (grading runs the cells again); files
+over 512 MiB are not read, only rejected and copied.
 Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
 in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; system
@@ -57,9 +63,11 @@ MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
 BLACKBOARD_PREFIX = re.compile(r".*_(?P<id>[^_]+)_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
 COPY_FORMS = r"\s*\(\d+\)|-\d+"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1'
-COPY_SUFFIX = rf"(?:{COPY_FORMS})?"
+COPY_SUFFIX = rf"(?:[_\-\s]+final)?(?:{COPY_FORMS})?"  # also a student's 'NAME-final'
+COPY_OF = r"(?:copy[_\-\s]+of[_\-\s]+)?"  # Colab and Google Drive name a copy 'Copy of NAME'
 SYSTEM_NAMES = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints", "__pycache__"}
-MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
+MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a larger notebook is filed with its outputs removed (grading runs the cells again)
+MAX_READ_BYTES = 512 * 1024 * 1024  # a larger file is not read: rejected, with a copy kept
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
 
 
@@ -69,11 +77,20 @@ class NotANotebook(ValueError):
 
 @dataclass
 class Entry:
-    """One file of the download: its path inside the download, bytes and modification time (UTC)."""
+    """One file of the download: its path inside the download, bytes and modification time (UTC).
+
+    A file over MAX_READ_BYTES is not read: data is empty and opener() streams it (for the copy kept).
+    """
 
     path: PurePosixPath
     data: bytes
     mtime: dt.datetime
+    opener: object = None
+    size: int = -1
+
+    def __post_init__(self):
+        if self.size < 0:
+            self.size = len(self.data)
 
 
 @dataclass
@@ -138,12 +155,20 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
             if name.is_absolute() or ".." in name.parts:
                 rejected.append(Record(info.filename, "unsafe path inside the zip (absolute or with '..'); not extracted"))
                 continue
-            if info.file_size > MAX_NOTEBOOK_BYTES:
-                rejected.append(Record(str(name), f"too large ({info.file_size} bytes; the limit is {MAX_NOTEBOOK_BYTES})"))
-                continue
             mtime = dt.datetime(*info.date_time, tzinfo=dt.timezone.utc)
+            if info.file_size > MAX_READ_BYTES:
+                opener = functools.partial(_open_zip_member, path, info.filename)
+                entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size))
+                continue
             entries.append(Entry(name, zf.read(info), mtime))
     return entries, rejected
+
+
+@contextlib.contextmanager
+def _open_zip_member(path: Path, member: str):
+    """The member of the zip at path, opened for reading (streams a file too large to hold in memory)."""
+    with zipfile.ZipFile(path) as zf, zf.open(member) as fh:
+        yield fh
 
 
 def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
@@ -155,10 +180,10 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
             rejected.append(Record(str(rel), "symbolic link; not followed"))
             continue
         size = file.stat().st_size
-        if size > MAX_NOTEBOOK_BYTES:
-            rejected.append(Record(str(rel), f"too large ({size} bytes; the limit is {MAX_NOTEBOOK_BYTES})"))
-            continue
         mtime = dt.datetime.fromtimestamp(file.stat().st_mtime, tz=dt.timezone.utc)
+        if size > MAX_READ_BYTES:
+            entries.append(Entry(rel, b"", mtime, opener=functools.partial(open, file, "rb"), size=size))
+            continue
         entries.append(Entry(rel, file.read_bytes(), mtime))
     return entries, rejected
 
@@ -194,9 +219,14 @@ def _is_system(path: PurePosixPath) -> bool:
 # --- names -----------------------------------------------------------------------------
 
 def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
-    """(notebook, prefix before it) when a file stem names a notebook, longest name first; else None."""
+    """(notebook, prefix before it) when a file stem names a notebook, longest name first; else None.
+
+    The name may carry a copy's marks: 'Copy of NAME' (Colab, Google Drive), 'NAME-final', 'NAME (1)', 'NAME-1'.
+    """
     for name in sorted(notebooks, key=len, reverse=True):
-        m = re.fullmatch(rf"(?:(?P<prefix>.*?)[_\-\s.]+)?{re.escape(name)}{COPY_SUFFIX}", stem, flags=re.IGNORECASE)
+        # no prefix is tried first (??), so 'Copy of NAME' is a copy's name, not a student 'Copy of'
+        m = re.fullmatch(rf"(?:(?P<prefix>.*?)[_\-\s.]+)??{COPY_OF}{re.escape(name)}{COPY_SUFFIX}", stem,
+                         flags=re.IGNORECASE)
         if m:
             return name, (m.group("prefix") or "")
     return None
@@ -349,8 +379,9 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
     """Parse and validate notebook bytes; return (nbformat-4 notebook, note). Raise NotANotebook with the reason."""
     if not data.strip():
         raise NotANotebook("empty file")
+    bom = data.startswith(b"\xef\xbb\xbf")  # Notepad and some Windows tools start UTF-8 text with one
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise NotANotebook(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); not a Jupyter notebook") from None
     try:
@@ -361,18 +392,42 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
         raise NotANotebook("valid JSON but not a Jupyter notebook (no cells)")
     renamed, added = unique_cell_ids(raw)
     try:
-        nb = nbformat.reads(json.dumps(raw) if renamed or added else text, as_version=4)
+        nb = nbformat.reads(json.dumps(raw) if renamed or added or bom else text, as_version=4)
         nbformat.validate(nb)
     except Exception as exc:  # noqa: BLE001 - nbformat raises several types for a malformed notebook
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NotANotebook(f"not a valid Jupyter notebook ({first})") from None
     major = raw.get("nbformat", 4)
     notes = [f"converted from nbformat {major} to 4"] if major != 4 else []
+    if bom:
+        notes.append("UTF-8 byte-order mark removed")
     if renamed:
         notes.append(f"{renamed} repeated cell {'id' if renamed == 1 else 'ids'} renamed (cells pasted from another copy?)")
     if added:
         notes.append(f"{added} missing cell {'id' if added == 1 else 'ids'} added")
     return nb, "; ".join(notes)
+
+
+def _mib(size: int) -> str:
+    """A size in bytes as MiB, for messages."""
+    return f"{size / 2**20:.1f} MiB"
+
+
+def without_outputs(nb: nbformat.NotebookNode, size: int, note: str) -> tuple[nbformat.NotebookNode, str]:
+    """nb (size bytes, over MAX_NOTEBOOK_BYTES) with every code cell's outputs removed, and the note saying so.
+
+    Grading clears outputs and runs the cells again, so nothing graded is lost; attachments (a
+    photographed derivation in an answer) are kept. Raise NotANotebook when it is still too large.
+    """
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    left = len(nbformat.writes(nb).encode("utf-8"))
+    if left > MAX_NOTEBOOK_BYTES:
+        raise NotANotebook(f"too large ({_mib(size)}, and {_mib(left)} without its outputs; "
+                           f"the limit is {_mib(MAX_NOTEBOOK_BYTES)})")
+    removed = f"outputs removed: the file was {_mib(size)} (limit {_mib(MAX_NOTEBOOK_BYTES)}); grading runs the cells again"
+    return nb, f"{note}; {removed}" if note else removed
 
 
 def unique_cell_ids(raw: dict) -> tuple[int, int]:
@@ -463,6 +518,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             student, timestamp, origin = file_owner(e.path.name, notebooks)
         if student is not None:
             seen.setdefault(student, set()).update({origin} - {None})
+        if e.opener is not None:
+            reason = f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
+            rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
+            continue
         if e.path.suffix.lower() != ".ipynb" and (same := (released or {}).get(hashlib.sha256(e.data).hexdigest())):
             ignored.append(Record(str(e.path), f"unchanged copy of the released course file {same}", student))
             continue
@@ -483,6 +542,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             continue
         try:
             nb, note = read_notebook(e.data)
+            if e.size > MAX_NOTEBOOK_BYTES:
+                nb, note = without_outputs(nb, e.size, note)
         except NotANotebook as exc:
             rejected.append(Record(str(e.path), str(exc), student))
             continue
@@ -542,13 +603,23 @@ def _digest(folder: Path) -> str:
 
 
 def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[str, str, Path | None]:
-    """File a student's notebooks as submitted/<student>/part-ii; return (status, timestamp, where the replaced hand-in went)."""
+    """File a student's notebooks in submitted/<student>/part-ii over their earlier hand-in; return (status,
+    timestamp, where the earlier hand-in was kept).
+
+    A download adds to what was collected before: its notebooks replace theirs, and a notebook it
+    lacks keeps its earlier file (a late download may hold only the notebook handed in late). The
+    hand-in's time is its latest file's, as nbgrader has one time per submission.
+    """
     dest = course.step_dir("submitted", student)
     incoming = dest.parent / f".incoming-{ASSIGNMENT}"
     if incoming.exists():
         shutil.rmtree(incoming)
-    incoming.mkdir(parents=True)
-    timestamp = max(f.entry.mtime for f in files).strftime(TIMESTAMP_FORMAT)
+    if dest.exists():
+        shutil.copytree(dest, incoming)
+    else:
+        incoming.mkdir(parents=True)
+    earlier = filed_time(incoming)
+    timestamp = max([f.entry.mtime for f in files] + ([earlier] if earlier else [])).strftime(TIMESTAMP_FORMAT)
     for f in files:
         data = f.entry.data if not f.note else nbformat.writes(f.nb).encode("utf-8")
         (incoming / f"{f.notebook}.ipynb").write_bytes(data)
@@ -563,6 +634,22 @@ def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[
         status, kept = "new", None
     incoming.rename(dest)
     return status, timestamp, kept
+
+
+def filed_time(folder: Path) -> dt.datetime | None:
+    """The time in a filed hand-in's timestamp.txt (UTC), or None when it has none."""
+    stamp = folder / "timestamp.txt"
+    if not stamp.is_file():
+        return None
+    try:
+        return dt.datetime.strptime(stamp.read_text(encoding="utf-8").strip(), TIMESTAMP_FORMAT).replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def filed_notebooks(course: Course, student: str) -> list[str]:
+    """The notebooks (names without .ipynb) of a student's filed hand-in, sorted."""
+    return sorted(p.stem for p in course.step_dir("submitted", student).glob("*.ipynb"))
 
 
 def keep_replaced(course: Course, student: str, dest: Path) -> Path:
@@ -588,7 +675,11 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
             continue
         copy = course.rejected_dir / entry.path
         copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_bytes(entry.data)
+        if entry.opener is None:
+            copy.write_bytes(entry.data)
+        else:  # too large to hold in memory: streamed
+            with entry.opener() as src, open(copy, "wb") as out:
+                shutil.copyfileobj(src, out)
         r.copy = str(copy)
 
 
@@ -665,17 +756,24 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
         with course.gradebook() as gb:
             for student in sorted(seen):
                 gb.update_or_create_student(student)
-        for student in sorted(seen):
-            files = [f for f in filed if f.student == student]
-            rec = StudentReport(student, "no valid notebook")
-            rec.notebooks = {f.notebook: str(f.entry.path) for f in files}
-            rec.missing = [n for n in notebooks if n not in rec.notebooks]
+        earlier = load_collect_log(course)["students"]
+        for sid in sorted(seen):
+            files = [f for f in filed if f.student == sid]
+            before = filed_notebooks(course, sid)
+            rec = StudentReport(sid, "unchanged" if before else "no valid notebook")
             rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note]
-            rec.notes += [f"{r.file}: {r.reason}" for r in rejected if r.student == student]
+            rec.notes += [f"{r.file}: {r.reason}" for r in rejected if r.student == sid]
             if files:
-                rec.status, rec.timestamp, kept = write_submission(course, student, files)
+                rec.status, rec.timestamp, kept = write_submission(course, sid, files)
                 rec.replaced = str(kept) if kept else None
-            report.students[student] = rec
+            new = {f.notebook: str(f.entry.path) for f in files}
+            old = earlier.get(sid, {}).get("notebooks", {})
+            rec.notebooks = {nb: new.get(nb) or old.get(nb, "(collected earlier)") for nb in filed_notebooks(course, sid)}
+            rec.missing = [n for n in notebooks if n not in rec.notebooks]
+            if kept_earlier := [nb for nb in before if nb not in new]:
+                rec.notes.append(f"kept from the earlier hand-in: {', '.join(kept_earlier)}")
+            rec.timestamp = rec.timestamp or earlier.get(sid, {}).get("timestamp")
+            report.students[sid] = rec
         save_report(course, report)
     return report
 

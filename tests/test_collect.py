@@ -428,3 +428,84 @@ def test_equal_times_keep_the_higher_numbered_copy_and_say_so(course, tmp_path):
     assert dup.file == "zoe/02-shapes-and-loss.ipynb"
     assert "same time" in dup.reason and "higher-numbered copy" in dup.reason and "newer" not in dup.reason
     assert submitted(course, "zoe") == {"02-shapes-and-loss.ipynb": second}
+
+
+def test_a_later_download_adds_to_the_hand_in_and_keeps_what_it_lacks(course, tmp_path):
+    """A late download holding one notebook must not drop the student's other notebooks (and their grades)."""
+    first = write_tree(tmp_path / "first", {"hana/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("00 v1"),
+                                            "hana/02-shapes-and-loss.ipynb": notebook_bytes("02 v1")})
+    os.utime(first / "hana/00-vectors-shapes-and-gradients.ipynb", (1_700_000_000, 1_700_000_000))
+    os.utime(first / "hana/02-shapes-and-loss.ipynb", (1_700_000_000, 1_700_000_000))
+    collect(course, first)
+    late = write_tree(tmp_path / "late", {"hana/02-shapes-and-loss.ipynb": notebook_bytes("02 v2")})
+    os.utime(late / "hana/02-shapes-and-loss.ipynb", (1_800_000_000, 1_800_000_000))
+    rec = collect(course, late).students["hana"]
+    assert rec.status == "updated" and rec.missing == []
+    assert submitted(course, "hana") == {"00-vectors-shapes-and-gradients.ipynb": notebook_bytes("00 v1"),
+                                         "02-shapes-and-loss.ipynb": notebook_bytes("02 v2")}
+    assert rec.notebooks == {"00-vectors-shapes-and-gradients": "hana/00-vectors-shapes-and-gradients.ipynb",
+                             "02-shapes-and-loss": "hana/02-shapes-and-loss.ipynb"}
+    assert "kept from the earlier hand-in: 00-vectors-shapes-and-gradients" in rec.notes
+    assert rec.timestamp.startswith("2027-01-15")  # the latest file's time: 1.8e9 s
+    assert (Path(rec.replaced) / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("02 v1")
+    pdf = write_tree(tmp_path / "pdf", {"hana/answers.pdf": b"%PDF-1.4"})
+    again = collect(course, pdf).students["hana"]  # only a rejected file: the hand-in stands
+    assert again.status == "unchanged" and again.missing == [] and again.replaced is None
+    assert sorted(again.notebooks) == ["00-vectors-shapes-and-gradients", "02-shapes-and-loss"]
+    saved = json.loads((course.reports_dir / "collect.json").read_text())["students"]["hana"]
+    assert saved["missing"] == [] and saved["status"] == "unchanged"
+
+
+def test_a_byte_order_mark_and_copy_names_are_filed_for_the_right_student(course, tmp_path):
+    """Notepad's UTF-8 BOM; Colab's 'Copy of NAME' and a student's 'NAME-final', flat and in Canvas names."""
+    plain = notebook_bytes("bom")
+    download = write_tree(tmp_path / "d", {
+        "ivy/02-shapes-and-loss.ipynb": b"\xef\xbb\xbf" + plain,
+        "leeamy_20003_55504_Copy_of_02-shapes-and-loss.ipynb": notebook_bytes("lee"),
+        "dave_02-shapes-and-loss-final.ipynb": notebook_bytes("dave"),
+        "Copy of 02-shapes-and-loss.ipynb": notebook_bytes("whose?"),
+    })
+    report = collect(course, download)
+    assert sorted(report.students) == ["dave", "ivy", "leeamy"]
+    assert nbformat.reads(submitted(course, "ivy")["02-shapes-and-loss.ipynb"].decode(), 4).cells[0].source == "# bom"
+    assert any("byte-order mark removed" in n for n in report.students["ivy"].notes)
+    assert submitted(course, "leeamy") == {"02-shapes-and-loss.ipynb": notebook_bytes("lee")}
+    assert submitted(course, "dave") == {"02-shapes-and-loss.ipynb": notebook_bytes("dave")}
+    reasons = {r.file: r.reason for r in report.rejected}
+    assert reasons == {"Copy of 02-shapes-and-loss.ipynb": reasons["Copy of 02-shapes-and-loss.ipynb"]}
+    assert reasons["Copy of 02-shapes-and-loss.ipynb"].startswith("cannot tell whose file")
+
+
+@pytest.mark.parametrize("as_zip", [False, True])
+def test_oversized_files_keep_their_student_and_a_copy_and_big_outputs_are_dropped(course, tmp_path, monkeypatch, as_zip):
+    import autograder.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "MAX_NOTEBOOK_BYTES", 4000)
+    monkeypatch.setattr(collect_module, "MAX_READ_BYTES", 40_000)
+    chatty = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('x' * 9000)", id="loud")])
+    chatty.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 9000)]
+    long_source = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("y" * 9000, id="essay")])
+    files = {"Eve Adams_10005_assignsubmission_file_/02-shapes-and-loss.ipynb": nbformat.writes(chatty).encode(),
+             "Eve Adams_10005_assignsubmission_file_/00-vectors-shapes-and-gradients.ipynb":
+                 nbformat.writes(long_source).encode(),
+             "Fay Li_10006_assignsubmission_file_/02-shapes-and-loss.ipynb": b"{" + b" " * 50_000 + b"}"}
+    download = write_tree(tmp_path / "d", files)
+    if as_zip:
+        zpath = tmp_path / "d.zip"
+        with zipfile.ZipFile(zpath, "w") as zf:
+            for rel in files:
+                zf.write(download / rel, rel)
+        download = zpath
+    report = collect(course, download)
+    eve = report.students["10005"]
+    assert eve.status == "new" and list(eve.notebooks) == ["02-shapes-and-loss"]
+    filed = nbformat.reads(submitted(course, "10005")["02-shapes-and-loss.ipynb"].decode(), 4)
+    assert filed.cells[0].outputs == [] and filed.cells[0].source == "print('x' * 9000)"
+    assert any("outputs removed" in n for n in eve.notes)
+    reasons = {r.file: (r.reason, r.student, r.copy) for r in report.rejected}
+    reason, who, copy = reasons["Eve Adams_10005_assignsubmission_file_/00-vectors-shapes-and-gradients.ipynb"]
+    assert who == "10005" and "without its outputs" in reason
+    reason, who, copy = reasons["Fay Li_10006_assignsubmission_file_/02-shapes-and-loss.ipynb"]
+    assert who == "10006" and reason.startswith("too large to open")
+    assert report.students["10006"].status == "no valid notebook"
+    assert Path(copy).read_bytes() == files["Fay Li_10006_assignsubmission_file_/02-shapes-and-loss.ipynb"]  # streamed
