@@ -7,9 +7,13 @@ say they are graded by the instructor. Hidden tests are not in a student's noteb
 passing here means the visible checks pass, not yet the final score. A test cell (or other
 read-only cell) whose contents differ from the release (nbgrader's checksum) is flagged:
 grading puts the released cell back, so what the edited cell did here does not count.
-Exit code 0 when every visible test passes, 1 when one fails or a test cell was edited
-(an edited read-only cell that is not a test is only listed), 2 when the notebook cannot
-be read.
+The notebook is also checked against the course's notebooks as grading will see it: a file
+whose graded cells belong to no notebook of this course is refused, and a file named after
+another notebook than the one its exercises belong to, or named so that collect rejects it,
+fails with what to rename it to (grading would score it 0).
+Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or the
+file name would cost the notebook its grade (an edited read-only cell that is not a test is
+only listed), 2 when the notebook cannot be read or is not a notebook of this course.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .cells import WARNING_PATTERN, is_edited, is_test_cell, nbgrader_meta, outcome_message
-from .collect import NotANotebook, read_notebook
-from .course import AutograderError
+from .collect import NotANotebook, match_notebook, read_notebook
+from .course import ASSIGNMENT, AutograderError, load_config
 
 
 def read_for_check(path: Path):
@@ -33,6 +37,36 @@ def read_for_check(path: Path):
     except NotANotebook as exc:
         raise AutograderError(f"{path} cannot be checked: {exc}") from None
     return nb
+
+
+def course_cells() -> dict[str, set[str]]:
+    """{notebook: grade ids of its graded cells} for this course's source notebooks."""
+    import nbformat
+
+    folder = Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT
+    return {p.stem: {m["grade_id"] for c in nbformat.read(p, as_version=4).cells if (m := nbgrader_meta(c)).get("grade")}
+            for p in sorted(folder.glob("*.ipynb"))}
+
+
+def naming_problem(path: Path, nb, course: dict[str, set[str]]) -> str | None:
+    """Why grading would score this file 0 by its name (None when collect files it as the notebook it is).
+
+    Raises AutograderError when its graded cells belong to no notebook of the course.
+    """
+    ids = {m["grade_id"] for c in nb.cells if (m := nbgrader_meta(c)).get("grade") and "grade_id" in m}
+    best = max(course, key=lambda name: len(ids & course[name]), default=None)
+    if best is None or not ids & course[best]:
+        listed = ", ".join(sorted(ids)[:3]) + (", …" if len(ids) > 3 else "")
+        raise AutograderError(f"{path} is not a notebook of this course: none of its graded cells ({listed}) is in "
+                              f"{ASSIGNMENT}'s notebooks ({', '.join(course)})")
+    hit = match_notebook(path.stem, list(course))
+    if hit is None:
+        return (f"✘ collect will not accept the file name {path.name}: save this notebook as {best}.ipynb "
+                "(the notebook its exercises belong to), or it is not graded at all")
+    if hit[0] != best:
+        return (f"✘ this file is named {hit[0]}.ipynb but holds the exercises of {best}: grading would score it as "
+                f"{hit[0]}, 0 points. Save it as {best}.ipynb")
+    return None
 
 
 def run_notebook(nb, folder: Path, timeout: float):
@@ -144,6 +178,9 @@ def check(path: Path, timeout: float = 120) -> int:
     rows_before = exercise_rows(nb)
     if not rows_before:
         raise AutograderError(f"{path} has no graded cells; is it a notebook of this course?")
+    problem = naming_problem(Path(path), nb, course_cells())
+    if problem:
+        print(problem, flush=True)
     run_notebook(nb, Path(path).resolve().parent, timeout)
     rows = exercise_rows(nb)
     print_table(Path(path), rows)
@@ -151,4 +188,6 @@ def check(path: Path, timeout: float = 120) -> int:
     if locked:
         print(f"read-only cells changed: {', '.join(locked)}; grading puts the released versions back, "
               "so undo those changes if your code relies on them.")
-    return 0 if all(r[4] is not False for r in rows) else 1
+    if problem:
+        print(problem)
+    return 0 if all(r[4] is not False for r in rows) and not problem else 1

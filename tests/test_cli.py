@@ -199,3 +199,29 @@ def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_f
     assert "✘" in line and "earlier cell failed first" not in line, line
     first_line = next(ln for ln in out.splitlines() if meta[first_test]["grade_id"] in ln)
     assert f"an earlier cell failed first: {meta[solutions[0]]['grade_id']}" in first_line, first_line
+
+
+def test_check_fails_a_file_that_grading_would_score_0_by_its_name_and_refuses_a_foreign_notebook(tmp_path, monkeypatch,
+                                                                                                  capsys):
+    import nbformat
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    other = next(p.stem for p in sorted(path.parent.glob("*.ipynb")) if p != path)
+    cases = {"misnamed": f"{other}.ipynb", "renamed": f"{path.stem[:2]}.ipynb", "copy": f"Copy of {path.name}"}
+    for folder, name in cases.items():
+        (tmp_path / folder).mkdir()
+        nbformat.write(nb, tmp_path / folder / name)
+    code, _, out = run(["check", str(tmp_path / "misnamed" / f"{other}.ipynb")], capsys)
+    assert code == 1, out
+    assert f"holds the exercises of {path.stem}: grading would score it as {other}, 0 points" in out, out
+    code, _, out = run(["check", str(tmp_path / "renamed" / cases["renamed"])], capsys)
+    assert code == 1 and f"save this notebook as {path.name}" in out, out
+    code, _, out = run(["check", str(tmp_path / "copy" / cases["copy"])], capsys)  # collect files a 'Copy of' name
+    assert code == 0 and "✘" not in out, out
+    foreign = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("assert True")])
+    foreign.cells[0].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2,
+                                             "grade_id": "q1", "schema_version": 3}
+    nbformat.write(foreign, tmp_path / path.name)
+    code, err, out = run(["check", str(tmp_path / path.name)], capsys)
+    assert code == 2 and "is not a notebook of this course" in err + out and "q1" in err + out, err + out
