@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":
-        from .export import export, waiting_for_a_grader
+        from .export import export, not_graded, waiting_for_a_grader
 
         written = export(course)
         for path in written:
@@ -183,6 +183,12 @@ def _run(args: argparse.Namespace) -> int:
                   f"{'waits' if cells == 1 else 'wait'} for a grader in formgrader "
                   "(not graded yet, or flagged for review by a regrade): see needs_manual_grading; "
                   "run export again after grading them")
+        if pending := not_graded(written[0]):
+            n = len(pending)
+            listed = ", ".join(pending[:5]) + (", …" if n > 5 else "")
+            print(f"{n} {'student is' if n == 1 else 'students are'} not graded yet ({listed}): "
+                  f"{'its scores are' if n == 1 else 'their scores are'} left empty; run `python -m autograder grade`, "
+                  "then export again")
         return 0
     raise AssertionError(args.command)
 

@@ -5,7 +5,7 @@ student_id, last_name, first_name, email, raw_score, late_submission_penalty, sc
 max_score), then one score column per notebook, the number of cells still waiting for a
 human grader, a status and the reasons behind it (rejected or missing files, notebooks
 that could not be graded, grading errors). Status is one of graded, incomplete (graded,
-with reasons to look at), error, not graded, no valid notebook (files handed in, none
+with reasons to look at), error, not graded (scores left empty, not 0), no valid notebook (files handed in, none
 gradable: the notes name each file and why) and no submission. Manual scores given in formgrader are part
 of every score. ``grades-per-cell.csv`` has one row per student and graded cell.
 """
@@ -16,6 +16,9 @@ import csv
 import json
 from pathlib import Path
 
+import nbformat
+
+from .cells import is_edited, is_test_cell, nbgrader_meta
 from .collect import load_collect_log
 from .course import ASSIGNMENT, AutograderError, Course
 from .grade import job_rows, needs_regrade
@@ -60,6 +63,32 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     return ("incomplete" if notes else "graded"), notes
 
 
+def tampered_tests(course: Course, student: str, released_tests: dict[str, set[str]]) -> list[str]:
+    """Notes naming the test cells a student's hand-in changed or deleted (grading used the released ones).
+
+    released_tests: {notebook: grade ids of its test cells in the release}.
+    """
+    notes = []
+    for path in sorted(course.step_dir("submitted", student).glob("*.ipynb")):
+        try:
+            cells = nbformat.read(path, as_version=4).cells
+        except Exception:  # noqa: BLE001 - collect filed it as a notebook; a broken one has its own note
+            continue
+        released = released_tests.get(path.stem, set())
+        carrying: dict[str, list] = {}  # grade id -> the cells that carry it (a copied cell repeats one)
+        for c in cells:
+            carrying.setdefault(nbgrader_meta(c).get("grade_id"), []).append(c)
+        # changed: a source or points edit (checksum), a test cell retyped as markdown, a copy with other contents
+        edited = sorted(g for g in released & carrying.keys()
+                        if any(not is_test_cell(c) or is_edited(c) for c in carrying[g]))
+        deleted = sorted(released - carrying.keys())
+        if edited:
+            notes.append(f"{path.stem}: test cells changed by the student, graded as released: {', '.join(edited)}")
+        if deleted:
+            notes.append(f"{path.stem}: test cells deleted by the student, put back for grading: {', '.join(deleted)}")
+    return notes
+
+
 def cell_kind(grade, solution_names: set[str]) -> str:
     """'test' for an autograded test cell, 'answer' for a manually graded answer, 'task' for a task."""
     if grade.cell.type == "TaskCell":
@@ -97,8 +126,13 @@ def export(course: Course) -> list[Path]:
         except MissingEntry:
             raise AutograderError("the gradebook has no assignment part-ii; run `python -m autograder release` first") from None
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
+        released_tests = {p.stem: {nbgrader_meta(c)["grade_id"] for c in nbformat.read(p, as_version=4).cells
+                                   if is_test_cell(c)} for p in course.release_dir.glob("*.ipynb")}
         for student in sorted(gb.students, key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale)
+            if tampered := tampered_tests(course, student.id, released_tests):
+                notes += tampered
+                status = "incomplete" if status == "graded" else status
             row = {"assignment": ASSIGNMENT, "duedate": _fmt(assignment.duedate), "student_id": student.id,
                    "last_name": _fmt(student.last_name), "first_name": _fmt(student.first_name),
                    "email": _fmt(student.email), "max_score": _fmt(assignment.max_score)}
@@ -107,7 +141,9 @@ def export(course: Course) -> list[Path]:
             except MissingEntry:
                 submission = None
             if submission is None or status in ("no submission", "not graded"):
-                row.update(timestamp="", raw_score="0", late_submission_penalty="0", score="0", needs_manual_grading="")
+                # not graded: empty, not 0, so that an upload to the LMS cannot pass it off as a score
+                zero = "0" if status == "no submission" else ""
+                row.update(timestamp="", raw_score=zero, late_submission_penalty=zero, score=zero, needs_manual_grading="")
                 row.update({nb: "" for nb in notebooks})
             else:
                 penalty = submission.late_submission_penalty or 0.0
@@ -159,7 +195,7 @@ def waiting_for_a_grader(path: Path) -> dict[str, int]:
                 if r["needs_manual_grading"] not in ("", "0")}
 
 
-def read_totals(path: Path) -> dict[str, float]:
-    """student_id -> score from a grades.csv (students with a status other than 'no submission')."""
+def not_graded(path: Path) -> list[str]:
+    """student_ids whose status in a grades.csv is 'not graded' (their scores are left empty)."""
     with open(path, newline="", encoding="utf-8") as fh:
-        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(fh) if r["status"] != "no submission"}
+        return [r["student_id"] for r in csv.DictReader(fh) if r["status"] == "not graded"]

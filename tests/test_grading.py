@@ -210,6 +210,20 @@ def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
     assert deleted[0] in by_id
     points = graded_test_cells(sources[partial_nb])[deleted[0]]
     assert grades_of(graded["dump"], "edited-tests")[(partial_nb, deleted[0])] == (points, None, False)
+    # the instructor is told, in the student's row: changed and deleted cells by name; nobody else is flagged
+    with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    notes = rows["edited-tests"]["notes"]
+    assert f"{partial_nb}: test cells changed by the student, graded as released: {', '.join(sorted(partial_tests))}" \
+        in notes, notes
+    assert f"{partial_nb}: test cells deleted by the student, put back for grading: {deleted[0]}" in notes, notes
+    assert rows["edited-tests"]["status"] == "incomplete"
+    tampered = rows["tampered-test-cells"]["notes"]  # the catalogue's four edits: delete, edit, retype, re-point
+    assert ("02-shapes-and-loss: test cells changed by the student, graded as released: test_kl_with_support, "
+            "test_masked_mean_loss, test_perplexity_from_loss") in tampered, tampered
+    assert "02-shapes-and-loss: test cells deleted by the student, put back for grading: test_stable_softmax" in tampered
+    flagged = {s for s, r in rows.items() if "by the student" in r["notes"]}
+    assert flagged == {"edited-tests", "tampered-test-cells", "duplicate-grade-ids"}, flagged
 
 
 def test_broken_file_is_reported_and_kept_not_lost(graded):
@@ -551,7 +565,7 @@ def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_stude
 
 def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded(graded):
     """collect files newer notebooks for a graded student: export and feedback must not serve the old grades."""
-    from autograder.export import export
+    from autograder.export import export, not_graded
     from autograder.feedback import feedback
 
     build, course = copy_course(graded["course"].root)  # graded, with feedback; the shared one stays read-only
@@ -565,7 +579,9 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
             rows = {r["student_id"]: r for r in csv.DictReader(fh)}
         assert rows["perfect"]["status"] == "not graded", rows["perfect"]
         assert "handed in again after grading" in rows["perfect"]["notes"]
-        assert rows["perfect"]["score"] == "0" and rows["perfect"]["02-shapes-and-loss"] == ""
+        # empty, not 0: an upload to the LMS must not read it as a score
+        assert rows["perfect"]["score"] == rows["perfect"]["raw_score"] == rows["perfect"]["02-shapes-and-loss"] == ""
+        assert not_graded(course.reports_dir / "grades.csv") == ["perfect"]
         assert rows["partial"]["status"] != "not graded" and "handed in again" not in rows["partial"]["notes"]
         assert float(rows["partial"]["score"]) > 0
         result = feedback(course, students=["perfect", "partial"])
