@@ -16,6 +16,10 @@ Feedback written before the free-text answers are graded in formgrader would sho
 them as 0 / N. Such a page opens with a note that its score is provisional, and each answer
 still waiting for a grader says so under it; feedback run again after manual grading drops
 both.
+
+A notebook that scored 0 without being graded (not handed in, its file rejected by collect,
+or not gradable) gets a short page of its own saying why and what to hand in instead, so every
+student who handed in anything has a page for every notebook.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 
 from .cells import BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, outcome_message, visible_source
-from .course import AutograderError, Course, quiet_nbgrader_logs
+from .collect import load_collect_log, match_notebook
+from .course import ASSIGNMENT, AutograderError, Course, quiet_nbgrader_logs
 
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
 
@@ -148,6 +153,7 @@ class FeedbackResult:
 
     written: list[Path] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    explained: list[Path] = field(default_factory=list)  # pages of notebooks that were not graded, saying why
     provisional: list[Path] = field(default_factory=list)  # pages with answers not yet graded by hand
 
 
@@ -178,16 +184,58 @@ def _generate_safely(course: Course, student: str) -> tuple[list[Path], str | No
         return [], f"{type(exc).__name__}: {exc}"
 
 
+def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, job: dict | None) -> dict[str, str]:
+    """{notebook: why it scored 0 without being graded} for one student, from collect's report and the job."""
+    reasons = {}
+    for nb in collect_log["students"].get(student, {}).get("missing", []):
+        reasons[nb] = f"Not handed in: your hand-in has no notebook named {nb}.ipynb, so it scored 0."
+    for r in collect_log["rejected"]:
+        hit = match_notebook(Path(r["file"]).stem, notebooks) if r.get("student") == student else None
+        if hit and hit[0] in reasons:
+            reasons[hit[0]] = f"Your file {r['file']} was not accepted: {r['reason']}. The notebook scored 0."
+    for nb, r in sorted(json.loads((job or {}).get("notebooks") or "{}").items()):
+        if r.get("status") == "error":
+            reasons[nb] = f"Handed in, but it could not be graded, so it scored 0: {r.get('error')}"
+    return reasons
+
+
+def explain_not_graded(course: Course, student: str, reasons: dict[str, str]) -> list[Path]:
+    """Write feedback/<student>/part-ii/<notebook>.html for each notebook in reasons; return the pages."""
+    folder = course.step_dir("feedback", student)
+    if reasons:
+        folder.mkdir(parents=True, exist_ok=True)
+    pages = []
+    for nb, why in sorted(reasons.items()):
+        page = folder / f"{nb}.html"
+        page.write_text(f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(nb)}: not graded</title></head>
+<body style="font-family: sans-serif; max-width: 48em; margin: 2em auto">
+<h1>{html.escape(ASSIGNMENT)} / {html.escape(nb)}: not graded (0 points)</h1>
+<p>Student: {html.escape(student)}</p>
+<p>{html.escape(why)}</p>
+<p>What to do: hand in the notebook from the student release, saved as <code>{html.escape(nb)}.ipynb</code> and
+opened and run in Jupyter, and ask your instructor to collect it again.</p>
+</body></html>
+""", encoding="utf-8")
+        pages.append(page)
+    return pages
+
+
 def feedback(course: Course, students: list[str] | None = None, workers: int | None = None) -> FeedbackResult:
-    """Write feedback for every graded student (or the ones named), `workers` students at a time,
-    and check each file for leaks."""
-    graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}") if p.is_dir())
+    """Write feedback for every graded student (or the ones named), `workers` students at a time, and check
+    each file for leaks; a notebook not graded (not handed in, rejected, not gradable) gets a page saying why."""
+    graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}")
+                    if p.is_dir())
+    collect_log = load_collect_log(course)
+    known = sorted(set(graded) | set(collect_log["students"]))
     if students:
-        unknown = sorted(set(students) - set(graded))
+        unknown = sorted(set(students) - set(known))
         if unknown:
-            raise AutograderError(f"no graded submission for {', '.join(unknown)}; graded: {', '.join(graded) or 'none'}")
+            raise AutograderError(f"no graded or collected submission for {', '.join(unknown)}; "
+                                  f"graded: {', '.join(graded) or 'none'}")
+        known = [s for s in known if s in students]
         graded = [s for s in graded if s in students]
-    if not graded:
+    if not known:
         raise AutograderError("no graded submissions; run `python -m autograder grade` first")
     quiet_nbgrader_logs()
     signatures = hidden_lines(course)
@@ -203,8 +251,26 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         result.errors[student] = "grading pending (e.g. after a release with new tests): no feedback written; " \
                                  "run `python -m autograder grade` first"
         graded.remove(student)
-    if not graded:
-        return result
+    # nbgrader fails on a folder without notebooks (every notebook rejected): such students get only the pages below
+    graded = [s for s in graded if any(course.step_dir("autograded", s).glob("*.ipynb"))]
+    if graded:
+        render(course, graded, signatures, workers, result)
+    notebooks = course.notebook_names()
+    for student in (s for s in known if s not in result.errors):  # after nbgrader, which rewrites the folder
+        reasons = not_graded_reasons(student, notebooks, collect_log, jobs.get(student))
+        rendered = {p.stem for p in result.written if p.parent.parent.name == student}
+        for page in explain_not_graded(course, student, {nb: why for nb, why in reasons.items() if nb not in rendered}):
+            if find_leaks(page, signatures):
+                page.unlink()
+                result.errors[student] = f"{page.name} withheld: it would show hidden test text"
+            else:
+                result.explained.append(page)
+    result.provisional = pending_pages(course, result.written)
+    return result
+
+
+def render(course: Course, graded: list[str], signatures: set[str], workers: int | None, result: FeedbackResult) -> None:
+    """nbgrader's feedback pages for the graded students, `workers` at a time, into result (leaky pages withheld)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -223,8 +289,6 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                 result.errors[student] = f"{path.name} withheld: it would show hidden test text ({len(leaks)} lines)"
             else:
                 result.written.append(path)
-    result.provisional = pending_pages(course, result.written)
-    return result
 
 
 def print_feedback(result: FeedbackResult) -> None:
@@ -234,6 +298,11 @@ def print_feedback(result: FeedbackResult) -> None:
           f"{len(students)} {'student' if len(students) == 1 else 'students'}")
     if result.written:
         print(f"  e.g. {result.written[0]}")
+    if result.explained:
+        who = len({p.parent.parent.name for p in result.explained})
+        print(f"  and {len(result.explained)} {'page' if len(result.explained) == 1 else 'pages'} for notebooks of {who} "
+              f"{'student' if who == 1 else 'students'} that were not graded (not handed in, rejected or not gradable), "
+              "each saying why")
     if result.provisional:
         print(f"  {len(result.provisional)} of them show a provisional score: free-text answers not graded yet, or "
               "flagged for review by a regrade (each page says which); grade or resolve them in formgrader, "

@@ -119,3 +119,25 @@ def test_the_provisional_note_counts_answers_and_points_and_says_what_can_still_
     assert mixed.endswith("Your instructor grades them by hand; the score can still change.")
     review = provisional_note({"answer_c": (2.0, True), "answer_d": (1.0, True)})
     assert "not been graded yet" not in review and "2 hand-scored answers (answer_c, answer_d) are to be reviewed" in review
+
+
+def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
+    """Missing, rejected by collect (the reason and the file named), not gradable (the grader's reason); graded ones not."""
+    import json
+
+    from autograder.feedback import not_graded_reasons
+
+    notebooks = ["00-vectors-shapes-and-gradients", "01-probability-and-bayes", "02-shapes-and-loss", "03-maximum-likelihood"]
+    log = {"students": {"ann": {"missing": ["00-vectors-shapes-and-gradients", "01-probability-and-bayes"]}},
+           "rejected": [{"file": "ann/01-probability-and-bayes (1).ipynb", "reason": "invalid JSON (at line 3)",
+                         "student": "ann"},
+                        {"file": "bob/00-vectors-shapes-and-gradients.ipynb", "reason": "empty file", "student": "bob"}]}
+    job = {"notebooks": json.dumps({"02-shapes-and-loss": {"status": "error", "error": "the kernel died 3 times"},
+                                    "03-maximum-likelihood": {"status": "graded"}})}
+    reasons = not_graded_reasons("ann", notebooks, log, job)
+    assert sorted(reasons) == ["00-vectors-shapes-and-gradients", "01-probability-and-bayes", "02-shapes-and-loss"]
+    assert reasons["00-vectors-shapes-and-gradients"].startswith("Not handed in")
+    assert "ann/01-probability-and-bayes (1).ipynb was not accepted: invalid JSON (at line 3)" in \
+        reasons["01-probability-and-bayes"]
+    assert "could not be graded" in reasons["02-shapes-and-loss"] and "kernel died 3 times" in reasons["02-shapes-and-loss"]
+    assert not_graded_reasons("cid", notebooks, log, None) == {}

@@ -24,6 +24,7 @@ import nbformat
 import pytest
 
 from autograder.course import REPO, AutograderError, Course
+from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
 from processes import process_gone, processes_of_build
@@ -282,7 +283,17 @@ def test_feedback_exists_and_shows_no_hidden_test_text(graded):
     files = sorted(f for f in (course.root / "feedback").rglob("*.html") if f.parent.parent.name in SAMPLE)
     expected = {(s.student, n.removesuffix(".ipynb")) for s in graded["students"].values() for n, d in s.files.items()
                 if not _invalid_json(d)}
-    assert {(f.parent.parent.name, f.stem) for f in files} == expected
+    # every notebook of every student has a page: nbgrader's for the graded ones, a short one saying why for the rest
+    every = {(s, n) for s in SAMPLE for n in course.notebook_names()}
+    assert {(f.parent.parent.name, f.stem) for f in files} == every
+    explained = {(f.parent.parent.name, f.stem): page_text(f.read_text(encoding="utf-8")) for f in files
+                 if "not graded (0 points)" in f.read_text(encoding="utf-8")}
+    damaged = next(("broken", n.removesuffix(".ipynb")) for n, d in graded["students"]["broken"].files.items()
+                   if _invalid_json(d))
+    assert set(explained) == every - expected and damaged in explained
+    assert "was not accepted" in explained[damaged] and "invalid JSON" in explained[damaged], explained[damaged]
+    assert all("Not handed in" in text for key, text in explained.items() if key != damaged)
+    assert "that were not graded" in run["stdout"], run["stdout"]
     for path in files:
         text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
         assert "HIDDEN TESTS" not in text, path
