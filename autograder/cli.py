@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--build", type=Path, default=None, metavar="DIR",
-                        help="build folder (default: $PART_II_BUILD or build/); the course lives in DIR/course")
+                        help="build folder (default: $PART_II_BUILD or build/); the course lives in DIR/course "
+                             "(the demo's in DIR/demo/course)")
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)

@@ -387,7 +387,7 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise NotANotebook(f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); the file is damaged") from None
+        raise NotANotebook(f"invalid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); the file is damaged") from None
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise NotANotebook("valid JSON but not a Jupyter notebook (no cells)")
     renamed, added = unique_cell_ids(raw)

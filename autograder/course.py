@@ -67,13 +67,19 @@ def fast_new_gradebooks() -> None:
 
 
 def check_build_folder(root: Path) -> None:
-    """Raise AutograderError when a file stands where the course root or one of its folders must be."""
+    """Raise AutograderError when a file stands where the course root or one of its folders must be, or the
+    course root cannot be created (a read-only place, /proc, a missing drive)."""
     for path in [root, *root.parents]:
         if path.exists():
             if not path.is_dir():
                 raise AutograderError(f"{path} is a file, but the course needs a folder there ({root}); "
                                       "--build (or $PART_II_BUILD) must name a folder, the one that holds course/")
-            return
+            break
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AutograderError(f"cannot create the course folder {root} ({exc.strerror or exc}); --build (or "
+                              "$PART_II_BUILD) must name a folder you can write to") from None
 
 
 def check_db_url(url: str) -> None:

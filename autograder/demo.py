@@ -50,7 +50,7 @@ def plot_totals(totals: dict[str, float], max_score: float, path: Path) -> Path:
     bins = [max_score * i / 10 for i in range(11)]
     ax.hist(list(totals.values()), bins=bins, color="#4c72b0", edgecolor="white")
     ax.set_xlim(0, max_score)
-    ax.set_xlabel(f"total autograded score (points, of {max_score:g})")
+    ax.set_xlabel(f"total score (points of {max_score:g}; free-text answers not graded by hand yet count 0)")
     ax.set_ylabel("students")
     ax.set_title(f"Part II sample class: total scores (n={len(totals)})")
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -113,9 +113,11 @@ def demo(build: Path | None = None, workers: int | None = None, cell_timeout: fl
 
     _step("export")
     grades_csv, cells_csv = export(course)
+    print(f"wrote {grades_csv}\nwrote {cells_csv}")
     rows = _read_rows(grades_csv)
     max_score = float(rows[0]["max_score"]) if rows else 0.0
-    plot = plot_totals({r["student_id"]: float(r["score"]) for r in rows}, max_score, course.reports_dir / "totals.png")
+    scored = {r["student_id"]: float(r["score"]) for r in rows if r["score"] != ""}  # '' = not graded
+    plot = plot_totals(scored, max_score, course.reports_dir / "totals.png")
 
     ok = print_summary(students, rows, job_rows(course.db_url))
     print_paths(course, released.zip_path, lms_zip, grades_csv, cells_csv, plot, mode, graded.mode)

@@ -163,6 +163,13 @@ def test_a_build_path_that_is_a_file_is_reported(tmp_path, empty_build, capsys):
         assert f"{afile} is a file, but the course needs a folder there" in err and "--build" in err, err
 
 
+def test_a_build_folder_that_cannot_be_created_is_reported_without_a_traceback(empty_build, capsys):
+    """/proc refuses new folders even to root (a permission check would let root through)."""
+    code, err, _ = run(["release", "--build", "/proc/no-such-build"], capsys)
+    assert code == 2 and "cannot create the course folder /proc/no-such-build/course" in err, err
+    assert "Traceback" not in err
+
+
 def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_failures(tmp_path, monkeypatch, capsys):
     """A warning on stderr passes (grading strips it with nbgrader's IgnorePattern); an unfinished first
     exercise is named under its own test cell only, not under a later exercise's failure."""
