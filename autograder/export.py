@@ -142,7 +142,7 @@ def export(course: Course) -> list[Path]:
                 submission = None
             if submission is None or status in ("no submission", "not graded"):
                 # not graded: empty, not 0, so that an upload to the LMS cannot pass it off as a score
-                zero = "0" if status == "no submission" else ""
+                zero = "" if status == "not graded" else "0"
                 row.update(timestamp="", raw_score=zero, late_submission_penalty=zero, score=zero, needs_manual_grading="")
                 row.update({nb: "" for nb in notebooks})
             else:
