@@ -11,6 +11,7 @@ in the download is listed as missing (it scores 0).
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import difflib
 import functools
@@ -483,6 +484,32 @@ def not_a_notebook_reason(path: PurePosixPath, notebooks: list[str]) -> str:
     return reason
 
 
+def graded_release_cells(course: Course) -> dict[str, dict[str, tuple[str, dict]]]:
+    """{notebook: {cell id: (cell type, nbgrader metadata)}} for the release's cells that carry nbgrader metadata."""
+    out = {}
+    for path in course.release_dir.glob("*.ipynb"):
+        cells = nbformat.read(path, as_version=4).cells
+        out[path.stem] = {c.id: (c.cell_type, c.metadata["nbgrader"]) for c in cells
+                          if "id" in c and c.metadata.get("nbgrader")}
+    return out
+
+
+def restore_metadata(nb: nbformat.NotebookNode, released: dict[str, tuple[str, dict]]) -> int:
+    """Give back the release's nbgrader metadata to cells that have none (same id and type); return how many.
+
+    Some editors drop cell metadata they do not know (nbgrader #424, #1398); without it nbgrader
+    cannot find the answer cells and scores the notebook 0. A cell with any nbgrader metadata of its
+    own is left alone.
+    """
+    restored = 0
+    for cell in nb.cells:
+        kept = released.get(cell.get("id"))
+        if kept and "nbgrader" not in cell.metadata and cell.cell_type == kept[0]:
+            cell.metadata["nbgrader"] = copy.deepcopy(kept[1])
+            restored += 1
+    return restored
+
+
 def released_files(course: Course) -> dict[str, str]:
     """sha256 -> path of every non-notebook file of the student bundle (code/, data/), to recognise echoed copies."""
     if not course.bundle_dir.is_dir():
@@ -492,9 +519,11 @@ def released_files(course: Course) -> dict[str, str]:
 
 
 def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str] | None = None,
-             owner: str | None = None) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
+             owner: str | None = None, release_cells: dict[str, dict[str, tuple[str, dict]]] | None = None,
+             ) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
     """Sort entries into filed notebooks, rejected and ignored files; also return every student seen with the
-    Canvas people ('name_userid') whose file names gave that id. With owner, every file is that student's."""
+    Canvas people ('name_userid') whose file names gave that id. With owner, every file is that student's.
+    release_cells (see graded_release_cells) puts back nbgrader metadata an editor dropped."""
     filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
     for e in entries:
@@ -544,6 +573,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             nb, note = read_notebook(e.data)
             if e.size > MAX_NOTEBOOK_BYTES:
                 nb, note = without_outputs(nb, e.size, note)
+            if restored := restore_metadata(nb, (release_cells or {}).get(notebook, {})):
+                again = (f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the "
+                         "release (the editor dropped it; matched by cell id)")
+                note = f"{note}; {again}" if note else again
         except NotANotebook as exc:
             rejected.append(Record(str(e.path), str(exc), student))
             continue
@@ -744,7 +777,8 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
         listed = ", ".join(who[:5]) + (", …" if len(who) > 5 else "")
         raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed}); "
                               "--student is for a download of one student's files", 1)
-    filed, rejected, ignored, seen = classify(entries, notebooks, released_files(course), owner=student)
+    filed, rejected, ignored, seen = classify(entries, notebooks, released_files(course), owner=student,
+                                              release_cells=graded_release_cells(course))
     filed, shared = split_shared_ids(filed, seen)
     filed, duplicates = drop_duplicates(filed)
     rejected = unreadable + rejected + shared + duplicates

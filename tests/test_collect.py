@@ -509,3 +509,42 @@ def test_oversized_files_keep_their_student_and_a_copy_and_big_outputs_are_dropp
     assert who == "10006" and reason.startswith("too large to open")
     assert report.students["10006"].status == "no valid notebook"
     assert Path(copy).read_bytes() == files["Fay Li_10006_assignsubmission_file_/02-shapes-and-loss.ipynb"]  # streamed
+
+
+def test_nbgrader_metadata_an_editor_dropped_is_put_back_from_the_release_by_cell_id(course, tmp_path):
+    """Answer cells without their nbgrader metadata are not found by nbgrader (the notebook scores 0)."""
+    import copy
+
+    from autograder.worker import lost_cells_reason
+
+    release = course.release_dir / "02-shapes-and-loss.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise NotImplementedError()", id="answer"),
+                                         nbformat.v4.new_code_cell("assert True", id="test"),
+                                         nbformat.v4.new_markdown_cell("notes", id="plain")])
+    nb.cells[0].metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "grade_id": "ex_a",
+                                        "schema_version": 3}
+    nb.cells[1].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2,
+                                        "grade_id": "test_a", "schema_version": 3}
+    nbformat.write(nb, release)
+    stripped = copy.deepcopy(nb)
+    stripped.cells[0].source = "x = 1  # my answer"
+    for cell in stripped.cells:
+        cell.metadata.pop("nbgrader", None)
+    own = copy.deepcopy(stripped)
+    own.cells[0].metadata["nbgrader"] = {"grade": False, "solution": True, "grade_id": "mine"}  # left alone
+    download = write_tree(tmp_path / "d", {"kim/02-shapes-and-loss.ipynb": nbformat.writes(stripped).encode(),
+                                           "lou/02-shapes-and-loss.ipynb": nbformat.writes(own).encode()})
+    report = collect(course, download)
+    filed = nbformat.reads(submitted(course, "kim")["02-shapes-and-loss.ipynb"].decode(), 4)
+    assert [c.metadata.get("nbgrader") for c in filed.cells] == [c.metadata.get("nbgrader") for c in nb.cells]
+    assert filed.cells[0].source == "x = 1  # my answer"
+    assert any("nbgrader metadata of 2 cells put back from the release" in n for n in report.students["kim"].notes)
+    lou = nbformat.reads(submitted(course, "lou")["02-shapes-and-loss.ipynb"].decode(), 4)
+    assert lou.cells[0].metadata["nbgrader"]["grade_id"] == "mine" and lou.cells[1].metadata["nbgrader"]["grade_id"] == "test_a"
+    with course.gradebook() as gb:  # the worker's check for lost answer cells, on the gradebook's assignment
+        gb.update_or_create_assignment("part-ii")
+        gb.update_or_create_notebook("02-shapes-and-loss", "part-ii")
+        gb.update_or_create_solution_cell("ex_a", "02-shapes-and-loss", "part-ii")
+    job = {"course_root": str(course.root), "student": "kim", "db_url": course.db_url, "course_id": course.course_id}
+    assert lost_cells_reason(job, "02-shapes-and-loss") is None
+    assert "lacks 1 of its 1 answer cells (ex_a)" in lost_cells_reason({**job, "student": "lou"}, "02-shapes-and-loss")
