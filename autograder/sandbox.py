@@ -56,7 +56,8 @@ Residual: CPU time is limited per process, not per sandbox, so a fork bomb's pro
 CPU until the cell timeout kills its kernel (and with it the PID namespace); cgroups would
 bound that, but need privileges the grader does not assume. What the allow-list shows is
 readable in full: all of ``/usr`` (nothing secret belongs in ``/usr/local``), the venv and the
-base interpreter's prefix; ``/proc/self/mountinfo`` names the host paths that are bound.
+base interpreter's prefix (``configure_sandbox`` refuses a bound tree that holds the repository
+or the course); ``/proc/self/mountinfo`` names the host paths that are bound.
 
 Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
 (``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``, ``close_fork_servers()``.
@@ -210,7 +211,7 @@ def _interpreter_paths() -> list[Path]:
 
 
 def _course_paths(config: Config) -> list[Path]:
-    """The course build folder and a SQLite gradebook's folder named in the nbgrader config."""
+    """The course build folder and a SQLite gradebook's folder named in the nbgrader config (and PART_II_BUILD)."""
     paths = []
     root = config.CourseDirectory.get("root")
     if root:
@@ -222,6 +223,20 @@ def _course_paths(config: Config) -> list[Path]:
     if build:
         paths.append(Path(build))
     return paths
+
+
+def _check_nothing_secret_shown(shown: list[Path], config: Config) -> None:
+    """Refuse a bound tree that holds the repository (solutions, hidden tests) or the course (gradebook, submissions)."""
+    secrets = [REPO, *_course_paths(config)]
+    # the instructor's notebooks, and grade's cache of their expected values (REPO/build/cache by default)
+    for extra in (config.CourseDirectory.get("source_directory"), os.environ.get("PART_II_CACHE")):
+        if extra:
+            secrets.append(Path(str(extra)))
+    # resolved, as bwrap binds them: /bin -> usr/bin shows what /usr/bin holds
+    exposed = [f"{tree} holds {secret}" for tree in shown for secret in secrets
+               if secret.resolve().is_relative_to(tree.resolve())]
+    if exposed:
+        raise ValueError(f"the sandbox would show the course or the repository to student code: {'; '.join(exposed)}")
 
 
 def _part_ii_root(readable: list[Path]) -> str:
@@ -263,12 +278,14 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     if not bwrap_available():
         raise RuntimeError("bubblewrap (bwrap) is missing or cannot create namespaces here; "
                            "install the 'bubblewrap' package or grade with --no-sandbox")
+    shown = list(dict.fromkeys([*readable, *_interpreter_paths()]))
+    _check_nothing_secret_shown([*map(Path, SYSTEM_TREES + ETC_FILES), *shown, fork_server or scratch], config)
     km = config.SandboxedKernelManager
     km.scratch = str(scratch)
     # only with a user id of the sandbox's own: run as the grader's user, a kernel would own the
     # submission's folder (logs, connection files) that the grader writes into
     km.fork_server = str(fork_server) if fork_server is not None and _run_as_nobody() else ""
-    km.readable = [str(p) for p in dict.fromkeys([*readable, *_interpreter_paths()])]
+    km.readable = [str(p) for p in shown]
     km.cpu_seconds = limits.cpu_seconds
     km.memory_bytes = limits.memory_bytes
     km.max_processes = limits.max_processes

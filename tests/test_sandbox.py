@@ -9,6 +9,7 @@ grading worker runs them).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -379,6 +380,29 @@ def test_bad_arguments_are_rejected_with_clear_errors(tmp_path):
         configure_sandbox(Config(), tmp_path, READABLE, {"cpu_seconds": 1})
     with pytest.raises(ValueError, match="scratch is not set"):
         SandboxedKernelManager()
+
+
+def test_a_bound_tree_holding_the_course_or_the_repository_is_refused(tmp_path, monkeypatch):
+    """The allow-list is only as good as what it binds: a readable folder (or scratch folder) that
+    holds the course, its gradebook, the repository or the expected values' cache would show them all,
+    so configure_sandbox says no."""
+    course, scratch = tmp_path / "course", tmp_path / "scratch"
+    course.mkdir()
+    scratch.mkdir()
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    with pytest.raises(ValueError, match=f"would show the course or the repository.*{re.escape(f'{tmp_path} holds {course}')}"):
+        configure_sandbox(config, scratch, [tmp_path], SandboxLimits())
+    with pytest.raises(ValueError, match=re.escape(f"{REPO} holds {REPO}")):
+        configure_sandbox(Config(), scratch, [REPO], SandboxLimits())
+    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))  # expected values of the hidden tests
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path} holds {tmp_path / 'cache'}")):
+        configure_sandbox(Config(), scratch, [tmp_path], SandboxLimits())
+    monkeypatch.delenv("PART_II_CACHE")
+    (scratch / "nb0").mkdir()
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path} holds {course}")):  # a fork server's folder is bound read-write
+        configure_sandbox(config, scratch / "nb0", READABLE, SandboxLimits(), fork_server=tmp_path)
+    configure_sandbox(config, scratch, READABLE, SandboxLimits())  # beside the course: fine
 
 
 def test_configure_sandbox_swaps_in_grading_execute():
