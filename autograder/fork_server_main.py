@@ -1,8 +1,9 @@
 """Kernel fork server: runs inside one submission's sandbox, as ``python -c <this file's text> MODULES``.
 
-The repository is hidden in the sandbox, so the grader passes this file's text rather than
-its path (standard library only, no import from autograder). It imports MODULES (a JSON
-list: numpy, torch, matplotlib.pyplot) and ipykernel once, answers ``{"ready": true}``,
+The repository is not in the sandbox (only its venv and course files are), so the grader
+passes this file's text rather than its path (standard library only, no import from
+autograder). It imports MODULES (a JSON list: numpy, torch, matplotlib.pyplot) and
+ipykernel once, answers ``{"ready": true}``,
 then reads one JSON request per line on stdin and answers each on stdout:
 
     {"argv": [ipykernel arguments], "cwd": folder, "env": {name: value}}

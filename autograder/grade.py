@@ -378,7 +378,8 @@ def prepare_job(course: Course, student: str, attempt: int, template: Path, opti
     # a name never used before: a worker of a killed run that still writes (by path) into its
     # folder must not reach this job's gradebook, even when the attempt number repeats
     job_dir = Path(tempfile.mkdtemp(prefix=f"{student}-{attempt}-", dir=course.grading_dir))  # 0700: the grader's
-    # the kernels' scratch folders live outside the course (the sandbox hides the whole course)
+    # the kernels' scratch folders live outside the course (the sandbox binds them read-write, and of
+    # the course only the student bundle's code and data, read-only)
     scratch_root = Path(tempfile.mkdtemp(prefix=f"part-ii-grade-{student[:24]}-"))
     scratch_root.chmod(0o711)
     private = job_dir / "course"

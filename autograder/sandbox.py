@@ -2,21 +2,27 @@
 
 The grader talks to the kernel over ZeroMQ ``ipc`` (unix sockets) in a per-submission
 scratch folder, because the kernel lives in its own network namespace where TCP from
-outside cannot reach it. The kernel sees:
+outside cannot reach it. The kernel's root is an empty, read-only tmpfs that shows only
+what was put there (an allow-list: nothing else of the host exists, so no list of what to
+hide can be incomplete):
 
-- the system read-only (``--ro-bind / /``), with the repository, the course build folder
-  (gradebook, other submissions), home folders, ``/run`` and the host ``/tmp`` hidden
-  under empty tmpfs mounts;
-- the ``readable`` paths (code/part-ii, data/part-ii, the venv) bound read-only at their
-  own paths, so ``PART_II_ROOT`` and the notebooks' setup cell work unchanged;
-- ``<scratch>/ipc`` (connection file and sockets, writable while the kernel starts) and
-  a size-capped private tmpfs as its working folder, ``HOME`` and ``/tmp``;
+- the system's program and library trees read-only (``/usr``; ``/bin``, ``/lib``, ``/lib64``,
+  ``/sbin`` as they are, symlinks into ``/usr`` on merged-/usr systems), and from ``/etc`` only
+  ``ld.so.cache``, ``localtime`` and ``fonts`` (fontconfig, for matplotlib);
+- the Python it runs, read-only: the venv, the base interpreter the venv's python links to
+  (``sys.base_prefix``, e.g. under ``/root/.pyenv``) and their site-packages, at their real paths;
+- the ``readable`` paths (code/part-ii, data/part-ii) read-only at their own paths, so
+  ``PART_II_ROOT`` and the notebooks' setup cell work unchanged; their parent folders exist,
+  empty otherwise (the repository holds just them and the venv);
+- ``/proc`` of its own PID namespace, a minimal ``/dev``, ``<scratch>/ipc`` (connection file
+  and sockets, writable while the kernel starts) and a size-capped private tmpfs as its
+  working folder and ``HOME``, and another as ``/tmp``;
 - no network (``--unshare-net``), its own PID/IPC/UTS namespaces, a cleared environment,
   and ``prlimit`` limits on CPU seconds, address space, processes and file size.
 
 When the grader runs as root the kernel runs as an unprivileged user id of its own
 (``setpriv``; derived from the scratch path, 200000-999999, no passwd entry): root would keep
-every capability inside bubblewrap (and could unmount the hiding tmpfs), and RLIMIT_NPROC
+every capability inside bubblewrap (enough to reach the host's files again, e.g. through a device node of its disk), and RLIMIT_NPROC
 counts all processes of the real user - with one id per sandbox, a fork bomb exhausts only
 its own process budget, not that of kernels grading other submissions in parallel. As that
 user the ipc folder is made
@@ -48,7 +54,10 @@ than in the first cell's timeout.
 
 Residual: CPU time is limited per process, not per sandbox, so a fork bomb's processes burn
 CPU until the cell timeout kills its kernel (and with it the PID namespace); cgroups would
-bound that, but need privileges the grader does not assume.
+bound that, but need privileges the grader does not assume. What the allow-list shows is
+readable in full: all of ``/usr`` (nothing secret belongs in ``/usr/local``), the venv and the
+base interpreter's prefix (``configure_sandbox`` refuses a bound tree that holds the repository
+or the course); ``/proc/self/mountinfo`` names the host paths that are bound.
 
 Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
 (``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``, ``close_fork_servers()``.
@@ -84,8 +93,12 @@ __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExec
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX_UIDS = (200_000, 800_000)  # first id and count of the per-sandbox user ids (root grader)
-# host folders a kernel never needs and must not read (besides the repository itself)
-ALWAYS_HIDDEN = ("/home", "/root", "/run", "/var/run", "/var/tmp", "/mnt", "/media", "/srv")
+# the system's program and library trees, shown as on the host (on merged-/usr systems all but
+# /usr are symlinks into it); the kernel's root is otherwise empty: nothing else of the host exists
+SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# the only host configuration kernels read: the dynamic linker's cache, the time zone, and fontconfig's
+# (matplotlib lists the system fonts with fc-list); no passwd: the sandbox user has no entry anyway
+ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/fonts")
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record outputs (trusted_checks)
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
@@ -132,8 +145,8 @@ def bwrap_available() -> bool:
     if shutil.which("bwrap") is None or shutil.which("prlimit") is None or (
             _run_as_nobody() and shutil.which("setpriv") is None):
         return False
-    probe = ["bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid",
-             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent",
+    probe = ["bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid", "--tmpfs", "/",
+             *_host_view(list(SYSTEM_TREES)), "--dev", "/dev", "--proc", "/proc", "--die-with-parent",
              *_drop_to_nobody(), "true"]
     try:
         return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
@@ -166,19 +179,39 @@ def _drop_to_nobody(uid: int = 65534) -> list[str]:
             "--inh-caps=-all", "--no-new-privs", "--"]
 
 
-def _outermost(paths: list[str]) -> list[str]:
-    """The paths not inside another one of them, in their order (a cover inside a cover is hidden already).
+def _host_view(read_only: list[str], read_write: tuple[str, ...] = ()) -> list[str]:
+    """bwrap arguments that show these host paths at their own place in the sandbox's empty root.
 
-    Mounting both would be worse than useless: the outer tmpfs shadows the inner one, and
-    bwrap then fails to remount the inner path read-only (it is no longer a mount point),
-    e.g. the repository under /home for an instructor who is not root.
+    A symlink is recreated as the same symlink (/bin -> usr/bin); a read-only path that is
+    absent here (/lib32) or inside a tree shown already is skipped. Missing parents are made
+    with mode 0755: those bwrap makes itself are 0700, closed to the kernel's user.
     """
-    kept = list(dict.fromkeys(paths))
-    return [p for p in kept if not any(q != p and Path(p).is_relative_to(q) for q in kept)]
+    args, shown, made = [], [], set()
+    for option, path in [*(("--ro-bind", p) for p in read_only), *(("--bind", p) for p in read_write)]:
+        path = Path(path)
+        if option == "--ro-bind" and (not os.path.lexists(path) or any(path.is_relative_to(t) for t in shown)):
+            continue
+        for parent in reversed(path.parents[:-1]):
+            if parent not in made and not any(parent.is_relative_to(t) for t in shown):
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", str(parent)]
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        else:
+            args += [option, str(path), str(path)]
+            shown.append(path)
+    return args
+
+
+def _interpreter_paths() -> list[Path]:
+    """Where the kernel's Python lives (real paths): the venv, the base interpreter its python links to, site-packages."""
+    import site
+
+    return list(dict.fromkeys(Path(p).resolve() for p in [sys.prefix, sys.base_prefix, *site.getsitepackages()]))
 
 
 def _course_paths(config: Config) -> list[Path]:
-    """The course build folder and a SQLite gradebook's folder named in the nbgrader config."""
+    """The course build folder and a SQLite gradebook's folder named in the nbgrader config (and PART_II_BUILD)."""
     paths = []
     root = config.CourseDirectory.get("root")
     if root:
@@ -190,6 +223,20 @@ def _course_paths(config: Config) -> list[Path]:
     if build:
         paths.append(Path(build))
     return paths
+
+
+def _check_nothing_secret_shown(shown: list[Path], config: Config) -> None:
+    """Refuse a bound tree that holds the repository (solutions, hidden tests) or the course (gradebook, submissions)."""
+    secrets = [REPO, *_course_paths(config)]
+    # the instructor's notebooks, and grade's cache of their expected values (REPO/build/cache by default)
+    for extra in (config.CourseDirectory.get("source_directory"), os.environ.get("PART_II_CACHE")):
+        if extra:
+            secrets.append(Path(str(extra)))
+    # resolved, as bwrap binds them: /bin -> usr/bin shows what /usr/bin holds
+    exposed = [f"{tree} holds {secret}" for tree in shown for secret in secrets
+               if secret.resolve().is_relative_to(tree.resolve())]
+    if exposed:
+        raise ValueError(f"the sandbox would show the course or the repository to student code: {'; '.join(exposed)}")
 
 
 def _part_ii_root(readable: list[Path]) -> str:
@@ -231,16 +278,14 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     if not bwrap_available():
         raise RuntimeError("bubblewrap (bwrap) is missing or cannot create namespaces here; "
                            "install the 'bubblewrap' package or grade with --no-sandbox")
-    hidden = [str(REPO)] + [str(p) for p in _course_paths(config)] + list(ALWAYS_HIDDEN)
+    shown = list(dict.fromkeys([*readable, *_interpreter_paths()]))
+    _check_nothing_secret_shown([*map(Path, SYSTEM_TREES + ETC_FILES), *shown, fork_server or scratch], config)
     km = config.SandboxedKernelManager
     km.scratch = str(scratch)
     # only with a user id of the sandbox's own: run as the grader's user, a kernel would own the
     # submission's folder (logs, connection files) that the grader writes into
     km.fork_server = str(fork_server) if fork_server is not None and _run_as_nobody() else ""
-    # the kernel's venv and the base interpreter its python links to (e.g. under /root/.pyenv)
-    interpreters = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
-    km.readable = [str(p) for p in dict.fromkeys([*readable, *interpreters])]
-    km.hidden = hidden
+    km.readable = [str(p) for p in shown]
     km.cpu_seconds = limits.cpu_seconds
     km.memory_bytes = limits.memory_bytes
     km.max_processes = limits.max_processes
@@ -284,8 +329,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     """AsyncKernelManager that starts the kernel in bubblewrap and talks to it over ipc."""
 
     scratch = Unicode("", help="per-submission folder: ipc sockets, connection file, log").tag(config=True)
-    readable = List(Unicode(), help="paths bound read-only at their own path").tag(config=True)
-    hidden = List(Unicode(), help="paths covered by an empty tmpfs").tag(config=True)
+    readable = List(Unicode(), help="paths bound read-only at their own path, besides the system trees"
+                    ).tag(config=True)
     setenv = Dict(help="extra environment variables for the kernel").tag(config=True)
     cpu_seconds = Integer(SandboxLimits.cpu_seconds).tag(config=True)
     memory_bytes = Integer(SandboxLimits.memory_bytes).tag(config=True)
@@ -365,7 +410,8 @@ class SandboxedKernelManager(AsyncKernelManager):
                                      {"MPLBACKEND": INLINE_BACKEND})
 
     def _sandbox_command(self, work: Path, bound: str, uid: int, extra_env: dict | None = None) -> list[str]:
-        """bwrap (bound read-write, a private tmpfs at work as cwd and HOME), setpriv to uid, prlimit."""
+        """bwrap (an empty root showing the system, the interpreter and readable paths read-only, bound
+        read-write, a private tmpfs at work as cwd and HOME), setpriv to uid, prlimit."""
         work = str(work)
         venv = str(Path(sys.prefix))
         env = {
@@ -386,24 +432,13 @@ class SandboxedKernelManager(AsyncKernelManager):
         cmd = [
             "bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--clearenv",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/", "--dev", "/dev", "--proc", "/proc",
             "--perms", "1777", "--size", str(self.disk_bytes), "--tmpfs", "/tmp",
+            *_host_view([*SYSTEM_TREES, *ETC_FILES, *self.readable], (bound,)),
+            "--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work,
+            # the root's folders are the grader's, or (user namespace) the kernel's own: no place to write
+            "--remount-ro", "/", "--chdir", work,
         ]
-        covers = _outermost(self.hidden)
-        for path in covers:
-            if Path(path).is_symlink():
-                continue  # e.g. /var/run -> /run, hidden through its target
-            if Path(path).is_dir():
-                cmd += ["--tmpfs", path]
-            elif Path(path).exists():
-                cmd += ["--ro-bind", "/dev/null", path]
-        for path in self.readable:
-            cmd += self._bind("--ro-bind", path)
-        cmd += self._bind("--bind", bound)
-        for path in covers:  # the covers hide; they are no place to write either
-            if Path(path).is_dir() and not Path(path).is_symlink():
-                cmd += ["--remount-ro", path]
-        cmd += ["--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work, "--chdir", work]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
         cmd += ["--", *_drop_to_nobody(uid)]
@@ -412,19 +447,6 @@ class SandboxedKernelManager(AsyncKernelManager):
             f"--nproc={self.max_processes}", f"--fsize={self.file_size_bytes}", "--core=0", "--",
         ]
         return cmd
-
-    def _bind(self, option: str, path: str) -> list[str]:
-        """bwrap arguments binding path at its own place, its parents searchable by the kernel."""
-        return self._parents(path) + [option, path, path]
-
-    def _parents(self, path: str) -> list[str]:
-        """Create path's parents inside hidden tmpfs mounts with mode 0755 (bwrap's default is 0700)."""
-        covers = ["/tmp", *self.hidden]
-        args = []
-        for parent in reversed(Path(path).parents):
-            if any(parent != Path(c) and parent.is_relative_to(c) for c in covers):
-                args += ["--perms", "0755", "--dir", str(parent)]
-        return args
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         """Open the ipc folder to the kernel, send its stdout/stderr to a capped log, launch."""

@@ -132,9 +132,10 @@ def notebook_config(job: dict, scratch: Path):
 def sandbox_config(job: dict, scratch: Path):
     """The sandbox settings for one notebook's kernel (helper G's configure_sandbox), as a Config to merge.
 
-    The sandbox hides the course named in the config it is given, so it gets the REAL course
-    root and gradebook (hiding this job's private copy with them), not the private ones nbgrader
-    uses here; PART_II_BUILD is left out because the course root already lies inside it.
+    The sandbox shows student code nothing but what it binds, and configure_sandbox refuses to
+    bind a folder holding the course named in the config it is given, so it gets the REAL course
+    root and gradebook (this job's private copy lies inside that root), not the private ones
+    nbgrader uses here; PART_II_BUILD is left out because the course root already lies inside it.
     """
     from traitlets.config import Config
 

@@ -6,9 +6,12 @@ inserted after the setup cell, after a solution cell by grade id, or at the end)
 together with the sample class (tests/shared_builds.py); judged in tests/test_adversarial.py.
 """
 
+import contextlib
 import copy
 import importlib.util
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -60,7 +63,27 @@ def build_submission(entry: dict, solved: nbformat.NotebookNode, fields: dict) -
     return nbformat.writes(nb).encode("utf-8")
 
 
-def catalogue_submissions(course, outside: Path) -> dict[str, bytes]:
+@contextlib.contextmanager
+def course_copy(course):
+    """A plain, world-readable copy of the source notebook in a fresh clone-like folder beside the repository
+    (as /work/main sat beside a grader's clone; in the temporary folder when that one is not writable),
+    removed on exit; yields the copy's path."""
+    try:
+        clone = Path(tempfile.mkdtemp(prefix="part-ii-clone-", dir=REPO.parent))
+    except OSError:
+        clone = Path(tempfile.mkdtemp(prefix="part-ii-clone-"))
+    try:
+        clone.chmod(0o755)  # not mkdtemp's 0700: only the sandbox may keep the kernel out
+        target = clone / "notebooks" / "part-ii" / f"{NOTEBOOK}.ipynb"
+        target.parent.mkdir(mode=0o755, parents=True)
+        shutil.copyfile(course.source_dir / target.name, target)
+        target.chmod(0o644)
+        yield target
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+
+
+def catalogue_submissions(course, outside: Path, copy_of_course: Path) -> dict[str, bytes]:
     """{entry id: notebook file bytes} for every entry, built from the course's solved release."""
     from autograder.sample_class import Assignment
 
@@ -70,5 +93,8 @@ def catalogue_submissions(course, outside: Path) -> dict[str, bytes]:
         "source_notebook": str(course.source_dir / f"{NOTEBOOK}.ipynb"),
         "gradebook": str(course.root / "gradebook.db"),
         "source_glob": str(course.source_dir / "*.ipynb"),
+        "course_copy": str(copy_of_course),
+        # any clone beside the copy's: this repository's own and other people's too
+        "clone_glob": str(copy_of_course.parents[3] / "*" / "notebooks" / "part-ii" / "*.ipynb"),
     }
     return {entry_id: build_submission(entry, solved, fields) for entry_id, entry in ENTRIES.items()}

@@ -152,16 +152,18 @@ def _make_graded(folder: Path) -> dict:
     shutil.copytree(released, build, symlinks=True)
     with build_env(build):
         course = Course.load(build)
-        students = build_sample_class(course, trimmed=True)
-        entries = cat.catalogue_submissions(course, outside=folder / "escaped.txt")
-    extra = [SampleStudent(entry_id, "adversarial catalogue entry", {f"{cat.NOTEBOOK}.ipynb": data})
-             for entry_id, data in entries.items()]
-    lms = write_lms_zip(students + extra, folder / "lms.zip")
-    outputs = {"collect": run_cli(build, "collect", str(lms))}
-    shutil.copytree(build / "course", folder / "collected", symlinks=True)
-    grade = ["grade", "--workers", str(WORKERS), "--cell-timeout", f"{CELL_TIMEOUT:g}",
-             "--notebook-timeout", f"{NOTEBOOK_TIMEOUT:g}"]
-    outputs["grade"] = run_cli(build, *grade, *([] if sandbox_works() else ["--no-sandbox"]))
+    with cat.course_copy(course) as copy_of_course:  # there while the escape probes run
+        with build_env(build):
+            students = build_sample_class(course, trimmed=True)
+            entries = cat.catalogue_submissions(course, folder / "escaped.txt", copy_of_course)
+        extra = [SampleStudent(entry_id, "adversarial catalogue entry", {f"{cat.NOTEBOOK}.ipynb": data})
+                 for entry_id, data in entries.items()]
+        lms = write_lms_zip(students + extra, folder / "lms.zip")
+        outputs = {"collect": run_cli(build, "collect", str(lms))}
+        shutil.copytree(build / "course", folder / "collected", symlinks=True)
+        grade = ["grade", "--workers", str(WORKERS), "--cell-timeout", f"{CELL_TIMEOUT:g}",
+                 "--notebook-timeout", f"{NOTEBOOK_TIMEOUT:g}"]
+        outputs["grade"] = run_cli(build, *grade, *([] if sandbox_works() else ["--no-sandbox"]))
     outputs["feedback"] = run_cli(build, "feedback")
     outputs["export"] = run_cli(build, "export")
     return {"outputs": outputs, "sample": [s.student for s in students], "catalogue": sorted(entries)}

@@ -91,7 +91,8 @@ def assert_scores(course, entry_id: str) -> None:
 
 
 def test_escape_probes_are_blocked(graded_class):
-    """Network, the source notebook, the gradebook and the host file system were out of reach."""
+    """Network, the source notebook, the gradebook, a copy of the course beside the repository and the host
+    file system were out of reach."""
     course = graded_class["course"]
     text = (course.step_dir("autograded", "escape-probes") / f"{NOTEBOOK}.ipynb").read_text(encoding="utf-8")
     for line in ENTRIES["escape-probes"]["probes"]:

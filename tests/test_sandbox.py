@@ -9,6 +9,7 @@ grading worker runs them).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from traitlets.config import Config
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.sandbox import (ALWAYS_HIDDEN, GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
+from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
                                 close_fork_servers, configure_sandbox, sandbox_uid)
 from kernel_outputs import cell_texts  # noqa: E402
 
@@ -91,11 +92,53 @@ PROBES = {
     "write_scratch": "open('here.txt', 'w').write('fine'); print(open('here.txt').read())",
     "env": "print(sorted(k for k in os.environ if 'DB' in k or 'TOKEN' in k or k == 'JPY_PARENT_PID'))",
     "processes": "print(len([p for p in os.listdir('/proc') if p.isdigit()]) < 10)",
+    # the paths among the sentinels whose file can be read or whose folder can be listed
+    "sentinels": (
+        "import json, os\n"
+        "def _seen(path):\n"
+        "    for look in (lambda: open(path, 'rb').read(1), lambda: os.listdir(os.path.dirname(path))):\n"
+        "        try:\n"
+        "            look(); return True\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return False\n"
+        "print(json.dumps([p for p in {sentinels!r} if _seen(p)]))"
+    ),
+    "listing": "import json, os; print(json.dumps({{p: sorted(os.listdir(p)) for p in ('/', '/etc', {repo_parent!r}, {repo!r})}}))",
 }
 
 
+@pytest.fixture(scope="module")
+def sentinels():
+    """Secret files, world-readable, where no deny-list would think of looking: fresh folders under /opt,
+    /var/lib and / (a former term's build, a second checkout) and beside the repository a plain copy
+    of an instructor notebook (another clone of this repository, as /work/main was); removed afterwards."""
+    folders, files = [], []
+    try:
+        for parent in ("/opt", "/var/lib", "/", str(REPO.parent)):
+            try:
+                folder = Path(tempfile.mkdtemp(prefix="part-ii-sentinel-", dir=parent))
+            except OSError:
+                continue  # not writable for this user: the other places still count
+            folders.append(folder)
+            folder.chmod(0o755)  # mkdtemp's 0700 would keep the sandbox user out even without a sandbox
+            if parent == str(REPO.parent):
+                secret = folder / "02-shapes-and-loss.ipynb"
+                shutil.copyfile(REPO / "notebooks" / "part-ii" / secret.name, secret)
+            else:
+                secret = folder / "secret.txt"
+                secret.write_text("secret")
+            secret.chmod(0o644)
+            files.append(secret)
+        assert files, "no place outside the repository was writable for a sentinel"
+        yield files
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="module", params=MODES)
-def isolation(tmp_path_factory, request):
+def isolation(tmp_path_factory, request, sentinels):
     """Run the isolation probes once in a sandboxed kernel with default limits (in each mode)."""
     if not bwrap_available():
         pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
@@ -116,6 +159,9 @@ def isolation(tmp_path_factory, request):
         "outside": str(base / "outside.txt"),
         "repo_file": str(REPO / "code" / "part-ii" / "probe.txt"),
         "home": "/root/probe.txt",
+        "sentinels": [str(p) for p in sentinels],
+        "repo_parent": str(REPO.parent),
+        "repo": str(REPO),
     }
     names = list(PROBES)
     texts = run_sandboxed([PROBES[n].format(**fields) for n in names], scratch, SandboxLimits(), config,
@@ -153,6 +199,29 @@ def test_instructor_sources_and_gradebook_are_invisible(isolation):
     assert outputs["read_source"] == "0 False"
     assert outputs["read_gradebook"] == "False False"
     assert (base / "course" / "gradebook.db").read_text() == "secret"
+
+
+def test_files_outside_the_allowed_paths_are_absent(isolation, sentinels):
+    """Nothing of the host exists unless it was bound: not a second copy of the course beside the
+    repository, not a folder under /opt, /var/lib or /; their files cannot be read, their folders not listed."""
+    outputs, _ = isolation
+    assert json.loads(outputs["sentinels"]) == []
+    assert all(p.read_bytes() for p in sentinels)  # they were there, readable, all along
+
+
+def test_the_root_shows_only_what_a_kernel_needs(isolation):
+    """/ holds the system trees, /etc, /dev, /proc, /tmp and the parents of the interpreter and the course
+    files; /etc three entries; the repository only the course files and the venv; its folder nothing else."""
+    outputs, base = isolation
+    listing = json.loads(outputs["listing"])
+    system = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "tmp"}
+    parents = {Path(p).resolve().parts[1] for p in (REPO, sys.prefix, sys.base_prefix, base)}
+    assert {"usr", "etc", "dev", "proc", "tmp"} <= set(listing["/"]) <= system | parents, listing["/"]
+    assert set(listing["/etc"]) <= {"ld.so.cache", "localtime", "fonts"}, listing["/etc"]
+    assert listing[str(REPO.parent)] == [REPO.name]
+    venv = Path(sys.prefix).resolve()
+    inside = {venv.relative_to(REPO).parts[0]} if venv.is_relative_to(REPO) else set()
+    assert set(listing[str(REPO)]) == {"code", "data"} | inside
 
 
 def test_nothing_outside_scratch_is_writable(isolation):
@@ -266,14 +335,14 @@ def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path, m
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_course_inside_a_hidden_folder_stays_hidden_and_its_kernels_run(tmp_path, mode):
-    """A course (or the repository) under /home, as for an instructor who is not root: its cover nests
-    inside /home's, and the sandbox must still start, with the course invisible."""
+def test_a_course_under_home_stays_invisible_and_its_kernels_run(tmp_path, mode):
+    """A course (or the repository) under /home, as for an instructor who is not root: the sandbox
+    must still start, with the course invisible."""
     tmp_path.chmod(0o755)
     parent = Path("/home") if os.access("/home", os.W_OK) else Path.home()
     course = Path(tempfile.mkdtemp(prefix="part-ii-test-course-", dir=parent))
     try:
-        assert any(course.is_relative_to(h) for h in ALWAYS_HIDDEN), f"{course} is not in a hidden folder"
+        course.chmod(0o755)  # readable to the sandbox user but for the sandbox
         (course / "gradebook.db").write_text("secret")
         config = Config()
         config.CourseDirectory.root = str(course)
@@ -311,6 +380,29 @@ def test_bad_arguments_are_rejected_with_clear_errors(tmp_path):
         configure_sandbox(Config(), tmp_path, READABLE, {"cpu_seconds": 1})
     with pytest.raises(ValueError, match="scratch is not set"):
         SandboxedKernelManager()
+
+
+def test_a_bound_tree_holding_the_course_or_the_repository_is_refused(tmp_path, monkeypatch):
+    """The allow-list is only as good as what it binds: a readable folder (or scratch folder) that
+    holds the course, its gradebook, the repository or the expected values' cache would show them all,
+    so configure_sandbox says no."""
+    course, scratch = tmp_path / "course", tmp_path / "scratch"
+    course.mkdir()
+    scratch.mkdir()
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    with pytest.raises(ValueError, match=f"would show the course or the repository.*{re.escape(f'{tmp_path} holds {course}')}"):
+        configure_sandbox(config, scratch, [tmp_path], SandboxLimits())
+    with pytest.raises(ValueError, match=re.escape(f"{REPO} holds {REPO}")):
+        configure_sandbox(Config(), scratch, [REPO], SandboxLimits())
+    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))  # expected values of the hidden tests
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path} holds {tmp_path / 'cache'}")):
+        configure_sandbox(Config(), scratch, [tmp_path], SandboxLimits())
+    monkeypatch.delenv("PART_II_CACHE")
+    (scratch / "nb0").mkdir()
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path} holds {course}")):  # a fork server's folder is bound read-write
+        configure_sandbox(config, scratch / "nb0", READABLE, SandboxLimits(), fork_server=tmp_path)
+    configure_sandbox(config, scratch, READABLE, SandboxLimits())  # beside the course: fine
 
 
 def test_configure_sandbox_swaps_in_grading_execute():

@@ -1,4 +1,5 @@
-"""Try to leave the sandbox: network, the instructor's source notebook, the gradebook, writing outside scratch.
+"""Try to leave the sandbox: network, the instructor's source notebook, the gradebook, writing outside scratch,
+and another copy of the course outside the build (a clone of the repository beside this one).
 
 Each probe prints one line; the test reads them from the autograded notebook. Nothing here
 changes a score: every exercise stays solved, so every test cell must still pass.
@@ -23,6 +24,8 @@ print("probe source notebook:", _attempt(_read({source_notebook!r})))
 print("probe gradebook:", _attempt(_read({gradebook!r})))
 print("probe write outside scratch:", _attempt(_write))
 print("probe listing sources:", "SUCCEEDED" if glob.glob({source_glob!r}) else "blocked")
+print("probe course copy outside the build:", _attempt(_read({course_copy!r})))
+print("probe listing other clones:", "SUCCEEDED" if glob.glob({clone_glob!r}) else "blocked")
 '''
 
 INJECT = [("after", "setup", PROBES)]
