@@ -83,7 +83,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
 from nbformat.v4 import new_notebook, new_output
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
@@ -599,6 +599,12 @@ class GradingExecute(Execute):
         if self.sandboxed:
             self.kernel_manager_class = SandboxedKernelManager
 
+    @default("error_on_timeout")
+    def _error_on_timeout_default(self):
+        """The error a timed-out cell shows: the limit, and that the grader (not the student) stopped it."""
+        message = f"the cell ran longer than its {self.timeout} s limit and was stopped by the grader"
+        return {"ename": "CellTimeoutError", "evalue": message, "traceback": [f"CellTimeoutError: {message}"]}
+
     @validate("preload_modules")
     def _valid_modules(self, proposal):
         """Module names only: they end up in code the kernel runs at start-up."""
@@ -783,6 +789,9 @@ class GradingExecute(Execute):
                 kill_kernel_children(self.km)
             if self._timed_out:
                 failed.add(index)
+                # the KeyboardInterrupt is the grader's interrupt, not the student's Ctrl-C: the timeout error says it
+                cells[index].outputs = [o for o in cells[index].get("outputs", [])
+                                        if not (o.output_type == "error" and o.get("ename") == "KeyboardInterrupt")]
                 if not self._kernel_responds():
                     return index + 1
         return len(cells)

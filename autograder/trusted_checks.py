@@ -77,8 +77,8 @@ CHECKS_PATH = REPO / "code" / "part-ii" / "checks.py"
 CHECKS_WITH_EXPECTED = frozenset({"check_close", "check_equal"})
 SAFE_ENAMES = frozenset(name for name, obj in vars(builtins).items()
                         if isinstance(obj, type) and issubclass(obj, BaseException))
-GRADER_ERRORS = {
-    "CellTimeoutError": "the cell ran past its time limit",
+GRADER_ERRORS = {  # the grader's own words for the failures it causes; shown even after a test cell
+    "CellTimeoutError": "the cell ran longer than its time limit and was stopped by the grader",
     "KernelDied": "the kernel stopped while running this cell or before it",
     "NotebookTimeout": "not run: the notebook used up its time budget",
 }
@@ -424,7 +424,9 @@ def _hidden_outputs(outputs: list) -> list:
         if output.get("output_type") == "error":
             name = output.get("ename", "")
             name = name if name in SAFE_ENAMES or name in GRADER_ERRORS else "Exception"
-            message = "details not shown: cells that run after a test cell could display its hidden inputs"
+            # a grader error's fixed wording, never the output's own (a student may raise an exception of that name)
+            message = GRADER_ERRORS.get(name, "details not shown: cells that run after a test cell could display its "
+                                              "hidden inputs")
             return [new_output("error", ename=name, evalue=message, traceback=[f"{name}: {message}"])]
     return [new_output("stream", name="stdout",
                        text="[output not shown: cells that run after a test cell could display its hidden inputs]\n")]

@@ -195,3 +195,16 @@ def test_only_the_missing_name_is_taken_from_a_name_error_message():
     """Python's 'Did you mean' hint (or anything after the name) is not copied."""
     assert "_z_hidden" not in verdict_of("NameError", "name 'ex2_loss' is not defined. Did you mean: '_z_hidden'?")
     assert verdict_of("KeyError", "name 'ex2_loss' is not defined") == "the test cell stopped with KeyError"
+
+
+def test_a_grader_error_after_a_test_cell_keeps_the_grader_s_words_and_any_other_error_shows_none():
+    """Cells after a test cell hide their outputs (they could print its hidden inputs), but a time-out says so."""
+    from nbformat.v4 import new_output
+
+    from autograder.trusted_checks import GRADER_ERRORS, _hidden_outputs
+
+    timeout = _hidden_outputs([new_output("error", ename="CellTimeoutError", evalue="hidden _q = [0.1, 0.9]",
+                                          traceback=[])])
+    assert (timeout[0].ename, timeout[0].evalue) == ("CellTimeoutError", GRADER_ERRORS["CellTimeoutError"])
+    own = _hidden_outputs([new_output("error", ename="MyError", evalue="hidden _q = [0.1, 0.9]", traceback=[])])
+    assert own[0].ename == "Exception" and "details not shown" in own[0].evalue and "_q" not in own[0].evalue
