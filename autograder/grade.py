@@ -35,6 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .collect import _digest
@@ -482,8 +483,12 @@ def _new_submission(gb, student: str):
     return submission
 
 
-def commit_grades(gb, student: str, grades: dict, job_values: dict) -> None:
-    """Write one submission's auto grades and its job row in ONE transaction (manual grades are kept)."""
+def commit_grades(gb, student: str, grades: dict, job_values: dict, unchanged: frozenset = frozenset()) -> None:
+    """Write one submission's auto grades and its job row in ONE transaction (manual grades are kept).
+
+    unchanged: (notebook, grade id) of answers whose text is the one last graded (see unchanged_answers);
+    a hand score on one of those keeps its review state instead of being flagged again.
+    """
     from nbgrader.api import MissingEntry
 
     session = gb.db
@@ -501,6 +506,8 @@ def commit_grades(gb, student: str, grades: dict, job_values: dict) -> None:
             nb.late_submission_penalty = data["late"]
             for grade in nb.grades:
                 grade.auto_score = data["grades"].get(grade.name)
+                if grade.manual_score is not None and (nb.name, grade.name) in unchanged:
+                    continue  # the hand score was given to this very answer: its review state stands
                 # nbgrader's rule: a manual score or a missing auto score needs a human
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
             for comment in nb.comments:
@@ -510,6 +517,28 @@ def commit_grades(gb, student: str, grades: dict, job_values: dict) -> None:
     except BaseException:
         session.rollback()
         raise
+
+
+def unchanged_answers(course: Course, job_dir: Path, student: str) -> frozenset:
+    """(notebook, grade id) of the answer cells whose text in the job's autograded notebooks is the text of the
+    autograded notebooks in place (the ones a grader saw in formgrader): a hand score given to them still holds.
+
+    nbgrader flags every hand score for review when a submission is graded again, even an unchanged one.
+    """
+    def answers(path: Path) -> dict[str, str]:
+        cells = nbformat.read(path, as_version=4).cells
+        return {m["grade_id"]: c.source for c in cells
+                if (m := c.metadata.get("nbgrader", {})).get("solution") and m.get("grade") and "grade_id" in m}
+
+    same = set()
+    for new in (job_dir / "course" / "autograded" / student / ASSIGNMENT).glob("*.ipynb"):
+        old = course.step_dir("autograded", student) / new.name
+        try:
+            before, after = (answers(old), answers(new)) if old.is_file() else ({}, {})
+        except Exception:  # noqa: BLE001 - an unreadable notebook counts as changed: nbgrader's rule applies
+            continue
+        same |= {(new.stem, g) for g, text in after.items() if g in before and before[g] == text}
+    return frozenset(same)
 
 
 def install_autograded(course: Course, job_dir: Path, student: str) -> None:
@@ -570,13 +599,15 @@ class Scheduler:
         if rc == 0 and result_file.exists():
             notebooks = json.loads(result_file.read_text(encoding="utf-8"))["notebooks"]
             grades = read_private_grades(f"sqlite:///{run.job_dir / 'gradebook.db'}", self.course.course_id, student)
+            unchanged = unchanged_answers(self.course, run.job_dir, student)  # before the old notebooks are replaced
             install_autograded(self.course, run.job_dir, student)
             problems = {nb: r["error"] for nb, r in notebooks.items() if r["status"] == "error"}
             error = "; ".join(f"{nb}: {e}" for nb, e in problems.items()) or None
             commits = self.gb.db.execute(select(JOBS.c.commits).where(
                 JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one()
             commit_grades(self.gb, student, grades, dict(state="done", commits=commits + 1, pid=None, error=error,
-                                                         notebooks=json.dumps(notebooks, sort_keys=True), seconds=seconds))
+                                                         notebooks=json.dumps(notebooks, sort_keys=True), seconds=seconds),
+                          unchanged)
             discard_job_dir(run.job_dir)
             self.result.graded.append(student)
             if problems:

@@ -776,3 +776,43 @@ def test_formgrader_cannot_generate_autograde_or_write_feedback_behind_the_harne
         assert state() == before
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_a_regrade_flags_a_hand_score_for_review_only_when_the_answer_changed(graded):
+    """nbgrader flags every hand-scored answer again on any regrade; an unchanged answer keeps its review state."""
+    import dataclasses
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        (name,) = [n.removesuffix(".ipynb") for n in graded["students"]["partial"].files]
+        submitted = course.step_dir("submitted", "partial") / f"{name}.ipynb"
+        nb = nbformat.read(submitted, as_version=4)
+        answer = next(c for c in nb.cells if meta(c).get("solution") and meta(c).get("grade") and c.cell_type == "markdown")
+        key = (meta(answer)["grade_id"], name, "part-ii", "partial")
+
+        def set_state(manual_score, needs_manual_grade):
+            """What formgrader does when a grader scores the answer (and Resolve, or a flag)."""
+            with course.gradebook() as gb:
+                found = gb.find_grade(*key)
+                found.manual_score, found.needs_manual_grade = manual_score, needs_manual_grade
+                gb.db.commit()
+
+        def state():
+            with course.gradebook() as gb:
+                found = gb.find_grade(*key)
+                return found.manual_score, found.needs_manual_grade
+
+        forced = dataclasses.replace(options(workers=1, students=["partial"]), force=True)
+        set_state(1.5, False)
+        assert grade(course, forced).graded == ["partial"]
+        assert state() == (1.5, False)  # the same answer: the hand score stands, nothing to review
+        set_state(1.5, True)  # flagged earlier and not reviewed yet: another regrade must not clear that
+        grade(course, forced)
+        assert state() == (1.5, True)
+        set_state(1.5, False)
+        answer.source += "\n\nA second thought, handed in later."
+        nbformat.write(nb, submitted)
+        assert grade(course, options(workers=1, students=["partial"])).graded == ["partial"]
+        assert state() == (1.5, True)  # another answer than the one scored: nbgrader's rule, to be reviewed
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
