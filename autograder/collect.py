@@ -788,28 +788,34 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     with course.lock("collect"):
         keep_rejected_copies(course, entries, rejected)
         with course.gradebook() as gb:
-            for student in sorted(seen):
-                gb.update_or_create_student(student)
+            for sid in sorted(seen):
+                gb.update_or_create_student(sid)
         earlier = load_collect_log(course)["students"]
         for sid in sorted(seen):
             files = [f for f in filed if f.student == sid]
-            before = filed_notebooks(course, sid)
-            rec = StudentReport(sid, "unchanged" if before else "no valid notebook")
-            rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note]
-            rec.notes += [f"{r.file}: {r.reason}" for r in rejected if r.student == sid]
-            if files:
-                rec.status, rec.timestamp, kept = write_submission(course, sid, files)
-                rec.replaced = str(kept) if kept else None
-            new = {f.notebook: str(f.entry.path) for f in files}
-            old = earlier.get(sid, {}).get("notebooks", {})
-            rec.notebooks = {nb: new.get(nb) or old.get(nb, "(collected earlier)") for nb in filed_notebooks(course, sid)}
-            rec.missing = [n for n in notebooks if n not in rec.notebooks]
-            if kept_earlier := [nb for nb in before if nb not in new]:
-                rec.notes.append(f"kept from the earlier hand-in: {', '.join(kept_earlier)}")
-            rec.timestamp = rec.timestamp or earlier.get(sid, {}).get("timestamp")
-            report.students[sid] = rec
+            notes = [f"{r.file}: {r.reason}" for r in rejected if r.student == sid]
+            report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
         save_report(course, report)
     return report
+
+
+def file_student(course: Course, student: str, files: list[Filed], notes: list[str], notebooks: list[str],
+                 earlier: dict) -> StudentReport:
+    """File one student's notebooks over their earlier hand-in; their row of the report (earlier: their last row)."""
+    before = filed_notebooks(course, student)
+    rec = StudentReport(student, "unchanged" if before else "no valid notebook")
+    rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note] + notes
+    if files:
+        rec.status, rec.timestamp, kept = write_submission(course, student, files)
+        rec.replaced = str(kept) if kept else None
+    new = {f.notebook: str(f.entry.path) for f in files}
+    old = earlier.get("notebooks", {})
+    rec.notebooks = {nb: new.get(nb) or old.get(nb, "(collected earlier)") for nb in filed_notebooks(course, student)}
+    rec.missing = [n for n in notebooks if n not in rec.notebooks]
+    if kept_earlier := [nb for nb in before if nb not in new]:
+        rec.notes.append(f"kept from the earlier hand-in: {', '.join(kept_earlier)}")
+    rec.timestamp = rec.timestamp or earlier.get("timestamp")
+    return rec
 
 
 def print_report(report: CollectReport) -> None:
