@@ -529,6 +529,19 @@ def test_bad_input_raises_clear_error(call, error, parts):
     assert not missing, f"message {message!r} does not mention {missing}"
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: pp.expectation([0, 1, 2], [0.5, 0.6, -0.1]), "got -0.1 at index (2,)"),
+    (lambda: pp.nll_from_probs([[0.5, 0.5], [1.2, 0.0]], [0, 0]), "got 1.2 at index (1, 0)"),
+    (lambda: pp.nll_from_probs([[0.5, 0.5], [0.5, 0.6]], [0, 0]), "row (1,) sums to 1.100000"),
+    (lambda: pp.neg_log_prob([[0.5, 1.5]]), "got 1.5 at index (0, 1)"),
+], ids=["negative", "above-one", "row-sum", "separate-events"])
+def test_probability_errors_print_plain_indices(call, message):
+    """Indices in probability errors read (2,), not (np.int64(2),): notebook 01 prints such a message."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert message in str(info.value) and "np." not in str(info.value), str(info.value)
+
+
 def test_torch_all_masked_is_nan_which_we_refuse():
     """Why the reference raises: PyTorch silently returns nan for a mean over zero scored targets."""
     got = F.cross_entropy(T(Z), torch.tensor([-100, -100]), ignore_index=-100)

@@ -121,15 +121,15 @@ def _norm_axis(axis, ndim: int, name: str = "axis") -> int:
 def _check_distribution(p: np.ndarray, name: str, axis: int = -1) -> None:
     """Reject probabilities that are negative, above 1, or do not sum to 1 along axis."""
     if (p < 0).any():
-        idx = tuple(np.argwhere(p < 0)[0])
+        idx = _first_index(p < 0)
         raise ValueError(f"{name} must be non-negative probabilities, got {p[idx]} at index {idx}")
     if (p > 1 + PROB_ATOL).any():
-        idx = tuple(np.argwhere(p > 1 + PROB_ATOL)[0])
+        idx = _first_index(p > 1 + PROB_ATOL)
         raise ValueError(f"{name} must be probabilities in [0, 1], got {p[idx]} at index {idx}")
     sums = p.sum(axis=axis, dtype=np.float64)
     bad = np.abs(sums - 1.0) > PROB_ATOL * max(1.0, math.sqrt(p.shape[axis]))  # float32 rounding grows ~ sqrt(K)
     if np.any(bad):
-        where = tuple(np.argwhere(np.atleast_1d(bad))[0])
+        where = _first_index(np.atleast_1d(bad))
         got = np.atleast_1d(sums)[where]
         raise ValueError(
             f"{name} must sum to 1 along axis {axis}; row {where} sums to {got:.6f}"
@@ -139,7 +139,7 @@ def _check_distribution(p: np.ndarray, name: str, axis: int = -1) -> None:
 def _check_probabilities(p: np.ndarray, name: str) -> None:
     """Reject values outside [0, 1] (no sum condition: these are separate events)."""
     if ((p < 0) | (p > 1)).any():
-        idx = tuple(np.argwhere((p < 0) | (p > 1))[0])
+        idx = _first_index((p < 0) | (p > 1))
         raise ValueError(f"{name} must be probabilities in [0, 1], got {p[idx]} at index {idx}")
 
 
