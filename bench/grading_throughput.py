@@ -147,13 +147,13 @@ def submitted_files(build: Path) -> list[Path]:
 
 # --- configurations ------------------------------------------------------------------------------
 
-def run_cmd(cmd: list[str], env: dict, cwd: Path, log: Path) -> float:
-    """Run a command to completion (output to log); return wall seconds; exit on failure."""
+def run_cmd(cmd: list[str], env: dict, cwd: Path, log: Path, ok: tuple[int, ...] = (0,)) -> float:
+    """Run a command to completion (output to log); return wall seconds; exit when its code is not in ok."""
     started = time.perf_counter()
     with open(log, "w") as fh:
         rc = subprocess.run(cmd, env=env, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - started
-    if rc not in (0, 1):  # 1: the harness grades, but some job reported an error: still timed
+    if rc not in ok:
         die(f"{' '.join(cmd)} failed with exit code {rc}; see {log}")
     return seconds
 
@@ -165,7 +165,8 @@ def harness(master: Path, workers: int, no_sandbox: bool, tag: str) -> float:
     if no_sandbox:
         cmd.append("--no-sandbox")
     env = dict(os.environ, PART_II_BUILD=str(build))
-    return run_cmd(cmd, env, ROOT, WORK / f"harness-{workers}-{tag}.log")
+    # 1: the harness graded, but some job reported an error (the totals check below says whether it matters)
+    return run_cmd(cmd, env, ROOT, WORK / f"harness-{workers}-{tag}.log", ok=(0, 1))
 
 
 def job_table_seconds(build: Path) -> list[float]:
@@ -182,6 +183,9 @@ def job_table_seconds(build: Path) -> list[float]:
 def plain_nbgrader(master: Path, tag: str) -> float:
     """Serial `nbgrader autograde part-ii` (no sandbox, nbgrader's defaults) on a fresh copy; wall seconds."""
     build = copy_course(master, f"nbgrader-{tag}")
+    # nbgrader also reads the course root's nbgrader_config.py: the formgrader config that release writes there
+    # turns Autograde off (autograder/formgrader.py), which is not nbgrader's default this baseline measures
+    (build / "course" / "nbgrader_config.py").unlink(missing_ok=True)
     env = dict(os.environ, PART_II_BUILD=str(build), PART_II_ROOT=str(build / "course" / "student" / "part-ii"))
     cmd = [str(VENV_BIN / "nbgrader"), "autograde", "part-ii", f"--ExecutePreprocessor.timeout={CELL_TIMEOUT}"]
     return run_cmd(cmd, env, ROOT / "autograder", WORK / f"nbgrader-{tag}.log")  # cwd: its nbgrader_config.py
