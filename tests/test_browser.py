@@ -228,13 +228,27 @@ def run_every_cell(pg, rel: str, nb) -> int:
             shown = pg.evaluate(bs.JS_RUN_ALL_BELOW, [start])
             assert shown == rel, f"resuming Run All in {shown!r}, not {rel!r}"
         runs += 1
-        wait_js(pg, bs.JS_RUN_DONE, [bs.PANEL, start, before], timeout=RUN_TIMEOUT_MS)
+        try:
+            wait_js(pg, bs.JS_RUN_DONE, [bs.PANEL, start, before], timeout=RUN_TIMEOUT_MS)
+        except playwright_api.TimeoutError:
+            raise AssertionError(f"{rel}: run {runs} (from cell {start}) not over after {RUN_TIMEOUT_MS / 1000:g} s: "
+                                 f"{run_state(pg, start, before)}") from None
         prompts = pg.evaluate(bs.JS_PROMPTS, bs.PANEL)
         pending = [i for i in code_cells if i > start and not re.fullmatch(r"\[\d+\]:?", prompts[i])]
         if not pending:
             return runs
         assert runs <= len(code_cells), f"{rel}: Run All keeps stopping without progress"
         start = pending[0]
+
+
+def run_state(pg, start: int, before: str) -> str:
+    """What the run-done condition saw: the execution indicator, the start cell's prompt, the cells still queued."""
+    prompts = pg.evaluate(bs.JS_PROMPTS, bs.PANEL)
+    status = pg.evaluate("(sel) => { const i = document.querySelector(sel + ' .jp-Notebook-ExecutionIndicator');"
+                         " return i ? i.dataset.status : 'no indicator'; }", bs.PANEL)
+    queued = [i for i, text in enumerate(prompts) if "*" in text]
+    return (f"indicator {status!r}; cell {start}'s prompt {prompts[start] if start < len(prompts) else None!r} "
+            f"(was {before!r}); cells shown as queued [*]: {queued}; last prompts: {prompts[-6:]}")
 
 
 def validate(pg, rel: str) -> dict:
