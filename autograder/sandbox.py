@@ -108,6 +108,9 @@ IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_por
 # jsonschema is imported plainly here: cheap only while requirements.txt pins it below 4.25
 # (later versions import rfc3987-syntax, 2.2 s; arithmetic_data guards its own import)
 PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot", "jsonschema", "sympy"]
+# CPU seconds an ipykernel of its own sandbox may spend starting (importing the preload: ~5 s)
+# before its cpu_seconds start to count (format_kernel_cmd)
+STARTUP_CPU_SECONDS = 60
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel gives matplotlib
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # kernels started ahead of their notebook, by scratch folder (one worker process, one job at a time)
@@ -121,7 +124,7 @@ _FAILED_FORK_SERVERS: set[str] = set()  # folders whose server could not start (
 class SandboxLimits:
     """Per-kernel resource limits; every field is a positive integer (seconds or bytes)."""
 
-    cpu_seconds: int = 300  # CPU time of each process, beyond the wall-clock cell timeout
+    cpu_seconds: int = 300  # CPU time of each process (a kernel's after its start-up), beyond the cell timeout
     memory_bytes: int = 4 * 2**30  # address space; importing torch alone maps ~1.5 GiB
     max_processes: int = 256  # RLIMIT_NPROC: processes and threads of the kernel's user
     file_size_bytes: int = 64 * 2**20  # largest file the kernel may write
@@ -161,6 +164,22 @@ def _namespace_options() -> list[str]:
         # setpriv needs to become nobody (which then clears them all)
         return ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return ["--unshare-user", "--disable-userns"]
+
+
+def _is_ipykernel(cmd: list[str]) -> bool:
+    """True when cmd starts an ipykernel: some python -m ipykernel_launcher ..."""
+    return len(cmd) > 3 and cmd[1:3] == ["-m", "ipykernel_launcher"]
+
+
+def cpu_limit_argument(cpu_seconds: int) -> str:
+    """The ipykernel option whose start-up line sets RLIMIT_CPU to the CPU time used so far plus cpu_seconds.
+
+    Run after every other start-up line (the preload). Lowering a limit needs no privilege; the
+    kernel cannot raise it again. It binds no name in the student's namespace.
+    """
+    code = ("if True: (lambda r, n: r.setrlimit(r.RLIMIT_CPU, (n, n)))(__import__('resource'), "
+            f"int(sum(__import__('resource').getrusage(0)[:2])) + 1 + {int(cpu_seconds)})")
+    return f"--IPKernelApp.exec_lines={code}"
 
 
 def sandbox_uid(scratch: str) -> int:
@@ -386,19 +405,30 @@ class SandboxedKernelManager(AsyncKernelManager):
     interrupt_kernel = run_sync(_async_interrupt_kernel)
 
     def format_kernel_cmd(self, extra_arguments=None):
-        """Wrap the kernel spec's command in setpriv/bwrap/prlimit (bare when the fork server will fork it)."""
+        """Wrap the kernel spec's command in setpriv/bwrap/prlimit (bare when the fork server will fork it).
+
+        An ipykernel of its own sandbox starts with STARTUP_CPU_SECONDS more CPU time and, after its
+        start-up lines (the preload's imports, seconds of CPU), lowers its limit to what it used plus
+        cpu_seconds: the notebook gets the whole limit, as a kernel forked from a fork server does.
+        """
         cmd = super().format_kernel_cmd(extra_arguments)
-        return cmd if self._forkable(cmd) else self.sandbox_prefix() + cmd
+        return cmd if self._forkable(cmd) else self._in_own_sandbox(cmd)
+
+    def _in_own_sandbox(self, cmd: list[str]) -> list[str]:
+        """The kernel command cmd run in a sandbox of its own (its CPU limit counted from after start-up)."""
+        if _is_ipykernel(cmd):
+            return self.sandbox_prefix(STARTUP_CPU_SECONDS) + cmd + [cpu_limit_argument(self.cpu_seconds)]
+        return self.sandbox_prefix() + cmd
 
     def _forkable(self, cmd: list[str]) -> bool:
         """True when the fork server can start this kernel: fork_server set and cmd is this Python's ipykernel."""
         return (bool(self.fork_server) and os.path.realpath(self.fork_server) not in _FAILED_FORK_SERVERS
-                and len(cmd) > 3 and cmd[1:3] == ["-m", "ipykernel_launcher"]
-                and os.path.realpath(cmd[0]) == os.path.realpath(sys.executable))
+                and _is_ipykernel(cmd) and os.path.realpath(cmd[0]) == os.path.realpath(sys.executable))
 
-    def sandbox_prefix(self) -> list[str]:
-        """The command that precedes the kernel's own argv (bwrap options, then prlimit)."""
-        return self._sandbox_command(Path(self.scratch) / "work", str(self.ipc_dir), self.uid)
+    def sandbox_prefix(self, extra_cpu_seconds: int = 0) -> list[str]:
+        """The command that precedes the kernel's own argv (bwrap options, then prlimit with extra CPU seconds)."""
+        return self._sandbox_command(Path(self.scratch) / "work", str(self.ipc_dir), self.uid,
+                                     extra_cpu_seconds=extra_cpu_seconds)
 
     def fork_server_prefix(self) -> list[str]:
         """The sandbox of the submission's fork server: its folder bound (every notebook's ipc), one tmpfs.
@@ -409,7 +439,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         return self._sandbox_command(Path(self.fork_server) / "work", self.fork_server, self.uid,
                                      {"MPLBACKEND": INLINE_BACKEND})
 
-    def _sandbox_command(self, work: Path, bound: str, uid: int, extra_env: dict | None = None) -> list[str]:
+    def _sandbox_command(self, work: Path, bound: str, uid: int, extra_env: dict | None = None,
+                         extra_cpu_seconds: int = 0) -> list[str]:
         """bwrap (an empty root showing the system, the interpreter and readable paths read-only, bound
         read-write, a private tmpfs at work as cwd and HOME), setpriv to uid, prlimit."""
         work = str(work)
@@ -443,7 +474,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             cmd += ["--setenv", key, value]
         cmd += ["--", *_drop_to_nobody(uid)]
         cmd += [
-            "prlimit", f"--cpu={self.cpu_seconds}", f"--as={self.memory_bytes}",
+            "prlimit", f"--cpu={self.cpu_seconds + extra_cpu_seconds}", f"--as={self.memory_bytes}",
             f"--nproc={self.max_processes}", f"--fsize={self.file_size_bytes}", "--core=0", "--",
         ]
         return cmd
@@ -461,7 +492,7 @@ class SandboxedKernelManager(AsyncKernelManager):
                 if not getattr(_FORK_SERVERS.get(key), "ready", False):
                     _FAILED_FORK_SERVERS.add(key)  # it cannot start here: not again for every kernel
                 close_fork_servers(self.fork_server)
-                kernel_cmd = self.sandbox_prefix() + kernel_cmd
+                kernel_cmd = self._in_own_sandbox(kernel_cmd)
         log = open(Path(self.scratch) / "kernel.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             kw["stdout"] = log

@@ -105,6 +105,17 @@ PROBES = {
         "print(json.dumps([p for p in {sentinels!r} if _seen(p)]))"
     ),
     "listing": "import json, os; print(json.dumps({{p: sorted(os.listdir(p)) for p in ('/', '/etc', {repo_parent!r}, {repo!r})}}))",
+    # the CPU time left to the kernel, and whether it can raise its own limit
+    "cpu_limit": (
+        "import resource\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_CPU)\n"
+        "used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])\n"
+        "try:\n"
+        "    resource.setrlimit(resource.RLIMIT_CPU, (hard + 60, hard + 60)); raised = 'raised'\n"
+        "except (ValueError, OSError) as e:\n"
+        "    raised = type(e).__name__\n"
+        "print(soft == hard, round(soft - used, 1), round(used, 1), raised)"
+    ),
 }
 
 
@@ -183,6 +194,16 @@ def test_the_kernel_runs_unprivileged_in_its_private_folder(isolation):
     assert cwd_is_home == "True"
     assert int(uid) == (sandbox_uid(str((base / "scratch").resolve())) if os.geteuid() == 0 else os.geteuid())
     assert int(uid) != 0
+
+
+def test_the_cpu_limit_counts_from_after_the_start_up(isolation):
+    """The kernel has its whole CPU limit for the notebook: the preload's imports (seconds of CPU in a
+    sandbox of its own) are not taken from it; the kernel cannot raise the limit."""
+    outputs, _ = isolation
+    same, left, used, raised = outputs["cpu_limit"].split()
+    assert same == "True"
+    assert SandboxLimits().cpu_seconds - 2 < float(left) <= SandboxLimits().cpu_seconds + 1, outputs["cpu_limit"]
+    assert raised == "ValueError"
 
 
 def test_no_network_not_even_loopback(isolation):
