@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from traitlets.config import Config
