@@ -481,8 +481,22 @@ JS_RUN_ALL_BELOW = """
   const app = window.jupyterapp;
   const panel = app.shell.currentWidget;
   panel.content.activeCellIndex = start;
-  app.commands.execute('notebook:run-all-below');
+  window.partIIRunSettled = false;
+  Promise.resolve(app.commands.execute('notebook:run-all-below'))
+    .finally(() => { window.partIIRunSettled = true; });
   return panel.context.path;
+}
+"""
+
+# True once the command JS_RUN_ALL_BELOW issued has settled and the kernel is idle with nothing queued
+# (whether or not the start cell ran: the kernel may have answered its request "aborted").
+JS_RESUMED_RUN_OVER = """
+(panelSel) => {
+  if (!window.partIIRunSettled) return false;
+  const ind = document.querySelector(panelSel + ' .jp-Notebook-ExecutionIndicator');
+  if (!ind || ind.dataset.status !== 'idle') return false;
+  return ![...document.querySelectorAll(panelSel + ' .jp-Notebook .jp-Cell .jp-InputArea-prompt')]
+    .some(p => p.textContent.includes('*'));
 }
 """
 

@@ -221,13 +221,11 @@ def run_every_cell(pg, rel: str, nb) -> int:
     start, runs = code_cells[0], 0
     while True:
         before = pg.evaluate(bs.JS_PROMPTS, bs.PANEL)[start]
-        if runs == 0:
+        runs += 1
+        if runs == 1:
             bs.run_menu_command(pg, "runmenu:run-all")
         else:
-            # the Run menu's "Run Selected Cell and All Below", through JupyterLab's command registry
-            shown = pg.evaluate(bs.JS_RUN_ALL_BELOW, [start])
-            assert shown == rel, f"resuming Run All in {shown!r}, not {rel!r}"
-        runs += 1
+            resume_below(pg, rel, start, before, runs)
         try:
             wait_js(pg, bs.JS_RUN_DONE, [bs.PANEL, start, before], timeout=RUN_TIMEOUT_MS)
         except playwright_api.TimeoutError:
@@ -239,6 +237,29 @@ def run_every_cell(pg, rel: str, nb) -> int:
             return runs
         assert runs <= len(code_cells), f"{rel}: Run All keeps stopping without progress"
         start = pending[0]
+
+
+def resume_below(pg, rel: str, start: int, before: str, runs: int, attempts: int = 3) -> None:
+    """Run the Run menu's "Run Selected Cell and All Below" from start, through JupyterLab's command registry.
+
+    Issued the moment the previous run stopped at an error, the requests may reach ipykernel while
+    it still aborts what was queued behind that error: the cells come back "aborted", unnumbered,
+    nothing ran. A person clicks a second later; the test asks again (at most attempts times).
+    """
+    for attempt in range(1, attempts + 1):
+        shown = pg.evaluate(bs.JS_RUN_ALL_BELOW, [start])
+        assert shown == rel, f"resuming Run All in {shown!r}, not {rel!r}"
+        try:
+            wait_js(pg, bs.JS_RESUMED_RUN_OVER, bs.PANEL, timeout=RUN_TIMEOUT_MS)
+        except playwright_api.TimeoutError:
+            raise AssertionError(f"{rel}: run {runs} (from cell {start}) not over after {RUN_TIMEOUT_MS / 1000:g} s: "
+                                 f"{run_state(pg, start, before)}") from None
+        if pg.evaluate(bs.JS_PROMPTS, bs.PANEL)[start] != before:
+            return
+        print(f"{rel}: run {runs} from cell {start} ran nothing (attempt {attempt}): {run_state(pg, start, before)}")
+        pg.wait_for_timeout(1000)
+    raise AssertionError(f"{rel}: run {runs} from cell {start} ran nothing in {attempts} attempts: "
+                         f"{run_state(pg, start, before)}")
 
 
 def run_state(pg, start: int, before: str) -> str:
