@@ -6,13 +6,15 @@ autograded test cells say passed or failed and the points at stake; free-text an
 say they are graded by the instructor. Hidden tests are not in a student's notebook, so
 passing here means the visible checks pass, not yet the final score. A test cell (or other
 read-only cell) whose contents differ from the release (nbgrader's checksum) is flagged:
-grading puts the released cell back, so what the edited cell did here does not count.
+grading puts the released cell back, so what the edited cell did here does not count. A
+released test cell missing from the notebook is named too: grading puts it back and scores
+it, which this check cannot do.
 The notebook is also checked against the course's notebooks as grading will see it: a file
 whose graded cells belong to no notebook of this course is refused, and a file named after
 another notebook than the one its exercises belong to, or named so that collect rejects it,
 fails with what to rename it to (grading would score it 0).
-Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or the
-file name would cost the notebook its grade (an edited read-only cell that is not a test is
+Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
+deleted, or the file name would cost the notebook its grade (an edited read-only cell that is not a test is
 only listed), 2 when the notebook cannot be read or is not a notebook of this course.
 """
 
@@ -39,26 +41,44 @@ def read_for_check(path: Path):
     return nb
 
 
-def course_cells() -> dict[str, set[str]]:
-    """{notebook: grade ids of its graded cells} for this course's source notebooks."""
+def course_cells() -> dict[str, dict[str, bool]]:
+    """{notebook: {grade id: whether it is a test cell}} for the graded cells of this course's source notebooks, in order."""
     import nbformat
 
     folder = Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT
-    return {p.stem: {m["grade_id"] for c in nbformat.read(p, as_version=4).cells if (m := nbgrader_meta(c)).get("grade")}
+    return {p.stem: {m["grade_id"]: is_test_cell(c) for c in nbformat.read(p, as_version=4).cells
+                     if (m := nbgrader_meta(c)).get("grade")}
             for p in sorted(folder.glob("*.ipynb"))}
 
 
-def naming_problem(path: Path, nb, course: dict[str, set[str]]) -> str | None:
+def graded_ids(nb) -> set[str]:
+    """Grade ids of the notebook's graded cells."""
+    return {m["grade_id"] for c in nb.cells if (m := nbgrader_meta(c)).get("grade") and "grade_id" in m}
+
+
+def matched_notebook(path: Path, nb, course: dict[str, dict[str, bool]]) -> str:
+    """The course notebook whose graded cells this notebook holds most of; AutograderError when it holds none."""
+    ids = graded_ids(nb)
+    best = max(course, key=lambda name: len(ids & course[name].keys()), default=None)
+    if best is None or not ids & course[best].keys():
+        listed = ", ".join(sorted(ids)[:3]) + (", …" if len(ids) > 3 else "")
+        raise AutograderError(f"{path} is not a notebook of this course: none of its graded cells ({listed}) is in "
+                              f"{ASSIGNMENT}'s notebooks ({', '.join(course)})")
+    return best
+
+
+def deleted_tests(nb, released: dict[str, bool]) -> list[str]:
+    """Grade ids of the released test cells missing from nb, in release order."""
+    present = graded_ids(nb)
+    return [grade_id for grade_id, test in released.items() if test and grade_id not in present]
+
+
+def naming_problem(path: Path, nb, course: dict[str, dict[str, bool]]) -> str | None:
     """Why grading would score this file 0 by its name (None when collect files it as the notebook it is).
 
     Raises AutograderError when its graded cells belong to no notebook of the course.
     """
-    ids = {m["grade_id"] for c in nb.cells if (m := nbgrader_meta(c)).get("grade") and "grade_id" in m}
-    best = max(course, key=lambda name: len(ids & course[name]), default=None)
-    if best is None or not ids & course[best]:
-        listed = ", ".join(sorted(ids)[:3]) + (", …" if len(ids) > 3 else "")
-        raise AutograderError(f"{path} is not a notebook of this course: none of its graded cells ({listed}) is in "
-                              f"{ASSIGNMENT}'s notebooks ({', '.join(course)})")
+    best = matched_notebook(path, nb, course)
     hit = match_notebook(path.stem, list(course))
     if hit is None:
         return (f"✘ collect will not accept the file name {path.name}: save this notebook as {best}.ipynb "
@@ -178,9 +198,11 @@ def check(path: Path, timeout: float = 120) -> int:
     rows_before = exercise_rows(nb)
     if not rows_before:
         raise AutograderError(f"{path} has no graded cells; is it a notebook of this course?")
-    problem = naming_problem(Path(path), nb, course_cells())
+    course = course_cells()
+    problem = naming_problem(Path(path), nb, course)
     if problem:
         print(problem, flush=True)
+    deleted = deleted_tests(nb, course[matched_notebook(Path(path), nb, course)])
     run_notebook(nb, Path(path).resolve().parent, timeout)
     rows = exercise_rows(nb)
     print_table(Path(path), rows)
@@ -188,6 +210,10 @@ def check(path: Path, timeout: float = 120) -> int:
     if locked:
         print(f"read-only cells changed: {', '.join(locked)}; grading puts the released versions back, "
               "so undo those changes if your code relies on them.")
+    if deleted:
+        print(f"✘ test cells missing from this notebook: {', '.join(deleted)}; grading puts the released cells back "
+              "and scores them, so this check cannot say whether they pass. Copy them back from a fresh copy "
+              "of the notebook and run the check again.")
     if problem:
         print(problem)
-    return 0 if all(r[4] is not False for r in rows) and not problem else 1
+    return 0 if all(r[4] is not False for r in rows) and not problem and not deleted else 1

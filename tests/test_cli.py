@@ -170,6 +170,25 @@ def test_a_build_folder_that_cannot_be_created_is_reported_without_a_traceback(e
     assert "Traceback" not in err
 
 
+def test_check_names_a_deleted_test_cell_and_fails(tmp_path, monkeypatch, capsys):
+    """A solved notebook without one of its test cells is not a pass: grading puts the test back and scores it."""
+    import nbformat
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    tests = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+             if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+             and not c.metadata["nbgrader"].get("solution")]
+    gone = tests[len(tests) // 2]
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != gone]
+    trimmed = tmp_path / path.name
+    nbformat.write(nb, trimmed)
+    code, _, out = run(["check", str(trimmed)], capsys)
+    assert code == 1, out
+    assert f"✘ test cells missing from this notebook: {gone}; grading puts the released cells back" in out, out
+    assert f"visible tests passed: {len(tests) - 1} of {len(tests) - 1} cells" in out, out
+
+
 def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_failures(tmp_path, monkeypatch, capsys):
     """A warning on stderr passes (grading strips it with nbgrader's IgnorePattern); an unfinished first
     exercise is named under its own test cell only, not under a later exercise's failure."""
