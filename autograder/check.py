@@ -73,12 +73,9 @@ def deleted_tests(nb, released: dict[str, bool]) -> list[str]:
     return [grade_id for grade_id, test in released.items() if test and grade_id not in present]
 
 
-def naming_problem(path: Path, nb, course: dict[str, dict[str, bool]]) -> str | None:
-    """Why grading would score this file 0 by its name (None when collect files it as the notebook it is).
-
-    Raises AutograderError when its graded cells belong to no notebook of the course.
-    """
-    best = matched_notebook(path, nb, course)
+def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) -> str | None:
+    """Why grading would score this file, holding the exercises of notebook best, 0 by its name
+    (None when collect files it as the notebook it is)."""
     hit = match_notebook(path.stem, list(course))
     if hit is None:
         return (f"✘ collect will not accept the file name {path.name}: save this notebook as {best}.ipynb "
@@ -199,10 +196,11 @@ def check(path: Path, timeout: float = 120) -> int:
     if not rows_before:
         raise AutograderError(f"{path} has no graded cells; is it a notebook of this course?")
     course = course_cells()
-    problem = naming_problem(Path(path), nb, course)
+    best = matched_notebook(Path(path), nb, course)
+    problem = naming_problem(Path(path), best, course)
     if problem:
         print(problem, flush=True)
-    deleted = deleted_tests(nb, course[matched_notebook(Path(path), nb, course)])
+    deleted = deleted_tests(nb, course[best])
     run_notebook(nb, Path(path).resolve().parent, timeout)
     rows = exercise_rows(nb)
     print_table(Path(path), rows)
