@@ -224,13 +224,9 @@ def run_every_cell(pg, rel: str, nb) -> int:
         runs += 1
         if runs == 1:
             bs.run_menu_command(pg, "runmenu:run-all")
+            wait_run(pg, rel, runs, start, before, bs.JS_RUN_DONE, [bs.PANEL, start, before])
         else:
             resume_below(pg, rel, start, before, runs)
-        try:
-            wait_js(pg, bs.JS_RUN_DONE, [bs.PANEL, start, before], timeout=RUN_TIMEOUT_MS)
-        except playwright_api.TimeoutError:
-            raise AssertionError(f"{rel}: run {runs} (from cell {start}) not over after {RUN_TIMEOUT_MS / 1000:g} s: "
-                                 f"{run_state(pg, start, before)}") from None
         prompts = pg.evaluate(bs.JS_PROMPTS, bs.PANEL)
         pending = [i for i in code_cells if i > start and not re.fullmatch(r"\[\d+\]:?", prompts[i])]
         if not pending:
@@ -249,17 +245,22 @@ def resume_below(pg, rel: str, start: int, before: str, runs: int, attempts: int
     for attempt in range(1, attempts + 1):
         shown = pg.evaluate(bs.JS_RUN_ALL_BELOW, [start])
         assert shown == rel, f"resuming Run All in {shown!r}, not {rel!r}"
-        try:
-            wait_js(pg, bs.JS_RESUMED_RUN_OVER, bs.PANEL, timeout=RUN_TIMEOUT_MS)
-        except playwright_api.TimeoutError:
-            raise AssertionError(f"{rel}: run {runs} (from cell {start}) not over after {RUN_TIMEOUT_MS / 1000:g} s: "
-                                 f"{run_state(pg, start, before)}") from None
+        wait_run(pg, rel, runs, start, before, bs.JS_RESUMED_RUN_OVER, bs.PANEL)
         if pg.evaluate(bs.JS_PROMPTS, bs.PANEL)[start] != before:
             return
         print(f"{rel}: run {runs} from cell {start} ran nothing (attempt {attempt}): {run_state(pg, start, before)}")
         pg.wait_for_timeout(1000)
     raise AssertionError(f"{rel}: run {runs} from cell {start} ran nothing in {attempts} attempts: "
                          f"{run_state(pg, start, before)}")
+
+
+def wait_run(pg, rel: str, runs: int, start: int, before: str, condition: str, arg) -> None:
+    """Wait until the JS condition(arg) says run number runs (from cell start) is over; fail saying what was seen."""
+    try:
+        wait_js(pg, condition, arg, timeout=RUN_TIMEOUT_MS)
+    except playwright_api.TimeoutError:
+        raise AssertionError(f"{rel}: run {runs} (from cell {start}) not over after {RUN_TIMEOUT_MS / 1000:g} s: "
+                             f"{run_state(pg, start, before)}") from None
 
 
 def run_state(pg, start: int, before: str) -> str:
