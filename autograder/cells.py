@@ -89,6 +89,15 @@ def is_test_cell(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def graded_cells(folder) -> dict[str, dict[str, bool]]:
+    """{notebook stem: {grade id: whether it is a test cell}} for the graded cells of folder's notebooks, in order."""
+    import nbformat
+
+    return {p.stem: {m["grade_id"]: is_test_cell(c) for c in nbformat.read(p, as_version=4).cells
+                     if (m := nbgrader_meta(c)).get("grade")}
+            for p in sorted(folder.glob("*.ipynb"))}
+
+
 def is_edited(cell) -> bool:
     """A released read-only cell (a test cell or a locked cell) whose contents no longer match its nbgrader checksum.
 

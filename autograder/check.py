@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cells import WARNING_PATTERN, is_edited, is_test_cell, nbgrader_meta, outcome_message
+from .cells import WARNING_PATTERN, graded_cells, is_edited, is_test_cell, nbgrader_meta, outcome_message
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, AutograderError, load_config
 
@@ -43,12 +43,7 @@ def read_for_check(path: Path):
 
 def course_cells() -> dict[str, dict[str, bool]]:
     """{notebook: {grade id: whether it is a test cell}} for the graded cells of this course's source notebooks, in order."""
-    import nbformat
-
-    folder = Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT
-    return {p.stem: {m["grade_id"]: is_test_cell(c) for c in nbformat.read(p, as_version=4).cells
-                     if (m := nbgrader_meta(c)).get("grade")}
-            for p in sorted(folder.glob("*.ipynb"))}
+    return graded_cells(Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT)
 
 
 def graded_ids(nb) -> set[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import is_edited, is_test_cell, nbgrader_meta
+from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
 from .collect import load_collect_log
 from .course import ASSIGNMENT, AutograderError, Course
 from .grade import job_rows, needs_regrade
@@ -126,8 +126,8 @@ def export(course: Course) -> list[Path]:
         except MissingEntry:
             raise AutograderError("the gradebook has no assignment part-ii; run `python -m autograder release` first") from None
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
-        released_tests = {p.stem: {nbgrader_meta(c)["grade_id"] for c in nbformat.read(p, as_version=4).cells
-                                   if is_test_cell(c)} for p in course.release_dir.glob("*.ipynb")}
+        released_tests = {stem: {g for g, test in cells.items() if test}
+                          for stem, cells in graded_cells(course.release_dir).items()}
         for student in sorted(gb.students, key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale)
             if tampered := tampered_tests(course, student.id, released_tests):
