@@ -7,6 +7,11 @@
     export              grades as CSV: per student and per cell
     check NOTEBOOK      a student's self-check: run the notebook, print a table per exercise
     demo                the whole cycle on a generated sample class
+
+exit codes: 0 done; 1 done, but the output names something to look at (collect: rejected files;
+grade: submissions it could not grade; feedback: reports it could not write; export: students
+not graded yet; check: a failing, edited or deleted test, or a file name grading rejects; demo: a score other than predicted); 2 nothing
+done (bad arguments, no course, no release); 130 interrupted
 """
 
 from __future__ import annotations
@@ -157,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
 
         report = collect(course, args.path, student=args.student)
         print_report(report)
-        return 0
+        return 1 if report.rejected else 0
     if args.command == "grade":
         from .grade import GradeOptions, grade
 
@@ -190,6 +195,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{n} {'student is' if n == 1 else 'students are'} not graded yet ({listed}): "
                   f"{'its scores are' if n == 1 else 'their scores are'} left empty; run `python -m autograder grade`, "
                   "then export again")
+            return 1
         return 0
     raise AssertionError(args.command)
 

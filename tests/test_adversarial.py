@@ -46,8 +46,11 @@ def test_the_grader_survives_every_entry(graded_class):
     outputs = graded_class["outputs"]
     for proc in outputs.values():
         assert "Traceback (most recent call last)" not in proc.stdout + proc.stderr, proc.args
-    for step in ("collect", "feedback", "export"):
+    for step in ("feedback", "export"):
         assert outputs[step].returncode == 0, outputs[step].stdout + outputs[step].stderr
+    # the catalogue's unreadable files: collect lists them and exits 1 so that a script notices
+    assert outputs["collect"].returncode == 1, outputs["collect"].stdout + outputs["collect"].stderr
+    assert "rejected files (" in outputs["collect"].stdout, outputs["collect"].stdout
 
 
 def test_nothing_is_lost(graded_class):

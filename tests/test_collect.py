@@ -141,6 +141,22 @@ def test_collect_again_reports_unchanged_then_updated(course, tmp_path):
     assert saved["students"]["hana"]["replaced"] == third.replaced
 
 
+def test_the_collect_command_exits_1_when_it_rejected_a_file(course, tmp_path, capsys):
+    """Scripts see it: 0 when every file was filed or ignored, 1 when one waits in rejected/ for a look."""
+    from autograder.cli import main
+
+    clean = write_tree(tmp_path / "clean", {"ivan/02-shapes-and-loss.ipynb": notebook_bytes("ivan"),
+                                            "ivan/__MACOSX/._02-shapes-and-loss.ipynb": b"\0\1"})
+    assert main(["collect", str(clean)]) == 0
+    out = capsys.readouterr().out
+    assert "ivan" in out and "rejected files" not in out, out
+    broken = write_tree(tmp_path / "broken", {"judy/02-shapes-and-loss.ipynb": b"{not json"})
+    assert main(["collect", str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert "rejected files (1), copies kept in the course's rejected/ folder:" in out, out
+    assert "judy/02-shapes-and-loss.ipynb: invalid JSON" in out, out
+
+
 def test_unsafe_zip_member_is_rejected_not_extracted(course, tmp_path):
     zpath = tmp_path / "evil.zip"
     with zipfile.ZipFile(zpath, "w") as zf:

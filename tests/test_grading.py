@@ -576,9 +576,10 @@ def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_stude
         shutil.rmtree(build, ignore_errors=True)
 
 
-def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded(graded):
+def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded(graded, capsys):
     """collect files newer notebooks for a graded student: export and feedback must not serve the old grades."""
-    from autograder.export import export, not_graded
+    from autograder.cli import main
+    from autograder.export import not_graded
     from autograder.feedback import feedback
 
     build, course = copy_course(graded["course"].root)  # graded, with feedback; the shared one stays read-only
@@ -587,7 +588,10 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         nb = nbformat.read(changed, as_version=4)
         nb.cells.append(nbformat.v4.new_markdown_cell("a second thought, handed in after grading"))
         nbformat.write(nb, changed)
-        export(course)
+        with build_env(build):  # Course.load exports PART_II_BUILD; restored after
+            code = main(["export", "--build", str(build)])  # an empty score: exit 1, so that a script notices
+        out = capsys.readouterr().out
+        assert code == 1 and "1 student is not graded yet (perfect): its scores are left empty" in out, out
         with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
             rows = {r["student_id"]: r for r in csv.DictReader(fh)}
         assert rows["perfect"]["status"] == "not graded", rows["perfect"]
