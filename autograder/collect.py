@@ -35,6 +35,7 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
     Canvas                    name_12345_67890_02-shapes-and-loss-1.ipynb -> student name
                               (also name_late_12345_67890_…; a -N resubmission suffix is allowed)
     Blackboard                Part II_jdoe_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb -> student jdoe
+    Moodle, without folders   Full Name_12345_assignsubmission_file_02-shapes-and-loss.ipynb -> student 12345
   wrapping folders: a zip or folder that holds just one folder is unwrapped when that folder holds
     several student folders or files named for several students (e.g. submissions/alice/…,
     submissions/gina_123_456_….ipynb). A Moodle student folder is never unwrapped; a folder named
@@ -61,6 +62,7 @@ files (__MACOSX, .DS_Store, ...) are ignored."""
 
 STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
 MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
+MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+")  # a flat download's file names: same id
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
 BLACKBOARD_PREFIX = re.compile(r".*_(?P<id>[^_]+)_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
 COPY_FORMS = r"\s*\(\d+\)|-\d+"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1'
@@ -267,12 +269,14 @@ def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None]:
         return sanitize_id(m.group("id")), ts
     if m := CANVAS_PREFIX.fullmatch(prefix):
         return sanitize_id(m.group("id")), None
+    if m := MOODLE_PREFIX.fullmatch(prefix):
+        return m.group("id"), None
     return sanitize_id(prefix), None
 
 
 def lms_prefix(name: str) -> str | None:
-    """The Canvas or Blackboard prefix ('gina_123_456') a file name starts with, whatever follows; else None."""
-    for pattern in (BLACKBOARD_PREFIX, CANVAS_PREFIX):
+    """The Canvas, Blackboard or Moodle prefix ('gina_123_456') a file name starts with, whatever follows; else None."""
+    for pattern in (BLACKBOARD_PREFIX, CANVAS_PREFIX, MOODLE_PREFIX):
         if m := re.match(rf"(?:{pattern.pattern})(?=_.)", name):
             return m.group(0)
     return None

@@ -88,6 +88,27 @@ def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
     assert list(collect(course, download).students) == ["4711"]
 
 
+def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_path):
+    """Moodle's download with "submissions in folders" off: Full Name_ID_assignsubmission_file_NAME."""
+    flat = write_tree(tmp_path / "flat", {
+        "Zhang San_4711_assignsubmission_file_02-shapes-and-loss.ipynb": notebook_bytes("z 02"),
+        "Zhang San_4711_assignsubmission_file_homework.ipynb": notebook_bytes("z hw"),
+        "Li Si_4712_assignsubmission_file_00-vectors-shapes-and-gradients (1).ipynb": notebook_bytes("l 00"),
+    })
+    report = collect(course, flat)
+    assert sorted(report.students) == ["4711", "4712"], report.students
+    assert submitted(course, "4711") == {"02-shapes-and-loss.ipynb": notebook_bytes("z 02")}
+    assert submitted(course, "4712") == {"00-vectors-shapes-and-gradients.ipynb": notebook_bytes("l 00")}
+    assert [(r.file, r.student) for r in report.rejected] == [("Zhang San_4711_assignsubmission_file_homework.ipynb", "4711")]
+    # the same hand-in downloaded with folders is the same student, not a second one
+    folders = write_tree(tmp_path / "folders", {
+        "Zhang San_4711_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z 02")})
+    stat = (flat / "Zhang San_4711_assignsubmission_file_02-shapes-and-loss.ipynb").stat()
+    os.utime(folders / "Zhang San_4711_assignsubmission_file_" / "02-shapes-and-loss.ipynb", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert collect(course, folders).students["4711"].status == "unchanged"
+    assert sorted(course.submitted_students()) == ["4711", "4712"]
+
+
 def test_every_bad_file_is_recorded_with_its_reason_and_kept(course, tmp_path):
     old, new = notebook_bytes("old"), notebook_bytes("new")
     download = write_tree(tmp_path / "bad", {
