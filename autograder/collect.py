@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import shutil
+import struct
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -55,6 +56,8 @@ for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand
 <course>/replaced/<student>/<its time>/).
 A notebook over 50 MiB is filed with its outputs removed (grading runs the cells again); files
 over 512 MiB are not read, only rejected and copied.
+A hand-in's time is its newest file's: in a zip, the member's UTC time when the zipper recorded
+one, else its DOS time read in this machine's time zone (set TZ when the LMS server's differs).
 Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
 in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; system
@@ -72,6 +75,8 @@ SYSTEM_NAMES = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_che
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a larger notebook is filed with its outputs removed (grading runs the cells again)
 MAX_READ_BYTES = 512 * 1024 * 1024  # a larger file is not read: rejected, with a copy kept
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
+UNIX_TIME_FIELD, NTFS_TIME_FIELD = 0x5455, 0x000A  # zip extra fields that hold UTC times
+NTFS_EPOCH = dt.datetime(1601, 1, 1, tzinfo=dt.timezone.utc)
 
 
 class NotANotebook(ValueError):
@@ -150,6 +155,7 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise AutograderError(f"{path} is not a readable zip file ({exc})") from None
+    zip_time = dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.timezone.utc)
     with zf:
         for info in zf.infolist():
             if info.is_dir():
@@ -158,13 +164,48 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
             if name.is_absolute() or ".." in name.parts:
                 rejected.append(Record(info.filename, "unsafe path inside the zip (absolute or with '..'); not extracted"))
                 continue
-            mtime = dt.datetime(*info.date_time, tzinfo=dt.timezone.utc)
+            mtime = zip_member_time(info, zip_time)
             if info.file_size > MAX_READ_BYTES:
                 opener = functools.partial(_open_zip_member, path, info.filename)
                 entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size))
                 continue
             entries.append(Entry(name, zf.read(info), mtime))
     return entries, rejected
+
+
+def zip_member_time(info: zipfile.ZipInfo, fallback: dt.datetime) -> dt.datetime:
+    """When a zip member was last changed, in UTC.
+
+    The Unix or NTFS extra field when the zipper wrote one (both are UTC); else the DOS time,
+    which is the zipper's wall clock, read as this machine's local time (TZ); fallback when
+    that is no date (some zippers write zeros).
+    """
+    for tag, data in _extra_fields(info.extra):
+        try:
+            if tag == UNIX_TIME_FIELD and len(data) >= 5 and data[0] & 1:
+                return dt.datetime.fromtimestamp(struct.unpack_from("<i", data, 1)[0], tz=dt.timezone.utc)
+            if tag == NTFS_TIME_FIELD:
+                for attr, value in _extra_fields(data[4:]):  # after 4 reserved bytes; attribute 1: mtime, atime, ctime
+                    if attr == 1 and len(value) >= 8:
+                        return NTFS_EPOCH + dt.timedelta(microseconds=struct.unpack_from("<Q", value)[0] // 10)
+        except (OverflowError, OSError, ValueError):
+            continue  # a time no datetime can hold: try the next field, then the DOS time
+    try:
+        return dt.datetime(*info.date_time).astimezone(dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return fallback
+
+
+def _extra_fields(extra: bytes) -> list[tuple[int, bytes]]:
+    """(tag, data) of each field of a zip extra block (or of an NTFS field's attributes); a cut-off field ends it."""
+    fields = []
+    while len(extra) >= 4:
+        tag, size = struct.unpack_from("<HH", extra)
+        if len(extra) < 4 + size:
+            break
+        fields.append((tag, extra[4:4 + size]))
+        extra = extra[4 + size:]
+    return fields
 
 
 @contextlib.contextmanager

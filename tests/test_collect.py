@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import struct
+import time
 import zipfile
 from pathlib import Path
 
@@ -26,6 +29,22 @@ def course(tmp_path, monkeypatch):
     for name in NOTEBOOKS:
         nbformat.write(nbformat.v4.new_notebook(), c.release_dir / f"{name}.ipynb")
     return c
+
+
+@pytest.fixture(autouse=True)
+def local_time_zone(monkeypatch):
+    """A zip's DOS times are read as local time: UTC here unless a test sets TZ (set_time_zone)."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def set_time_zone(monkeypatch, zone: str) -> None:
+    """This process's local time zone for the rest of the test."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
 
 
 def notebook_bytes(marker: str) -> bytes:
@@ -107,6 +126,41 @@ def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_
     os.utime(folders / "Zhang San_4711_assignsubmission_file_" / "02-shapes-and-loss.ipynb", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert collect(course, folders).students["4711"].status == "unchanged"
     assert sorted(course.submitted_students()) == ["4711", "4712"]
+
+
+def stamp_of(course: Course, student: str) -> str:
+    """The hand-in time collect wrote for the student (nbgrader's timestamp.txt, UTC)."""
+    return (course.step_dir("submitted", student) / "timestamp.txt").read_text().strip()
+
+
+def test_zip_times_are_read_in_utc_when_the_zip_says_so_else_as_local_time(course, tmp_path, monkeypatch):
+    """Info-ZIP's Unix field and the NTFS field are UTC; a bare DOS time is the zipper's wall clock."""
+    written = dt.datetime(2026, 3, 1, 2, 0, 0, tzinfo=dt.timezone.utc)  # 10:00 in Beijing
+    unix = struct.pack("<HHBi", 0x5455, 5, 1, int(written.timestamp()))
+    filetime = (written - dt.datetime(1601, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1) * 10
+    ntfs = struct.pack("<HHIHHQQQ", 0x000A, 32, 0, 1, 24, filetime, filetime, filetime)
+    zpath = tmp_path / "times.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for student, extra in (("unix", unix), ("ntfs", ntfs), ("dos", b"")):
+            info = zipfile.ZipInfo(f"{student}/02-shapes-and-loss.ipynb", date_time=(2026, 3, 1, 10, 0, 0))
+            info.extra = extra
+            zf.writestr(info, notebook_bytes(student))
+    set_time_zone(monkeypatch, "Asia/Shanghai")
+    collect(course, zpath)
+    assert {s: stamp_of(course, s) for s in ("unix", "ntfs", "dos")} == dict.fromkeys(
+        ("unix", "ntfs", "dos"), "2026-03-01 02:00:00.000000 UTC")
+
+
+def test_a_zip_member_without_a_valid_date_gets_the_zip_s_time(course, tmp_path):
+    """Some zippers write a zero DOS date (1980-00-00): the member is filed, dated like the zip file."""
+    zpath = tmp_path / "zeros.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("kim/02-shapes-and-loss.ipynb", date_time=(1980, 0, 0, 0, 0, 0)), notebook_bytes("k"))
+    downloaded = dt.datetime(2026, 4, 5, 6, 7, 8, tzinfo=dt.timezone.utc)
+    os.utime(zpath, (downloaded.timestamp(), downloaded.timestamp()))
+    report = collect(course, zpath)
+    assert submitted(course, "kim") == {"02-shapes-and-loss.ipynb": notebook_bytes("k")} and not report.rejected
+    assert stamp_of(course, "kim") == "2026-04-05 06:07:08.000000 UTC"
 
 
 def test_every_bad_file_is_recorded_with_its_reason_and_kept(course, tmp_path):
