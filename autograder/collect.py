@@ -57,7 +57,8 @@ for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand
 A notebook over 50 MiB is filed with its outputs removed (grading runs the cells again); files
 over 512 MiB are not read, only rejected and copied.
 A hand-in's time is its newest file's: in a zip, the member's UTC time when the zipper recorded
-one, else its DOS time read in this machine's time zone (set TZ when the LMS server's differs).
+one, else its DOS time read in this machine's time zone (set TZ when the LMS server's differs);
+a Blackboard name's time is read in that zone too.
 Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
 in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; system
@@ -306,7 +307,8 @@ def student_from_folder(folder: str) -> str | None:
 def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None]:
     """Student id (and Blackboard timestamp) from the part of a file name before the notebook name."""
     if m := BLACKBOARD_PREFIX.fullmatch(prefix):
-        ts = dt.datetime.strptime(m.group("ts"), "%Y-%m-%d-%H-%M-%S").replace(tzinfo=dt.timezone.utc)
+        # the LMS server's wall clock, like a zip's DOS time: read in this machine's time zone
+        ts = dt.datetime.strptime(m.group("ts"), "%Y-%m-%d-%H-%M-%S").astimezone(dt.timezone.utc)
         return sanitize_id(m.group("id")), ts
     if m := CANVAS_PREFIX.fullmatch(prefix):
         return sanitize_id(m.group("id")), None

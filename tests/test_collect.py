@@ -69,6 +69,11 @@ def submitted(course: Course, student: str) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.glob("*.ipynb")}
 
 
+def stamp_of(course: Course, student: str) -> str:
+    """The hand-in time collect wrote for the student (nbgrader's timestamp.txt, UTC)."""
+    return (course.step_dir("submitted", student) / "timestamp.txt").read_text().strip()
+
+
 def test_student_folders_inside_a_wrapper_zip_are_filed(course, tmp_path):
     zpath = tmp_path / "download.zip"
     members = {"export/alice/02-shapes-and-loss.ipynb": notebook_bytes("alice 02"),
@@ -100,6 +105,14 @@ def test_ids_in_file_names_canvas_blackboard_and_plain(course, tmp_path):
     assert stamp.startswith("2026-03-01 10:00:00")
 
 
+def test_a_blackboard_name_s_time_is_the_server_s_wall_clock(course, tmp_path, monkeypatch):
+    """Blackboard writes its local time into the name: in Beijing, 10:00 there is 02:00 UTC."""
+    set_time_zone(monkeypatch, "Asia/Shanghai")
+    collect(course, write_tree(tmp_path / "bb", {
+        "Part II_jsmith_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb": notebook_bytes("smith")}))
+    assert stamp_of(course, "jsmith") == "2026-03-01 02:00:00.000000 UTC"
+
+
 def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
     download = write_tree(tmp_path / "moodle", {
         "Zhang San_4711_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z"),
@@ -126,11 +139,6 @@ def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_
     os.utime(folders / "Zhang San_4711_assignsubmission_file_" / "02-shapes-and-loss.ipynb", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert collect(course, folders).students["4711"].status == "unchanged"
     assert sorted(course.submitted_students()) == ["4711", "4712"]
-
-
-def stamp_of(course: Course, student: str) -> str:
-    """The hand-in time collect wrote for the student (nbgrader's timestamp.txt, UTC)."""
-    return (course.step_dir("submitted", student) / "timestamp.txt").read_text().strip()
 
 
 def test_zip_times_are_read_in_utc_when_the_zip_says_so_else_as_local_time(course, tmp_path, monkeypatch):
