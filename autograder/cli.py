@@ -8,10 +8,16 @@
     check NOTEBOOK      a student's self-check: run the notebook, print a table per exercise
     demo                the whole cycle on a generated sample class
 
-exit codes: 0 done; 1 done, but the output names something to look at (collect: rejected files;
-grade: submissions it could not grade; feedback: reports it could not write; export: students
-not graded yet; check: a failing, edited or deleted test, or a file name grading rejects; demo: a score other than predicted); 2 nothing
-done (bad arguments, no course, no release); 130 interrupted
+exit codes:
+  0    done
+  1    done, but the output names something to look at: collect rejected files; grade could
+       not grade a submission; feedback could not write a report; export left a student's
+       scores empty; check found a failing, edited or deleted test or a name grading rejects;
+       demo gave a score other than predicted or hit a grading or feedback error
+  2    nothing done: bad arguments or input, no course or release, the course busy, or a
+       refusal the message explains (a download whose layout collect cannot tell, a release
+       that would leak solutions, test cells changed since the release)
+  130  interrupted (grade resumes where it stopped)
 """
 
 from __future__ import annotations

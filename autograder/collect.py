@@ -387,7 +387,7 @@ def unwrap(entries: list[Entry], notebooks: list[str], known: frozenset[str] = f
         if wrapper and student:
             raise AutograderError(f"cannot tell whether {where} is one student's folder or a folder of several students: "
                                   f"it holds {' and '.join(wrapper)}, but also {' and '.join(student)}; "
-                                  f"arrange the download in one of the accepted layouts\n{LAYOUTS_HELP}", 1)
+                                  f"arrange the download in one of the accepted layouts\n{LAYOUTS_HELP}")
         if wrapper:
             depth = len(chain)
         else:
@@ -420,7 +420,7 @@ def _student_in_chain(chain: list[str], usable: list[int], known: frozenset[str]
     raise AutograderError(f"cannot tell which folder of {'/'.join(chain)}/ is the student: {names} (a folder may wrap one "
                           f"student's folder, or a student's folder may hold a subfolder), and {why}; say whose files "
                           f"they are with `collect PATH --student ID`, or arrange the download in one of the "
-                          f"accepted layouts\n{LAYOUTS_HELP}", 1)
+                          f"accepted layouts\n{LAYOUTS_HELP}")
 
 
 def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
@@ -823,14 +823,14 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
         nb, who = next(iter(shared.items()))
         listed = ", ".join(who[:5]) + (", …" if len(who) > 5 else "")
         raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed}); "
-                              "--student is for a download of one student's files", 1)
+                              "--student is for a download of one student's files")
     filed, rejected, ignored, seen = classify(entries, notebooks, released_files(course), owner=student,
                                               release_cells=graded_release_cells(course))
     filed, shared = split_shared_ids(filed, seen)
     filed, duplicates = drop_duplicates(filed)
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
-        raise AutograderError(f"found no student files in {path}\n{LAYOUTS_HELP}", 1)
+        raise AutograderError(f"found no student files in {path}\n{LAYOUTS_HELP}")
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         keep_rejected_copies(course, entries, rejected)

@@ -219,7 +219,7 @@ class Course:
             except BlockingIOError:
                 fh.seek(0)
                 holder = fh.read().strip() or "another process"
-                raise AutograderError(f"the course at {self.root} is busy ({holder}); wait for it to finish", 1) from None
+                raise AutograderError(f"the course at {self.root} is busy ({holder}); wait for it to finish") from None
             fh.seek(0)
             fh.truncate()
             fh.write(f"`{command}` running as pid {os.getpid()}")

@@ -292,7 +292,7 @@ def moved_cells_error(moved: dict[str, list[str]]) -> AutograderError:
     return AutograderError(
         f"graded or read-only cells were added to or removed from the source notebooks since the release students "
         f"handed in: {listed_cells(moved)}. nbgrader cannot record that once submissions exist: put those cells back as "
-        "they were (edit their contents instead), or use a new build folder (release, collect, grade).", 1)
+        "they were (edit their contents instead), or use a new build folder (release, collect, grade).")
 
 
 def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
@@ -307,7 +307,7 @@ def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
             f"{listed_cells(changed)}. Grading runs the released test cells stored in the gradebook but would compare "
             "with values recorded from the edited ones. Run `python -m autograder release"
             f"{_build_option(course)}` first: it keeps submissions and grades, and the next `grade` grades again "
-            "every submission graded under the old cells (hand out the new zip if students should see them).", 1)
+            "every submission graded under the old cells (hand out the new zip if students should see them).")
 
 
 def _build_option(course: Course) -> str:
@@ -349,7 +349,7 @@ def expected_records(course: Course, notebooks: list[str]) -> Path | None:
             records = record_assignment(course.source_dir, notebooks)
         except Exception as exc:  # noqa: BLE001 - CellExecutionError, ValueError...: the sources are broken
             first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise AutograderError(f"the instructor notebooks cannot be used for grading: {first}", 1) from None
+            raise AutograderError(f"the instructor notebooks cannot be used for grading: {first}") from None
         finally:
             if saved is None:
                 os.environ.pop("PART_II_ROOT", None)

@@ -51,7 +51,7 @@ def generate_release(course: Course) -> list[Path]:
     try:
         converter.start()
     except NbGraderException as exc:
-        raise AutograderError(f"nbgrader could not generate the student version: {exc}", 1) from exc
+        raise AutograderError(f"nbgrader could not generate the student version: {exc}") from exc
     return sorted(course.release_dir.glob("*.ipynb"))
 
 
@@ -140,7 +140,7 @@ def release(course: Course) -> Release:
             strip_marking_notes(nb)
         leaks = {nb.name: found for nb in notebooks if (found := find_leaks(nb))}
         if leaks:
-            raise AutograderError(f"the release still contains solution/hidden-test markers: {leaks}", 1)
+            raise AutograderError(f"the release still contains solution/hidden-test markers: {leaks}")
         bundle_dir, zip_path = write_bundle(course)
         write_formgrader_config(course)
         from .grade import regrade_after_new_tests

@@ -223,7 +223,7 @@ def test_collect_again_reports_unchanged_then_updated(course, tmp_path):
     assert saved["students"]["hana"]["replaced"] == third.replaced
 
 
-def test_the_collect_command_exits_1_when_it_rejected_a_file(course, tmp_path, capsys):
+def test_collect_exits_0_when_all_is_filed_1_when_a_file_is_rejected_2_when_nothing_is(course, tmp_path, capsys):
     """Scripts see it: 0 when every file was filed or ignored, 1 when one waits in rejected/ for a look."""
     from autograder.cli import main
 
@@ -237,6 +237,9 @@ def test_the_collect_command_exits_1_when_it_rejected_a_file(course, tmp_path, c
     out = capsys.readouterr().out
     assert "rejected files (1), copies kept in the course's rejected/ folder:" in out, out
     assert "judy/02-shapes-and-loss.ipynb: invalid JSON" in out, out
+    (tmp_path / "nothing").mkdir()  # refused, nothing filed: 2, as for bad arguments
+    assert main(["collect", str(tmp_path / "nothing")]) == 2
+    assert "collect: error: found no student files in" in capsys.readouterr().err
 
 
 def test_unsafe_zip_member_is_rejected_not_extracted(course, tmp_path):
