@@ -66,7 +66,8 @@ files (__MACOSX, .DS_Store, ...) are ignored."""
 
 STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
 MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
-MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+")  # a flat download's file names: same id
+# a flat download's file names: the id its folders give, whatever the student typed after it
+MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+(?=_|$)")
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
 BLACKBOARD_PREFIX = re.compile(r".*_(?P<id>[^_]+)_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
 COPY_FORMS = r"\s*\(\d+\)|-\d+"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1'
@@ -306,20 +307,27 @@ def student_from_folder(folder: str) -> str | None:
 
 def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None]:
     """Student id (and Blackboard timestamp) from the part of a file name before the notebook name."""
+    if m := MOODLE_PREFIX.match(prefix):
+        return m.group("id"), None
     if m := BLACKBOARD_PREFIX.fullmatch(prefix):
-        # the LMS server's wall clock, like a zip's DOS time: read in this machine's time zone
-        ts = dt.datetime.strptime(m.group("ts"), "%Y-%m-%d-%H-%M-%S").astimezone(dt.timezone.utc)
-        return sanitize_id(m.group("id")), ts
+        return sanitize_id(m.group("id")), blackboard_time(m.group("ts"))
     if m := CANVAS_PREFIX.fullmatch(prefix):
         return sanitize_id(m.group("id")), None
-    if m := MOODLE_PREFIX.fullmatch(prefix):
-        return m.group("id"), None
     return sanitize_id(prefix), None
+
+
+def blackboard_time(text: str) -> dt.datetime | None:
+    """The UTC time of a Blackboard name's 2026-03-01-10-00-00; None when that is no date (the file's own time is used)."""
+    try:
+        # the LMS server's wall clock, like a zip's DOS time: read in this machine's time zone
+        return dt.datetime.strptime(text, "%Y-%m-%d-%H-%M-%S").astimezone(dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def lms_prefix(name: str) -> str | None:
     """The Canvas, Blackboard or Moodle prefix ('gina_123_456') a file name starts with, whatever follows; else None."""
-    for pattern in (BLACKBOARD_PREFIX, CANVAS_PREFIX, MOODLE_PREFIX):
+    for pattern in (MOODLE_PREFIX, BLACKBOARD_PREFIX, CANVAS_PREFIX):  # Moodle's is the most specific
         if m := re.match(rf"(?:{pattern.pattern})(?=_.)", name):
             return m.group(0)
     return None
@@ -335,7 +343,8 @@ def file_owner(name: str, notebooks: list[str]) -> tuple[str | None, dt.datetime
     if not prefix:
         return None, None, None
     student, ts = student_from_prefix(prefix)
-    m = None if BLACKBOARD_PREFIX.fullmatch(prefix) else CANVAS_PREFIX.fullmatch(prefix)
+    lms = MOODLE_PREFIX.match(prefix) or BLACKBOARD_PREFIX.fullmatch(prefix)
+    m = None if lms else CANVAS_PREFIX.fullmatch(prefix)
     return student, ts, (f"{m.group('id')}_{m.group('user')}" if m and student else None)
 
 

@@ -112,6 +112,18 @@ def test_a_blackboard_name_s_time_is_the_server_s_wall_clock(course, tmp_path, m
     assert stamp_of(course, "jsmith") == "2026-03-01 02:00:00.000000 UTC"
 
 
+def test_a_blackboard_name_with_no_real_date_gets_the_file_s_time(course, tmp_path, monkeypatch):
+    set_time_zone(monkeypatch, "Asia/Shanghai")
+    folder = write_tree(tmp_path / "bb", {"Part II_kim_attempt_2026-13-45-10-00-00_02-shapes-and-loss.ipynb": notebook_bytes("k"),
+                                          "Part II_lee_attempt_0001-01-01-00-00-00_02-shapes-and-loss.ipynb": notebook_bytes("l")})
+    saved = dt.datetime(2026, 4, 5, 6, 7, 8, tzinfo=dt.timezone.utc).timestamp()
+    for f in folder.iterdir():
+        os.utime(f, (saved, saved))
+    report = collect(course, folder)
+    assert sorted(report.students) == ["kim", "lee"] and not report.rejected
+    assert stamp_of(course, "kim") == stamp_of(course, "lee") == "2026-04-05 06:07:08.000000 UTC"
+
+
 def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
     download = write_tree(tmp_path / "moodle", {
         "Zhang San_4711_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z"),
@@ -125,19 +137,23 @@ def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_
         "Zhang San_4711_assignsubmission_file_02-shapes-and-loss.ipynb": notebook_bytes("z 02"),
         "Zhang San_4711_assignsubmission_file_homework.ipynb": notebook_bytes("z hw"),
         "Li Si_4712_assignsubmission_file_00-vectors-shapes-and-gradients (1).ipynb": notebook_bytes("l 00"),
+        "Wang Wu_4713_assignsubmission_file_wangwu_2026_02-shapes-and-loss.ipynb": notebook_bytes("w 02"),
+        "student_01_4714_assignsubmission_file_hw.py": b"print(1)\n",  # a full name Canvas could claim
     })
     report = collect(course, flat)
-    assert sorted(report.students) == ["4711", "4712"], report.students
+    assert sorted(report.students) == ["4711", "4712", "4713", "4714"], report.students
     assert submitted(course, "4711") == {"02-shapes-and-loss.ipynb": notebook_bytes("z 02")}
     assert submitted(course, "4712") == {"00-vectors-shapes-and-gradients.ipynb": notebook_bytes("l 00")}
-    assert [(r.file, r.student) for r in report.rejected] == [("Zhang San_4711_assignsubmission_file_homework.ipynb", "4711")]
+    assert submitted(course, "4713") == {"02-shapes-and-loss.ipynb": notebook_bytes("w 02")}
+    assert [(r.file, r.student) for r in report.rejected] == [
+        ("Zhang San_4711_assignsubmission_file_homework.ipynb", "4711"), ("student_01_4714_assignsubmission_file_hw.py", "4714")]
     # the same hand-in downloaded with folders is the same student, not a second one
     folders = write_tree(tmp_path / "folders", {
         "Zhang San_4711_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z 02")})
     stat = (flat / "Zhang San_4711_assignsubmission_file_02-shapes-and-loss.ipynb").stat()
     os.utime(folders / "Zhang San_4711_assignsubmission_file_" / "02-shapes-and-loss.ipynb", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert collect(course, folders).students["4711"].status == "unchanged"
-    assert sorted(course.submitted_students()) == ["4711", "4712"]
+    assert sorted(course.submitted_students()) == ["4711", "4712", "4713"]
 
 
 def test_zip_times_are_read_in_utc_when_the_zip_says_so_else_as_local_time(course, tmp_path, monkeypatch):
