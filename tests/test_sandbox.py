@@ -406,10 +406,20 @@ def test_bad_arguments_are_rejected_with_clear_errors(tmp_path):
         SandboxedKernelManager()
 
 
-def test_a_bound_tree_holding_the_course_or_the_repository_is_refused(tmp_path, monkeypatch):
+@pytest.fixture()
+def short_tmp():
+    """A fresh folder with a short path: a scratch folder's unix sockets limit its length, and pytest's
+    tmp_path grows with the number of earlier runs (pytest-107/...) and the test's name."""
+    folder = Path(tempfile.mkdtemp(prefix="bound-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_bound_tree_holding_the_course_or_the_repository_is_refused(short_tmp, monkeypatch):
     """The allow-list is only as good as what it binds: a readable folder (or scratch folder) that
     holds the course, its gradebook, the repository or the expected values' cache would show them all,
     so configure_sandbox says no."""
+    tmp_path = short_tmp
     course, scratch = tmp_path / "course", tmp_path / "scratch"
     course.mkdir()
     scratch.mkdir()
