@@ -52,6 +52,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _due_date(text: str):
+    """argparse type: a due date (naive UTC datetime, or None for 'none')."""
+    from .release import parse_due_date
+
+    try:
+        return (parse_due_date(text),)  # a 1-tuple: None in it means "no due date", not "option not given"
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _student_id(text: str) -> str:
     """argparse type: a student id as collect files it."""
     from .collect import STUDENT_ID
@@ -83,10 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
 
-    sub.add_parser("release", parents=[common], help="generate the student version and the student zip",
-                   description="Generate the student version of part-ii (nbgrader generate_assignment), check that it "
-                               "leaks no solution or hidden test, and write the student zip (release notebooks + "
-                               "code/part-ii + data/part-ii).")
+    p = sub.add_parser("release", parents=[common], help="generate the student version and the student zip",
+                       description="Generate the student version of part-ii (nbgrader generate_assignment), check that "
+                                   "it leaks no solution or hidden test, and write the student zip (release notebooks + "
+                                   "code/part-ii + data/part-ii).")
+    p.add_argument("--due-date", type=_due_date, default=None, metavar="WHEN",
+                   help="record the assignment's due date, e.g. '2026-03-01 23:59 Asia/Shanghai' ('none' removes it; "
+                        "default: keep the one recorded); export then says who handed in late and by how much")
 
     p = sub.add_parser("collect", parents=[common], help="file an LMS download as nbgrader submissions",
                        description="File student notebooks from a folder or zip as nbgrader submissions.",
@@ -154,9 +167,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "release":
         from .release import release
 
-        result = release(course)
+        from .release import KEEP
+
+        result = release(course, due_date=KEEP if args.due_date is None else args.due_date[0])
         print(f"released {len(result.notebooks)} notebooks to {course.release_dir}")
         print(f"student zip: {result.zip_path}")
+        print(f"due date: {result.due_date:%Y-%m-%d %H:%M:%S} UTC" if result.due_date else
+              "no due date (release --due-date WHEN records one; export then says who handed in late)")
         if result.changed:
             from .grade import listed_cells
 

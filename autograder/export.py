@@ -63,6 +63,18 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     return ("incomplete" if notes else "graded"), notes
 
 
+def late_by(seconds: float) -> str:
+    """'2 d 3 h 4 min', '45 min', '30 s': how long after the due date, rounded down to what matters."""
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if seconds < 60:
+        return f"{secs} s" if secs else "under 1 s"
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes and not days else ""]
+    return " ".join(p for p in parts if p)
+
+
 def tampered_tests(course: Course, student: str, released_tests: dict[str, set[str]]) -> list[str]:
     """Notes naming the test cells a student's hand-in changed or deleted (grading used the released ones).
 
@@ -147,6 +159,9 @@ def export(course: Course) -> list[Path]:
                 row.update({nb: "" for nb in notebooks})
             else:
                 penalty = submission.late_submission_penalty or 0.0
+                if late := submission.total_seconds_late:  # a due date (or the student's extension) is set and passed
+                    notes.append(f"handed in {late_by(late)} after the due date"
+                                 + (f" (late penalty {_fmt(penalty)})" if penalty else " (the score is not reduced for it)"))
                 row.update(timestamp=_fmt(submission.timestamp), raw_score=_fmt(submission.score),
                            late_submission_penalty=_fmt(penalty), score=_fmt(max(0.0, submission.score - penalty)))
                 by_name = {nb.name: nb for nb in submission.notebooks}

@@ -9,8 +9,11 @@ see as ``PART_II_ROOT``.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import shutil
 import zipfile
+import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +26,9 @@ LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HID
 MARKING_NOTE_PREFIX = "note_"
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
 SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
+KEEP = object()  # release(due_date=KEEP): the gradebook's due date stays as it is
+DUE_DATE_FORMS = ("'2026-03-01 23:59' (this machine's time zone), '2026-03-01 23:59+08:00', "
+                  "'2026-03-01 23:59 Asia/Shanghai', or 'none' (no due date)")
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,42 @@ class Release:
     zip_path: Path
     changed: dict[str, list[str]] = field(default_factory=dict)  # test cells changed since the last release
     regrade: list[str] = field(default_factory=list)  # students whose grades are to be redone for that
+    due_date: dt.datetime | None = None  # the assignment's due date after the release (naive UTC, as nbgrader keeps it)
+
+
+def parse_due_date(text: str) -> dt.datetime | None:
+    """A due date as naive UTC (nbgrader's convention); None for 'none'. ValueError naming the accepted forms."""
+    if text.strip().lower() == "none":
+        return None
+    when, _, zone = text.strip().rpartition(" ")
+    named = bool(when) and re.fullmatch(r"[A-Za-z][\w+\-/]*", zone) is not None  # 'Asia/Shanghai', 'UTC'
+    try:
+        tz = zoneinfo.ZoneInfo(zone) if named else None
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {zone!r} in due date {text!r}; expected {DUE_DATE_FORMS}") from None
+    try:
+        moment = dt.datetime.fromisoformat(when if named else text.strip())
+    except ValueError:
+        raise ValueError(f"cannot read the due date {text!r}; expected {DUE_DATE_FORMS}") from None
+    if not re.search(r"\d[T ]\d\d:\d\d", when if named else text):  # a bare date: the start or the end of the day?
+        raise ValueError(f"the due date {text!r} has no time of day; expected {DUE_DATE_FORMS}")
+    if tz is not None:
+        if moment.tzinfo is not None:
+            raise ValueError(f"due date {text!r} gives both an offset and a time zone; expected {DUE_DATE_FORMS}")
+        moment = moment.replace(tzinfo=tz)
+    return moment.astimezone(dt.timezone.utc).replace(tzinfo=None)  # a naive moment is local time
+
+
+def set_due_date(course: Course, due_date: dt.datetime | None) -> None:
+    """Record the assignment's due date (naive UTC, None for none) in the gradebook; a release must exist."""
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(ASSIGNMENT, duedate=due_date)
+
+
+def due_date_of(course: Course) -> dt.datetime | None:
+    """The assignment's due date in the gradebook (naive UTC), None when it has none."""
+    with course.gradebook() as gb:
+        return gb.find_assignment(ASSIGNMENT).duedate
 
 
 def generate_release(course: Course) -> list[Path]:
@@ -131,11 +173,16 @@ def write_formgrader_config(course: Course) -> Path:
     return path
 
 
-def release(course: Course) -> Release:
-    """Generate the release, check it leaks nothing, write the bundle, zip and formgrader config."""
+def release(course: Course, due_date=KEEP) -> Release:
+    """Generate the release, check it leaks nothing, write the bundle, zip and formgrader config.
+
+    due_date: naive UTC or None (no due date) to record in the gradebook; KEEP leaves it as it is.
+    """
     with course.lock("release"):
         changed = check_changes_since_last_release(course)
         notebooks = generate_release(course)
+        if due_date is not KEEP:
+            set_due_date(course, due_date)
         for nb in notebooks:
             strip_marking_notes(nb)
         leaks = {nb.name: found for nb in notebooks if (found := find_leaks(nb))}
@@ -146,7 +193,8 @@ def release(course: Course) -> Release:
         from .grade import regrade_after_new_tests
 
         regrade = regrade_after_new_tests(course) if changed else []
-    return Release(notebooks, bundle_dir, zip_path, changed, regrade)
+        due = due_date_of(course)
+    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due)
 
 
 def check_changes_since_last_release(course: Course) -> dict[str, list[str]]:

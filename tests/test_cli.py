@@ -53,6 +53,9 @@ def empty_build(tmp_path, monkeypatch):
     (["feedback", "--build", "{build}"], "no graded submissions"),
     (["feedback", "--student", "x/y", "--build", "{build}"], "student id"),
     (["export", "--build", "{build}"], "release` first"),
+    (["release", "--due-date", "soon", "--build", "{build}"], "cannot read the due date 'soon'; expected '2026-03-01 23:59'"),
+    (["release", "--due-date", "2026-03-01", "--build", "{build}"], "the due date '2026-03-01' has no time of day"),
+    (["release", "--due-date", "2026-03-01 23:59 Mars/Base", "--build", "{build}"], "unknown time zone 'Mars/Base'"),
     (["check"], "required: notebook"),
     (["check", "/no/such/notebook.ipynb"], "is not a file"),
     (["check", str(REPO / "README.md")], "not a .ipynb file"),
@@ -62,8 +65,29 @@ def empty_build(tmp_path, monkeypatch):
 ])
 def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, capsys):
     code, err, _ = run([a.replace("{build}", empty_build) for a in argv], capsys)
-    assert code != 0
+    assert code == 2  # nothing done
     assert "error" in err and words in err, err
+
+
+def test_a_due_date_is_read_in_the_zone_it_names_or_else_in_local_time(monkeypatch):
+    """nbgrader keeps due dates as naive UTC."""
+    import datetime as dt
+    import time
+
+    from autograder.release import parse_due_date
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")  # UTC+1 in March
+    time.tzset()
+    try:
+        utc = dt.datetime(2026, 3, 1, 15, 59)
+        assert parse_due_date("2026-03-01 23:59 Asia/Shanghai") == utc
+        assert parse_due_date("2026-03-01 23:59+08:00") == parse_due_date("2026-03-01T15:59:00Z") == utc
+        assert parse_due_date("2026-03-01 16:59") == utc  # Berlin
+        assert parse_due_date("2026-03-01 15:59 UTC") == utc
+        assert parse_due_date(" None ") is None
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_the_module_entry_point_reports_errors_too():

@@ -608,6 +608,49 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         shutil.rmtree(build, ignore_errors=True)
 
 
+def read_grades(course: Course) -> dict[str, dict]:
+    """student_id -> row of the course's reports/grades.csv."""
+    with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
+        return {r["student_id"]: r for r in csv.DictReader(fh)}
+
+
+def test_a_due_date_makes_export_say_who_handed_in_late_and_a_new_release_keeps_it(graded, capsys, monkeypatch):
+    """release --due-date records it; export then names each later hand-in and by how much, with the
+    scores as they were; a release without the option keeps the due date."""
+    import datetime as dt
+
+    from autograder.cli import main
+    from autograder.export import export
+    from autograder.release import set_due_date
+
+    build, course = copy_course(graded["course"].root)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
+    try:
+        with course.gradebook() as gb:
+            stamps = {s.student.id: s.timestamp for s in gb.assignment_submissions("part-ii")}
+        due = stamps["perfect"] - dt.timedelta(hours=2, minutes=3)
+        before = read_grades(graded["course"])
+        with build_env(build):
+            assert main(["release", "--due-date", f"{due.isoformat(sep=' ')}+00:00", "--build", str(build)]) == 0
+            assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC" in capsys.readouterr().out
+            assert main(["release", "--build", str(build)]) == 0  # no --due-date: the recorded one stays
+            assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC" in capsys.readouterr().out
+            export(course)
+        rows = read_grades(course)
+        assert rows["perfect"]["duedate"] == str(due)
+        assert "handed in 2 h 3 min after the due date (the score is not reduced for it)" in rows["perfect"]["notes"]
+        for student, stamp in stamps.items():
+            if rows[student]["status"] in ("graded", "incomplete"):
+                assert ("after the due date" in rows[student]["notes"]) == (stamp > due), rows[student]
+            assert rows[student]["score"] == before[student]["score"], student
+        set_due_date(course, max(stamps.values()) + dt.timedelta(minutes=1))  # everyone on time
+        with build_env(build):
+            export(course)
+        assert not [s for s, r in read_grades(course).items() if "after the due date" in r["notes"]]
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_it_once_graded(graded):
     """A written answer not graded yet must not read as a final 0 / N; after manual grading the note goes."""
     from autograder.feedback import feedback, page_text
