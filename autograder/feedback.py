@@ -39,6 +39,7 @@ from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from .cells import BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, outcome_message, visible_source
 from .collect import load_collect_log, match_notebook
 from .course import ASSIGNMENT, AutograderError, Course, quiet_nbgrader_logs
+from .export import late_by
 
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
 
@@ -65,6 +66,13 @@ class GetGradesNotingPending(GetGrades):
         pending = resources["nbgrader"]["pending"]
         if pending:
             nb.cells.insert(0, new_markdown_cell(provisional_note(pending)))
+        from nbgrader.api import Gradebook
+
+        with Gradebook(self.db_url) as gb:
+            submission = gb.find_submission(self.assignment_id, self.student_id)
+            if late := submission.total_seconds_late:
+                penalty = resources["nbgrader"].get("late_penalty") or 0
+                nb.cells.insert(0, new_markdown_cell(late_note(submission.timestamp, submission.duedate, late, penalty)))
         return nb, resources
 
     def _get_score(self, cell, resources):
@@ -80,6 +88,14 @@ class GetGradesNotingPending(GetGrades):
                     f"Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of "
                     f"{grade.max_score:g} points.")
             meta["comment"] = f"{meta['comment']}\n\n{note}" if meta.get("comment") else note
+
+
+def late_note(handed_in, due, seconds: float, penalty: float) -> str:
+    """The note opening a page handed in after the due date (times naive UTC, as nbgrader keeps them) -> markdown."""
+    cost = (f"It costs {penalty:g} points (the late penalty)." if penalty else
+            "No late penalty is taken off the score above; your instructor decides what lateness costs.")
+    return (f"**Handed in late.** Your hand-in is dated {handed_in:%Y-%m-%d %H:%M} UTC, {late_by(seconds)} after "
+            f"the due date ({due:%Y-%m-%d %H:%M} UTC). {cost}")
 
 
 def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:

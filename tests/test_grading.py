@@ -614,9 +614,9 @@ def read_grades(course: Course) -> dict[str, dict]:
         return {r["student_id"]: r for r in csv.DictReader(fh)}
 
 
-def test_a_due_date_makes_export_say_who_handed_in_late_and_a_new_release_keeps_it(graded, capsys, monkeypatch):
+def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_release_keeps_it(graded, capsys, monkeypatch):
     """release --due-date records it; export then names each later hand-in and by how much, with the
-    scores as they were; a release without the option keeps the due date."""
+    scores as they were, and the feedback pages tell the student; a release without the option keeps it."""
     import datetime as dt
 
     from autograder.cli import main
@@ -643,6 +643,15 @@ def test_a_due_date_makes_export_say_who_handed_in_late_and_a_new_release_keeps_
             if rows[student]["status"] in ("graded", "incomplete"):
                 assert ("after the due date" in rows[student]["notes"]) == (stamp > due), rows[student]
             assert rows[student]["score"] == before[student]["score"], student
+        from autograder.feedback import feedback
+
+        with build_env(build):
+            pages = feedback(course, students=["perfect"]).written
+        assert pages
+        for page in pages:  # the student is told too, on every page
+            text = page_text(page.read_text(encoding="utf-8"))
+            assert (f"Handed in late. Your hand-in is dated {stamps['perfect']:%Y-%m-%d %H:%M} UTC, 2 h 3 min after the due "
+                    f"date ({due:%Y-%m-%d %H:%M} UTC). No late penalty is taken off the score above") in text, text[:1500]
         set_due_date(course, max(stamps.values()) + dt.timedelta(minutes=1))  # everyone on time
         with build_env(build):
             export(course)
