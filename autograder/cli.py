@@ -165,9 +165,7 @@ def _run(args: argparse.Namespace) -> int:
                     notebook_timeout=args.notebook_timeout, no_sandbox=args.no_sandbox)
     course = Course.load(args.build)
     if args.command == "release":
-        from .release import release
-
-        from .release import KEEP
+        from .release import KEEP, release
 
         result = release(course, due_date=KEEP if args.due_date is None else args.due_date[0])
         print(f"released {len(result.notebooks)} notebooks to {course.release_dir}")
