@@ -305,15 +305,16 @@ def student_from_folder(folder: str) -> str | None:
     return m.group("id") if m else sanitize_id(folder)
 
 
-def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None]:
-    """Student id (and Blackboard timestamp) from the part of a file name before the notebook name."""
+def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None, str | None]:
+    """(student id, Blackboard time, Canvas person 'name_userid') from the part of a file name before the notebook name."""
     if m := MOODLE_PREFIX.match(prefix):
-        return m.group("id"), None
+        return m.group("id"), None, None
     if m := BLACKBOARD_PREFIX.fullmatch(prefix):
-        return sanitize_id(m.group("id")), blackboard_time(m.group("ts"))
+        return sanitize_id(m.group("id")), blackboard_time(m.group("ts")), None
     if m := CANVAS_PREFIX.fullmatch(prefix):
-        return sanitize_id(m.group("id")), None
-    return sanitize_id(prefix), None
+        student = sanitize_id(m.group("id"))
+        return student, None, (f"{m.group('id')}_{m.group('user')}" if student else None)
+    return sanitize_id(prefix), None, None
 
 
 def blackboard_time(text: str) -> dt.datetime | None:
@@ -342,10 +343,7 @@ def file_owner(name: str, notebooks: list[str]) -> tuple[str | None, dt.datetime
     prefix = hit[1] if hit else lms_prefix(name)
     if not prefix:
         return None, None, None
-    student, ts = student_from_prefix(prefix)
-    lms = MOODLE_PREFIX.match(prefix) or BLACKBOARD_PREFIX.fullmatch(prefix)
-    m = None if lms else CANVAS_PREFIX.fullmatch(prefix)
-    return student, ts, (f"{m.group('id')}_{m.group('user')}" if m and student else None)
+    return student_from_prefix(prefix)
 
 
 def _layout_signals(inner: list[PurePosixPath], notebooks: list[str]) -> tuple[list[str], list[str]]:
