@@ -3,6 +3,7 @@
     release             student version of part-ii + the zip students download
     collect PATH        file an LMS download (folder or zip) as nbgrader submissions
     grade               autograde every collected submission, in parallel, resumable
+    extend              a later due date for one student (or list the extensions)
     feedback            one HTML report per student and notebook (hidden tests never shown)
     export              grades as CSV: per student and per cell
     check NOTEBOOK      a student's self-check: run the notebook, print a table per exercise
@@ -118,6 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--student", type=_student_id, action="append", metavar="ID",
                    help="grade only this student (repeatable)")
 
+    p = sub.add_parser("extend", parents=[common], help="give a student a later due date, or list the extensions",
+                       description="Give students their own due date (an extension), remove it with --until none, "
+                                   "or, without options, list the extensions. The assignment needs a due date "
+                                   "(release --due-date WHEN). export and feedback then count lateness from the "
+                                   "student's own date; it stays where it is when the due date is moved.")
+    p.add_argument("--student", type=_student_id, action="append", metavar="ID",
+                   help="the student to extend (repeatable; with --until)")
+    p.add_argument("--until", type=_due_date, default=None, metavar="WHEN",
+                   help="the student's own due date, in the forms of release --due-date, e.g. "
+                        "'2026-03-04 23:59 Asia/Shanghai' ('none' removes the extension)")
+
     p = sub.add_parser("feedback", parents=[common], help="write HTML feedback per student and notebook",
                        description="Write one HTML feedback file per student and notebook: points per cell, "
                                    "passed/failed, the student's code and output. Hidden tests are never shown.")
@@ -163,7 +175,24 @@ def _run(args: argparse.Namespace) -> int:
 
         return demo(build=args.build, workers=args.workers, cell_timeout=args.cell_timeout,
                     notebook_timeout=args.notebook_timeout, no_sandbox=args.no_sandbox)
+    if args.command == "extend" and (args.student is None) != (args.until is None):
+        raise AutograderError("--student ID and --until WHEN go together (without either, extend lists "
+                              "the extensions)")
     course = Course.load(args.build)
+    if args.command == "extend":
+        from .extensions import describe, extensions, grant
+
+        if args.student is None:
+            listed = extensions(course)
+            for ext in listed:
+                print(describe(ext))
+            if not listed:
+                print("no extensions (extend --student ID --until WHEN gives one)")
+            return 0
+        now = {ext.student: ext for ext in grant(course, args.student, args.until[0])}
+        for student in dict.fromkeys(args.student):
+            print(describe(now[student]) if student in now else f"{student}: no extension (the assignment's due date applies)")
+        return 0
     if args.command == "release":
         from .release import KEEP, release
 

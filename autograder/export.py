@@ -21,6 +21,7 @@ import nbformat
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
 from .collect import load_collect_log
 from .course import ASSIGNMENT, AutograderError, Course
+from .extensions import extension_ends
 from .grade import job_rows, needs_regrade
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
@@ -138,6 +139,7 @@ def export(course: Course) -> list[Path]:
         except MissingEntry:
             raise AutograderError("the gradebook has no assignment part-ii; run `python -m autograder release` first") from None
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
+        extended = extension_ends(gb.db)
         released_tests = {stem: {g for g, test in cells.items() if test}
                           for stem, cells in graded_cells(course.release_dir).items()}
         for student in sorted(gb.students, key=lambda s: s.id):
@@ -152,6 +154,8 @@ def export(course: Course) -> list[Path]:
                 submission = gb.find_submission(ASSIGNMENT, student.id)
             except MissingEntry:
                 submission = None
+            if student.id in extended:
+                notes.append(f"extension until {extended[student.id]:%Y-%m-%d %H:%M} UTC")
             if submission is None or status in ("no submission", "not graded"):
                 # not graded: empty, not 0, so that an upload to the LMS cannot pass it off as a score
                 zero = "" if status == "not graded" else "0"
@@ -160,7 +164,7 @@ def export(course: Course) -> list[Path]:
             else:
                 penalty = submission.late_submission_penalty or 0.0
                 if late := submission.total_seconds_late:  # a due date (or the student's extension) is set and passed
-                    notes.append(f"handed in {late_by(late)} after the due date"
+                    notes.append(f"handed in {late_by(late)} after the {'extended ' if submission.extension else ''}due date"
                                  + (f" (late penalty {_fmt(penalty)})" if penalty else " (the score is not reduced for it)"))
                 row.update(timestamp=_fmt(submission.timestamp), raw_score=_fmt(submission.score),
                            late_submission_penalty=_fmt(penalty), score=_fmt(max(0.0, submission.score - penalty)))

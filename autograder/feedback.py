@@ -72,7 +72,8 @@ class GetGradesNotingPending(GetGrades):
             submission = gb.find_submission(self.assignment_id, self.student_id)
             if late := submission.total_seconds_late:
                 penalty = resources["nbgrader"].get("late_penalty") or 0
-                nb.cells.insert(0, new_markdown_cell(late_note(submission.timestamp, submission.duedate, late, penalty)))
+                nb.cells.insert(0, new_markdown_cell(late_note(submission.timestamp, submission.duedate, late, penalty,
+                                                               extended=submission.extension is not None)))
         return nb, resources
 
     def _get_score(self, cell, resources):
@@ -90,12 +91,13 @@ class GetGradesNotingPending(GetGrades):
             meta["comment"] = f"{meta['comment']}\n\n{note}" if meta.get("comment") else note
 
 
-def late_note(handed_in, due, seconds: float, penalty: float) -> str:
-    """The note opening a page handed in after the due date (times naive UTC, as nbgrader keeps them) -> markdown."""
+def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = False) -> str:
+    """The note opening a page handed in after the due date (times naive UTC, as nbgrader keeps them; due
+    includes the student's extension, when extended) -> markdown."""
     cost = (f"It costs {penalty:g} points (the late penalty)." if penalty else
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
     return (f"**Handed in late.** Your hand-in is dated {handed_in:%Y-%m-%d %H:%M} UTC, {late_by(seconds)} after "
-            f"the due date ({due:%Y-%m-%d %H:%M} UTC). {cost}")
+            f"{'your extended' if extended else 'the'} due date ({due:%Y-%m-%d %H:%M} UTC). {cost}")
 
 
 def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:

@@ -40,6 +40,7 @@ from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, cr
 
 from .collect import _digest
 from .course import ASSIGNMENT, REPO, AutograderError, Course, fast_new_gradebooks
+from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 DEFAULT_CELL_TIMEOUT = 60.0
 DEFAULT_NOTEBOOK_TIMEOUT = 600.0
@@ -372,8 +373,12 @@ def earlier_job_dirs(grading_dir: Path, student: str) -> list[Path]:
 
 
 def prepare_job(course: Course, student: str, attempt: int, template: Path, options: GradeOptions,
-                notebooks: list[str], sandboxed: bool, records: Path | None) -> Path:
-    """Create the job's private folder: gradebook copy, submission copy, job.json."""
+                notebooks: list[str], sandboxed: bool, records: Path | None, extension=None) -> Path:
+    """Create the job's private folder: gradebook copy, submission copy, job.json.
+
+    extension: the student's nbgrader extension (a timedelta), written into the private gradebook so
+    that nbgrader's late penalty in the worker counts from the student's own due date.
+    """
     for old in earlier_job_dirs(course.grading_dir, student):
         discard_job_dir(old)
     # a name never used before: a worker of a killed run that still writes (by path) into its
@@ -386,6 +391,13 @@ def prepare_job(course: Course, student: str, attempt: int, template: Path, opti
     private = job_dir / "course"
     shutil.copytree(course.step_dir("submitted", student), private / "submitted" / student / ASSIGNMENT)
     shutil.copyfile(template, job_dir / "gradebook.db")
+    if extension is not None:
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{job_dir / 'gradebook.db'}", course.course_id) as private_gb:
+            private_gb.update_or_create_student(student)
+            _new_submission(private_gb, student).extension = extension  # nbgrader's Autograde updates the row
+            private_gb.db.commit()
     job = {
         "student": student,
         "notebooks": notebooks,
@@ -498,6 +510,7 @@ def commit_grades(gb, student: str, grades: dict, job_values: dict, unchanged: f
             submission = gb.find_submission(ASSIGNMENT, student)
         except MissingEntry:
             submission = _new_submission(gb, student)
+            sync_submission(gb, submission)  # an extension granted before the student was graded
         submission.timestamp = grades["timestamp"]
         for nb in submission.notebooks:
             data = grades["notebooks"].get(nb.name)
@@ -583,8 +596,10 @@ class Scheduler:
         """Prepare and start a job, recording it as running."""
         attempts = self.gb.db.execute(select(JOBS.c.attempts).where(
             JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one() + 1
+        until = extension_ends(self.gb.db).get(student)
+        extension = nbgrader_interval(until, self.gb.find_assignment(ASSIGNMENT).duedate) if until else None
         job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed,
-                              self.records)
+                              self.records, extension)
         proc = start_worker(self.ctx, job_dir)
         self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget)  # tracked at once
         _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)

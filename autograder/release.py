@@ -68,8 +68,11 @@ def parse_due_date(text: str) -> dt.datetime | None:
 
 def set_due_date(course: Course, due_date: dt.datetime | None) -> None:
     """Record the assignment's due date (naive UTC, None for none) in the gradebook; a release must exist."""
+    from .extensions import sync_all
+
     with course.gradebook() as gb:
         gb.update_or_create_assignment(ASSIGNMENT, duedate=due_date)
+        sync_all(gb)  # a student's extension keeps its end time, so its interval changes with the due date
 
 
 def due_date_of(course: Course) -> dt.datetime | None:

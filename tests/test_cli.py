@@ -10,7 +10,7 @@ import pytest
 from autograder.cli import main
 from autograder.course import REPO
 
-COMMANDS = ["release", "collect", "grade", "feedback", "export", "check", "demo"]
+COMMANDS = ["release", "collect", "grade", "extend", "feedback", "export", "check", "demo"]
 
 
 def run(argv, capsys) -> tuple[int, str, str]:
@@ -56,6 +56,10 @@ def empty_build(tmp_path, monkeypatch):
     (["release", "--due-date", "soon", "--build", "{build}"], "cannot read the due date 'soon'; expected '2026-03-01 23:59'"),
     (["release", "--due-date", "2026-03-01", "--build", "{build}"], "the due date '2026-03-01' has no time of day"),
     (["release", "--due-date", "2026-03-01 23:59 Mars/Base", "--build", "{build}"], "unknown time zone 'Mars/Base'"),
+    (["extend", "--student", "ann", "--build", "{build}"], "--student ID and --until WHEN go together"),
+    (["extend", "--until", "2026-03-01 23:59", "--build", "{build}"], "--student ID and --until WHEN go together"),
+    (["extend", "--student", "ann", "--until", "Friday", "--build", "{build}"], "cannot read the due date 'Friday'"),
+    (["extend", "--student", "ann", "--until", "2026-03-01 23:59", "--build", "{build}"], "run `python -m autograder release` first"),
     (["check"], "required: notebook"),
     (["check", "/no/such/notebook.ipynb"], "is not a file"),
     (["check", str(REPO / "README.md")], "not a .ipynb file"),

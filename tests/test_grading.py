@@ -660,6 +660,50 @@ def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_r
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_an_extension_puts_a_late_hand_in_on_time_in_export_and_feedback_and_counts_lateness_from_its_end(graded, capsys):
+    """extend --student X --until WHEN on a graded class: X's hand-in is no longer late; a hand-in after
+    the end of an extension is late by the time since that end, and the student is told so."""
+    import datetime as dt
+
+    from autograder.cli import main
+    from autograder.export import export
+    from autograder.feedback import feedback
+    from autograder.release import set_due_date
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        with course.gradebook() as gb:
+            stamps = {s.student.id: s.timestamp for s in gb.assignment_submissions("part-ii")}
+        due = stamps["perfect"] - dt.timedelta(hours=2, minutes=3)
+        set_due_date(course, due)
+        perfect_until = stamps["perfect"] + dt.timedelta(minutes=1)
+        partial_until = due + dt.timedelta(hours=1)
+        with build_env(build):
+            for student, until in (("perfect", perfect_until), ("partial", partial_until)):
+                assert main(["extend", "--student", student, "--until", f"{until.isoformat(sep=' ')} UTC",
+                             "--build", str(build)]) == 0
+                assert f"{student}: until {until:%Y-%m-%d %H:%M} UTC" in capsys.readouterr().out
+            export(course)
+        rows = read_grades(course)
+        assert f"extension until {perfect_until:%Y-%m-%d %H:%M} UTC" in rows["perfect"]["notes"]
+        assert "after the" not in rows["perfect"]["notes"], rows["perfect"]
+        assert stamps["partial"] == stamps["perfect"]  # one LMS download: partial is 1 h 3 min past its extension
+        assert "handed in 1 h 3 min after the extended due date" in rows["partial"]["notes"], rows["partial"]
+        assert "handed in 2 h 3 min after the due date" in rows["blank"]["notes"] and "extension" not in rows["blank"]["notes"]
+        with build_env(build):
+            pages = feedback(course, students=["perfect", "partial"]).written
+        for page in pages:
+            text = page_text(page.read_text(encoding="utf-8"))
+            student = page.parent.parent.name
+            if student == "perfect":
+                assert "Handed in late" not in text, page
+            else:
+                assert f"1 h 3 min after your extended due date ({partial_until:%Y-%m-%d %H:%M} UTC)" in text, text[:1500]
+        assert {p.parent.parent.name for p in pages} == {"perfect", "partial"}
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_it_once_graded(graded):
     """A written answer not graded yet must not read as a final 0 / N; after manual grading the note goes."""
     from autograder.feedback import feedback, page_text

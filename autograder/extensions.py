@@ -1,0 +1,144 @@
+"""Per-student extensions: a later due date for one student, as ``python -m autograder extend``.
+
+nbgrader keeps an extension on the student's submission row (``SubmittedAssignment.extension``,
+an interval added to the assignment's due date), and that row exists only once the student
+has been graded. Instructors grant extensions before the hand-in, though, and think of them
+as a date ("until Thursday 23:59"), so the extension itself lives in the table
+``autograder_extension`` of the gradebook as an end time (naive UTC, like nbgrader's times).
+nbgrader's column is derived from it wherever the two can disagree: when an extension is
+granted or removed, when grading writes a submission row, and when ``release --due-date``
+moves the due date (the student's own date stays where it was granted). export, feedback,
+formgrader and nbgrader's late penalty all read lateness from nbgrader's column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import Column, DateTime, MetaData, String, Table, inspect, select
+
+from .course import ASSIGNMENT, AutograderError, Course
+
+EXTENSIONS = Table(
+    "autograder_extension", MetaData(),
+    Column("student_id", String(128), primary_key=True),
+    Column("assignment", String(128), primary_key=True),
+    Column("until", DateTime, nullable=False),  # the student's own due date, naive UTC
+)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One student's extension as the course has it now."""
+
+    student: str
+    until: dt.datetime  # naive UTC
+    due_date: dt.datetime | None  # the assignment's due date (naive UTC), None when it has none
+    known: bool  # the student is in the gradebook (collect has filed a hand-in of theirs)
+
+    @property
+    def interval(self) -> dt.timedelta | None:
+        """What nbgrader adds to the due date for this student; None when the extension gives no extra time."""
+        return nbgrader_interval(self.until, self.due_date)
+
+
+def extension_ends(session) -> dict[str, dt.datetime]:
+    """{student: end of their extension (naive UTC)} from the gradebook session (empty before the first one)."""
+    if not inspect(session.get_bind()).has_table(EXTENSIONS.name):
+        return {}
+    rows = session.execute(select(EXTENSIONS.c.student_id, EXTENSIONS.c.until).where(EXTENSIONS.c.assignment == ASSIGNMENT))
+    return {student: until for student, until in rows}
+
+
+def nbgrader_interval(until: dt.datetime | None, due_date: dt.datetime | None) -> dt.timedelta | None:
+    """nbgrader's extension interval for an end time: None without an end, a due date, or extra time."""
+    if until is None or due_date is None or until <= due_date:
+        return None
+    return until - due_date
+
+
+def sync_submission(gb, submission, ends: dict[str, dt.datetime] | None = None) -> None:
+    """Set one nbgrader submission row's extension from the extension table (in the caller's transaction)."""
+    ends = extension_ends(gb.db) if ends is None else ends
+    submission.extension = nbgrader_interval(ends.get(submission.student.id), submission.assignment.duedate)
+
+
+def sync_all(gb) -> None:
+    """Set every submission row's extension from the extension table, e.g. after the due date moved; commits."""
+    ends = extension_ends(gb.db)
+    for submission in gb.assignment_submissions(ASSIGNMENT):
+        if submission.extension is not None or submission.student.id in ends:
+            sync_submission(gb, submission, ends)
+    gb.db.commit()
+
+
+def grant(course: Course, students: list[str], until: dt.datetime | None) -> list[Extension]:
+    """Give students their own due date `until` (naive UTC), or remove theirs (None); return the extensions now.
+
+    An extension needs a due date to extend and must end after it: AutograderError otherwise.
+    """
+    from nbgrader.api import MissingEntry
+
+    if not students:
+        raise AutograderError("name at least one student to extend (--student ID)")
+    with course.gradebook() as gb:
+        try:
+            due = gb.find_assignment(ASSIGNMENT).duedate
+        except MissingEntry:
+            raise AutograderError("no release in this course yet: run `python -m autograder release` first") from None
+        if until is not None and due is None:
+            raise AutograderError("the assignment has no due date to extend: record one first with "
+                                  "`python -m autograder release --due-date WHEN`")
+        if until is not None and until <= due:
+            raise AutograderError(f"an extension must end after the due date ({due:%Y-%m-%d %H:%M} UTC); "
+                                  f"got {until:%Y-%m-%d %H:%M} UTC")
+        EXTENSIONS.create(gb.engine, checkfirst=True)
+        session = gb.db
+        try:
+            for student in students:
+                session.execute(EXTENSIONS.delete().where(EXTENSIONS.c.student_id == student,
+                                                          EXTENSIONS.c.assignment == ASSIGNMENT))
+                if until is not None:
+                    session.execute(EXTENSIONS.insert().values(student_id=student, assignment=ASSIGNMENT, until=until))
+                try:
+                    sync_submission(gb, gb.find_submission(ASSIGNMENT, student))
+                except MissingEntry:
+                    pass  # not graded yet: grading writes the row and its extension
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+    return extensions(course)
+
+
+def extensions(course: Course) -> list[Extension]:
+    """Every extension of the course, by student id."""
+    from nbgrader.api import MissingEntry
+
+    with course.gradebook() as gb:
+        ends = extension_ends(gb.db)
+        if not ends:
+            return []
+        try:
+            due = gb.find_assignment(ASSIGNMENT).duedate
+        except MissingEntry:
+            return []
+        known = {s.id for s in gb.students}
+        return [Extension(student, until, due, student in known) for student, until in sorted(ends.items())]
+
+
+def describe(ext: Extension) -> str:
+    """One line on an extension for the terminal, e.g. '10001: until 2026-03-04 15:59 UTC (3 d after the due date)'."""
+    from .export import late_by
+
+    line = f"{ext.student}: until {ext.until:%Y-%m-%d %H:%M} UTC"
+    if ext.due_date is None:
+        line += " (the assignment has no due date now, so it gives no extra time)"
+    elif ext.interval is None:
+        line += f" (no later than the due date, {ext.due_date:%Y-%m-%d %H:%M} UTC, so it gives no extra time)"
+    else:
+        line += f" ({late_by(ext.interval.total_seconds())} after the due date)"
+    if not ext.known:
+        line += "; not in the gradebook yet (no hand-in of theirs collected: is the id right?)"
+    return line

@@ -1,0 +1,148 @@
+"""Per-student extensions (autograder/extensions.py, `python -m autograder extend`) on a copy of the released course.
+
+Lateness is read back through nbgrader's own SubmittedAssignment.duedate and total_seconds_late,
+so these tests check that nbgrader sees the student's date, not only our table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+
+import pytest
+
+from autograder.cli import main
+from autograder.course import ASSIGNMENT, AutograderError, Course
+from autograder.extensions import describe, extensions, grant
+from autograder.grade import JOBS, GradeOptions, build_template, commit_grades, discard_job_dir, prepare_job
+from autograder.release import set_due_date
+from shared_builds import build_env, released_build
+
+DUE = dt.datetime(2026, 3, 1, 15, 59)
+HOUR = dt.timedelta(hours=1)
+
+
+@pytest.fixture()
+def course(tmp_path):
+    """The released course copied, with the due date DUE and two graded-looking submissions (ann, bob),
+    each handed in one hour after it."""
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    with build_env(build):
+        course = Course.load(build)
+        set_due_date(course, DUE)
+        with course.gradebook() as gb:
+            for student in ("ann", "bob"):
+                gb.update_or_create_student(student)
+                with gb.db.no_autoflush:  # nbgrader's add_submission warns otherwise (SAWarning)
+                    gb.add_submission(ASSIGNMENT, student, timestamp=DUE + HOUR)
+        yield course
+
+
+def lateness(course: Course) -> dict[str, tuple[dt.datetime, float]]:
+    """{student: (nbgrader's due date for them, seconds late)} of every submission row."""
+    with course.gradebook() as gb:
+        return {s.student.id: (s.duedate, s.total_seconds_late) for s in gb.assignment_submissions(ASSIGNMENT)}
+
+
+def test_an_extension_moves_nbgrader_s_due_date_for_that_student_only(course):
+    now = grant(course, ["ann"], DUE + 2 * HOUR)
+    assert [(e.student, e.until, e.interval, e.known) for e in now] == [("ann", DUE + 2 * HOUR, 2 * HOUR, True)]
+    assert lateness(course) == {"ann": (DUE + 2 * HOUR, 0), "bob": (DUE, 3600)}
+    assert describe(now[0]) == "ann: until 2026-03-01 17:59 UTC (2 h after the due date)"
+
+
+def test_moving_the_due_date_keeps_the_end_of_an_extension(course):
+    grant(course, ["ann"], DUE + 2 * HOUR)
+    set_due_date(course, DUE + HOUR / 2)  # as release --due-date does
+    with course.gradebook() as gb:
+        assert gb.find_submission(ASSIGNMENT, "ann").extension == 1.5 * HOUR
+    assert lateness(course) == {"ann": (DUE + 2 * HOUR, 0), "bob": (DUE + HOUR / 2, 1800)}
+    set_due_date(course, DUE + 3 * HOUR)  # later than the extension: it gives nothing any more
+    assert lateness(course) == {"ann": (DUE + 3 * HOUR, 0), "bob": (DUE + 3 * HOUR, 0)}
+    with course.gradebook() as gb:
+        assert gb.find_submission(ASSIGNMENT, "ann").extension is None
+    assert "so it gives no extra time" in describe(extensions(course)[0])
+    set_due_date(course, None)
+    assert "the assignment has no due date now" in describe(extensions(course)[0])
+    set_due_date(course, DUE)  # the extension is still recorded, and applies again
+    assert lateness(course)["ann"] == (DUE + 2 * HOUR, 0)
+
+
+def test_removing_an_extension_gives_the_student_the_assignment_s_due_date_again(course):
+    grant(course, ["ann", "bob"], DUE + 2 * HOUR)
+    assert grant(course, ["ann"], None)[0].student == "bob"
+    assert lateness(course) == {"ann": (DUE, 3600), "bob": (DUE + 2 * HOUR, 0)}
+    assert [e.student for e in extensions(course)] == ["bob"]
+
+
+def test_an_extension_granted_before_grading_reaches_the_submission_row_grading_writes(course):
+    grant(course, ["cy"], DUE + 5 * HOUR)  # no hand-in collected yet
+    assert "not in the gradebook yet" in describe(extensions(course)[0])
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        commit_grades(gb, "cy", {"timestamp": DUE + 4 * HOUR, "notebooks": {}}, {"state": "done"})
+    assert lateness(course)["cy"] == (DUE + 5 * HOUR, 0)
+    assert extensions(course)[0].known
+
+
+def test_the_worker_s_private_gradebook_gets_the_extension_for_nbgrader_s_late_penalty(course):
+    """nbgrader's AssignLatePenalties runs in the worker on a private gradebook: it must see the extension too."""
+    from nbgrader.api import Gradebook
+
+    submitted = course.step_dir("submitted", "ann")
+    submitted.mkdir(parents=True)
+    (submitted / "timestamp.txt").write_text(str(DUE + HOUR))
+    course.grading_dir.mkdir(parents=True)
+    template = course.grading_dir / "template.db"
+    with course.gradebook() as gb:
+        build_template(course, gb.engine, template)
+    job_dir = prepare_job(course, "ann", 1, template, GradeOptions(), course.notebook_names(), False, None,
+                          extension=2 * HOUR)
+    try:
+        with Gradebook(f"sqlite:///{job_dir / 'gradebook.db'}", course.course_id) as private:
+            submission = private.find_submission(ASSIGNMENT, "ann")
+            submission.timestamp = DUE + HOUR  # what nbgrader's Autograde sets from timestamp.txt
+            assert (submission.duedate, submission.total_seconds_late) == (DUE + 2 * HOUR, 0)
+    finally:
+        discard_job_dir(job_dir)
+
+
+@pytest.mark.parametrize("until, words", [
+    (DUE, "an extension must end after the due date (2026-03-01 15:59 UTC); got 2026-03-01 15:59 UTC"),
+    (DUE - HOUR, "must end after the due date"),
+])
+def test_an_extension_that_gives_no_time_is_refused(course, until, words):
+    with pytest.raises(AutograderError, match=r"\(2026-03-01 15:59 UTC\)") as err:
+        grant(course, ["ann"], until)
+    assert words in str(err.value)
+    assert extensions(course) == [] and lateness(course)["ann"] == (DUE, 3600)
+
+
+def test_an_extension_needs_a_due_date_and_a_student(course):
+    with pytest.raises(AutograderError, match="name at least one student"):
+        grant(course, [], DUE + HOUR)
+    set_due_date(course, None)
+    with pytest.raises(AutograderError, match=r"no due date to extend: record one first with `python -m autograder "
+                                              r"release --due-date WHEN`"):
+        grant(course, ["ann"], DUE + HOUR)
+
+
+def test_the_command_grants_lists_and_removes(course, capsys):
+    build = str(course.root.parent)
+    assert main(["extend", "--build", build]) == 0
+    assert "no extensions" in capsys.readouterr().out
+    assert main(["extend", "--student", "ann", "--student", "zed", "--until", "2026-03-03 23:59 Asia/Shanghai",
+                 "--build", build]) == 0
+    out = capsys.readouterr().out
+    assert "ann: until 2026-03-03 15:59 UTC (2 d after the due date)\n" in out
+    assert "zed: until 2026-03-03 15:59 UTC (2 d after the due date); not in the gradebook yet" in out
+    assert main(["extend", "--build", build]) == 0
+    assert capsys.readouterr().out.count(" until 2026-03-03 15:59 UTC") == 2
+    assert lateness(course)["ann"] == (dt.datetime(2026, 3, 3, 15, 59), 0)
+    assert main(["extend", "--student", "ann", "--until", "none", "--build", build]) == 0
+    assert "ann: no extension (the assignment's due date applies)" in capsys.readouterr().out
+    assert lateness(course)["ann"] == (DUE, 3600)
+    assert main(["extend", "--student", "ann", "--until", "2026-03-01 23:59 Asia/Shanghai", "--build", build]) == 2
+    assert "an extension must end after the due date" in capsys.readouterr().err
