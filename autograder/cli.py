@@ -12,9 +12,10 @@
 exit codes:
   0    done
   1    done, but the output names something to look at: collect rejected files; grade could
-       not grade a submission; feedback could not write a report; export left a student's
-       scores empty; check found a failing, edited or deleted test or a name grading rejects;
-       demo gave a score other than predicted or hit a grading or feedback error
+       not grade a submission; extend named a student who is not in the gradebook; feedback
+       could not write a report; export left a student's scores empty; check found a failing,
+       edited or deleted test or a name grading rejects; demo gave a score other than
+       predicted or hit a grading or feedback error
   2    nothing done: bad arguments or input, no course or release, the course busy, or a
        refusal the message explains (a download whose layout collect cannot tell, a release
        that would leak solutions, test cells changed since the release)
@@ -59,6 +60,16 @@ def _due_date(text: str):
 
     try:
         return (parse_due_date(text),)  # a 1-tuple: None in it means "no due date", not "option not given"
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _extension_end(text: str):
+    """argparse type: the end of an extension (naive UTC datetime, or None for 'none')."""
+    from .release import parse_due_date
+
+    try:
+        return (parse_due_date(text, what="end of the extension", none_means="removes the extension"),)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -126,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "student's own date; it stays where it is when the due date is moved.")
     p.add_argument("--student", type=_student_id, action="append", metavar="ID",
                    help="the student to extend (repeatable; with --until)")
-    p.add_argument("--until", type=_due_date, default=None, metavar="WHEN",
+    p.add_argument("--until", type=_extension_end, default=None, metavar="WHEN",
                    help="the student's own due date, in the forms of release --due-date, e.g. "
                         "'2026-03-04 23:59 Asia/Shanghai' ('none' removes the extension)")
 
@@ -183,16 +194,15 @@ def _run(args: argparse.Namespace) -> int:
         from .extensions import describe, extensions, grant
 
         if args.student is None:
-            listed = extensions(course)
-            for ext in listed:
-                print(describe(ext))
-            if not listed:
+            shown = extensions(course)
+            if not shown:
                 print("no extensions (extend --student ID --until WHEN gives one)")
-            return 0
-        now = {ext.student: ext for ext in grant(course, args.student, args.until[0])}
-        for student in dict.fromkeys(args.student):
-            print(describe(now[student]) if student in now else f"{student}: no extension (the assignment's due date applies)")
-        return 0
+        else:
+            now = {ext.student: ext for ext in grant(course, args.student, args.until[0])}
+            shown = [now.get(s, s) for s in dict.fromkeys(args.student)]  # a bare id: its extension was removed
+        for ext in shown:
+            print(f"{ext}: no extension (the assignment's due date applies)" if isinstance(ext, str) else describe(ext))
+        return 1 if any(not isinstance(e, str) and not e.known for e in shown) else 0  # an id no hand-in has: a typo?
     if args.command == "release":
         from .release import KEEP, release
 

@@ -21,7 +21,7 @@ import nbformat
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
 from .collect import load_collect_log
 from .course import ASSIGNMENT, AutograderError, Course
-from .extensions import extension_ends
+from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import job_rows, needs_regrade
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
@@ -139,6 +139,7 @@ def export(course: Course) -> list[Path]:
         except MissingEntry:
             raise AutograderError("the gradebook has no assignment part-ii; run `python -m autograder release` first") from None
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
+        sync_now(gb)  # the due date may have moved in formgrader since the last sync
         extended = extension_ends(gb.db)
         released_tests = {stem: {g for g, test in cells.items() if test}
                           for stem, cells in graded_cells(course.release_dir).items()}
@@ -155,7 +156,10 @@ def export(course: Course) -> list[Path]:
             except MissingEntry:
                 submission = None
             if student.id in extended:
-                notes.append(f"extension until {extended[student.id]:%Y-%m-%d %H:%M} UTC")
+                until = extended[student.id]
+                gives = "" if nbgrader_interval(until, assignment.duedate) else \
+                    (" (no extra time: no due date)" if assignment.duedate is None else " (no extra time: the due date is later)")
+                notes.append(f"extension until {utc_time(until)}{gives}")
             if submission is None or status in ("no submission", "not graded"):
                 # not graded: empty, not 0, so that an upload to the LMS cannot pass it off as a score
                 zero = "" if status == "not graded" else "0"

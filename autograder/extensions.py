@@ -36,11 +36,18 @@ class Extension:
     until: dt.datetime  # naive UTC
     due_date: dt.datetime | None  # the assignment's due date (naive UTC), None when it has none
     known: bool  # the student is in the gradebook (collect has filed a hand-in of theirs)
+    suggestion: str | None = None  # a student of the gradebook whose id differs only in case, when not known
 
     @property
     def interval(self) -> dt.timedelta | None:
         """What nbgrader adds to the due date for this student; None when the extension gives no extra time."""
         return nbgrader_interval(self.until, self.due_date)
+
+
+def utc_time(moment: dt.datetime) -> str:
+    """'2026-03-01 15:59 UTC' for a naive UTC time; with ':SS' when its seconds are not zero."""
+    seconds = f":{moment:%S}" if moment.second else ""
+    return f"{moment:%Y-%m-%d %H:%M}{seconds} UTC"
 
 
 def extension_ends(session) -> dict[str, dt.datetime]:
@@ -64,13 +71,49 @@ def sync_submission(gb, submission, ends: dict[str, dt.datetime] | None = None) 
     submission.extension = nbgrader_interval(ends.get(submission.student.id), submission.assignment.duedate)
 
 
+def adopt_native_extensions(gb) -> None:
+    """Record in the extension table each nbgrader extension it lacks (granted with nbgrader's own
+    grant_extension), at the end time nbgrader gives it now, so that a sync keeps it (caller commits)."""
+    if not any(s.extension is not None for s in gb.assignment_submissions(ASSIGNMENT)):
+        return
+    EXTENSIONS.create(gb.engine, checkfirst=True)
+    ends = extension_ends(gb.db)
+    due = gb.find_assignment(ASSIGNMENT).duedate
+    for submission in gb.assignment_submissions(ASSIGNMENT):
+        student = submission.student.id
+        if submission.extension is not None and student not in ends and due is not None:
+            gb.db.execute(EXTENSIONS.insert().values(student_id=student, assignment=ASSIGNMENT,
+                                                     until=due + submission.extension))
+
+
 def sync_all(gb) -> None:
-    """Set every submission row's extension from the extension table, e.g. after the due date moved; commits."""
+    """Set every submission row's extension from the extension table (caller commits).
+
+    Run wherever the due date may have moved since the last sync: release --due-date, and export and
+    feedback, which read lateness (formgrader's Edit assignment and `nbgrader db assignment` change the
+    due date behind our back; nbgrader's total_seconds_late fails on an extension without a due date).
+    """
     ends = extension_ends(gb.db)
     for submission in gb.assignment_submissions(ASSIGNMENT):
         if submission.extension is not None or submission.student.id in ends:
             sync_submission(gb, submission, ends)
-    gb.db.commit()
+
+
+def sync_now(gb) -> None:
+    """Bring nbgrader's extension columns in line with the extension table and the due date now (one commit)."""
+    try:
+        adopt_native_extensions(gb)
+        sync_all(gb)
+        gb.db.commit()
+    except BaseException:
+        gb.db.rollback()
+        raise
+
+
+def synced(course: Course) -> None:
+    """sync_now on the course's gradebook."""
+    with course.gradebook() as gb:
+        sync_now(gb)
 
 
 def grant(course: Course, students: list[str], until: dt.datetime | None) -> list[Extension]:
@@ -83,16 +126,12 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
     if not students:
         raise AutograderError("name at least one student to extend (--student ID)")
     with course.gradebook() as gb:
-        try:
-            due = gb.find_assignment(ASSIGNMENT).duedate
-        except MissingEntry:
-            raise AutograderError("no release in this course yet: run `python -m autograder release` first") from None
+        due = released_due_date(gb)
         if until is not None and due is None:
             raise AutograderError("the assignment has no due date to extend: record one first with "
                                   "`python -m autograder release --due-date WHEN`")
         if until is not None and until <= due:
-            raise AutograderError(f"an extension must end after the due date ({due:%Y-%m-%d %H:%M} UTC); "
-                                  f"got {until:%Y-%m-%d %H:%M} UTC")
+            raise AutograderError(f"an extension must end after the due date ({utc_time(due)}); got {utc_time(until)}")
         EXTENSIONS.create(gb.engine, checkfirst=True)
         session = gb.db
         try:
@@ -112,33 +151,40 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
     return extensions(course)
 
 
-def extensions(course: Course) -> list[Extension]:
-    """Every extension of the course, by student id."""
+def released_due_date(gb):
+    """The assignment's due date (naive UTC, or None); AutograderError when the course has no release yet."""
     from nbgrader.api import MissingEntry
 
+    try:
+        return gb.find_assignment(ASSIGNMENT).duedate
+    except MissingEntry:
+        raise AutograderError("no release in this course yet: run `python -m autograder release` first") from None
+
+
+def extensions(course: Course) -> list[Extension]:
+    """Every extension of the course (nbgrader's own ones too), by student id."""
     with course.gradebook() as gb:
-        ends = extension_ends(gb.db)
-        if not ends:
-            return []
-        try:
-            due = gb.find_assignment(ASSIGNMENT).duedate
-        except MissingEntry:
-            return []
+        due = released_due_date(gb)
+        sync_now(gb)
         known = {s.id for s in gb.students}
-        return [Extension(student, until, due, student in known) for student, until in sorted(ends.items())]
+        by_case = {s.lower(): s for s in sorted(known)}
+        return [Extension(student, until, due, student in known, None if student in known else by_case.get(student.lower()))
+                for student, until in sorted(extension_ends(gb.db).items())]
 
 
 def describe(ext: Extension) -> str:
     """One line on an extension for the terminal, e.g. '10001: until 2026-03-04 15:59 UTC (3 d after the due date)'."""
     from .export import late_by
 
-    line = f"{ext.student}: until {ext.until:%Y-%m-%d %H:%M} UTC"
+    line = f"{ext.student}: until {utc_time(ext.until)}"
     if ext.due_date is None:
         line += " (the assignment has no due date now, so it gives no extra time)"
     elif ext.interval is None:
-        line += f" (no later than the due date, {ext.due_date:%Y-%m-%d %H:%M} UTC, so it gives no extra time)"
+        line += f" (no later than the due date, {utc_time(ext.due_date)}, so it gives no extra time)"
     else:
         line += f" ({late_by(ext.interval.total_seconds())} after the due date)"
-    if not ext.known:
+    if ext.suggestion:
+        line += f"; not in the gradebook, but {ext.suggestion} is: ids are case-sensitive, did you mean {ext.suggestion}?"
+    elif not ext.known:
         line += "; not in the gradebook yet (no hand-in of theirs collected: is the id right?)"
     return line

@@ -256,6 +256,9 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     if not known:
         raise AutograderError("no graded submissions; run `python -m autograder grade` first")
     quiet_nbgrader_logs()
+    from .extensions import synced
+
+    synced(course)  # the pages read lateness from nbgrader's columns
     signatures = hidden_lines(course)
     result = FeedbackResult()
     from .grade import job_rows, needs_regrade

@@ -28,7 +28,7 @@ ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identica
 SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
 KEEP = object()  # release(due_date=KEEP): the gradebook's due date stays as it is
 DUE_DATE_FORMS = ("'2026-03-01 23:59' (this machine's time zone), '2026-03-01 23:59+08:00', "
-                  "'2026-03-01 23:59 Asia/Shanghai', or 'none' (no due date)")
+                  "'2026-03-01 23:59 Asia/Shanghai', or 'none' ({})")
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,10 @@ class Release:
     due_date: dt.datetime | None = None  # the assignment's due date after the release (naive UTC, as nbgrader keeps it)
 
 
-def parse_due_date(text: str) -> dt.datetime | None:
-    """A due date as naive UTC (nbgrader's convention); None for 'none'. ValueError naming the accepted forms."""
+def parse_due_date(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
+    """A due date as naive UTC (nbgrader's convention); None for 'none'. ValueError naming the accepted forms
+    (what: the kind of time in the messages, e.g. 'end of the extension'; none_means: what 'none' does)."""
+    forms = DUE_DATE_FORMS.format(none_means)
     if text.strip().lower() == "none":
         return None
     when, _, zone = text.strip().rpartition(" ")
@@ -52,27 +54,33 @@ def parse_due_date(text: str) -> dt.datetime | None:
     try:
         tz = zoneinfo.ZoneInfo(zone) if named else None
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {zone!r} in due date {text!r}; expected {DUE_DATE_FORMS}") from None
+        raise ValueError(f"unknown time zone {zone!r} in {what} {text!r}; expected {forms}") from None
     try:
         moment = dt.datetime.fromisoformat(when if named else text.strip())
     except ValueError:
-        raise ValueError(f"cannot read the due date {text!r}; expected {DUE_DATE_FORMS}") from None
+        raise ValueError(f"cannot read the {what} {text!r}; expected {forms}") from None
     if not re.search(r"\d[T ]\d\d:\d\d", when if named else text):  # a bare date: the start or the end of the day?
-        raise ValueError(f"the due date {text!r} has no time of day; expected {DUE_DATE_FORMS}")
+        raise ValueError(f"the {what} {text!r} has no time of day; expected {forms}")
     if tz is not None:
         if moment.tzinfo is not None:
-            raise ValueError(f"due date {text!r} gives both an offset and a time zone; expected {DUE_DATE_FORMS}")
+            raise ValueError(f"{what} {text!r} gives both an offset and a time zone; expected {forms}")
         moment = moment.replace(tzinfo=tz)
     return moment.astimezone(dt.timezone.utc).replace(tzinfo=None)  # a naive moment is local time
 
 
 def set_due_date(course: Course, due_date: dt.datetime | None) -> None:
     """Record the assignment's due date (naive UTC, None for none) in the gradebook; a release must exist."""
-    from .extensions import sync_all
+    from .extensions import adopt_native_extensions, sync_all
 
     with course.gradebook() as gb:
-        gb.update_or_create_assignment(ASSIGNMENT, duedate=due_date)
-        sync_all(gb)  # a student's extension keeps its end time, so its interval changes with the due date
+        try:
+            adopt_native_extensions(gb)  # at the end times they have under the old due date
+            gb.find_assignment(ASSIGNMENT).duedate = due_date
+            sync_all(gb)  # a student's extension keeps its end time, so its interval changes with the due date
+            gb.db.commit()  # one transaction: a due date never lands without its extensions
+        except BaseException:
+            gb.db.rollback()
+            raise
 
 
 def due_date_of(course: Course) -> dt.datetime | None:

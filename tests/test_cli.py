@@ -58,8 +58,12 @@ def empty_build(tmp_path, monkeypatch):
     (["release", "--due-date", "2026-03-01 23:59 Mars/Base", "--build", "{build}"], "unknown time zone 'Mars/Base'"),
     (["extend", "--student", "ann", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--until", "2026-03-01 23:59", "--build", "{build}"], "--student ID and --until WHEN go together"),
-    (["extend", "--student", "ann", "--until", "Friday", "--build", "{build}"], "cannot read the due date 'Friday'"),
+    (["extend", "--student", "ann", "--until", "Friday", "--build", "{build}"], "cannot read the end of the extension 'Friday'; expected '2026-03-01 23:59'"),
+    (["extend", "--student", "ann", "--until", "2026-03-04", "--build", "{build}"],
+     "the end of the extension '2026-03-04' has no time of day; expected '2026-03-01 23:59' (this machine's time zone), "
+     "'2026-03-01 23:59+08:00', '2026-03-01 23:59 Asia/Shanghai', or 'none' (removes the extension)"),
     (["extend", "--student", "ann", "--until", "2026-03-01 23:59", "--build", "{build}"], "run `python -m autograder release` first"),
+    (["extend", "--build", "{build}"], "run `python -m autograder release` first"),
     (["check"], "required: notebook"),
     (["check", "/no/such/notebook.ipynb"], "is not a file"),
     (["check", str(REPO / "README.md")], "not a .ipynb file"),

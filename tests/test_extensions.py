@@ -129,17 +129,56 @@ def test_an_extension_needs_a_due_date_and_a_student(course):
         grant(course, ["ann"], DUE + HOUR)
 
 
+def test_a_due_date_moved_or_removed_behind_the_harness_s_back_keeps_export_working_and_the_end_in_place(course):
+    """formgrader's Edit assignment and `nbgrader db assignment` set the due date without a sync: export
+    must neither fail (nbgrader's duedate is None + extension then) nor move the student's end time."""
+    from autograder.export import export
+
+    grant(course, ["ann"], DUE + 2 * HOUR)
+    with course.gradebook() as gb:
+        gb.find_assignment(ASSIGNMENT).duedate = DUE - HOUR  # as formgrader would
+        gb.db.commit()
+    export(course)
+    assert lateness(course) == {"ann": (DUE + 2 * HOUR, 0), "bob": (DUE - HOUR, 7200)}
+    with course.gradebook() as gb:
+        gb.find_assignment(ASSIGNMENT).duedate = None
+        gb.db.commit()
+    written = export(course)
+    assert lateness(course) == {"ann": (None, 0), "bob": (None, 0)}
+    text = written[0].read_text(encoding="utf-8")
+    assert "extension until 2026-03-01 17:59 UTC (no extra time: no due date)" in text, text
+
+
+def test_an_extension_granted_with_nbgrader_s_own_api_is_kept_when_the_due_date_moves(course):
+    with course.gradebook() as gb:
+        gb.grant_extension(ASSIGNMENT, "bob", hours=3)
+    set_due_date(course, DUE + HOUR)
+    assert lateness(course) == {"ann": (DUE + HOUR, 0), "bob": (DUE + 3 * HOUR, 0)}
+    assert [(e.student, e.until) for e in extensions(course)] == [("bob", DUE + 3 * HOUR)]
+
+
+def test_an_id_that_differs_only_in_case_is_named_and_the_command_exits_1(course, capsys):
+    build = str(course.root.parent)
+    assert main(["extend", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
+    out = capsys.readouterr().out
+    assert "ANN: until 2026-03-01 16:00:30 UTC (1 min after the due date); not in the gradebook, but ann is: " \
+           "ids are case-sensitive, did you mean ann?" in out, out
+    assert lateness(course)["ann"] == (DUE, 3600)
+
+
 def test_the_command_grants_lists_and_removes(course, capsys):
     build = str(course.root.parent)
     assert main(["extend", "--build", build]) == 0
     assert "no extensions" in capsys.readouterr().out
     assert main(["extend", "--student", "ann", "--student", "zed", "--until", "2026-03-03 23:59 Asia/Shanghai",
-                 "--build", build]) == 0
+                 "--build", build]) == 1  # zed has no hand-in: a typo?
     out = capsys.readouterr().out
     assert "ann: until 2026-03-03 15:59 UTC (2 d after the due date)\n" in out
     assert "zed: until 2026-03-03 15:59 UTC (2 d after the due date); not in the gradebook yet" in out
-    assert main(["extend", "--build", build]) == 0
+    assert main(["extend", "--build", build]) == 1
     assert capsys.readouterr().out.count(" until 2026-03-03 15:59 UTC") == 2
+    assert main(["extend", "--student", "zed", "--until", "none", "--build", build]) == 0
+    assert capsys.readouterr().out == "zed: no extension (the assignment's due date applies)\n"
     assert lateness(course)["ann"] == (dt.datetime(2026, 3, 3, 15, 59), 0)
     assert main(["extend", "--student", "ann", "--until", "none", "--build", build]) == 0
     assert "ann: no extension (the assignment's due date applies)" in capsys.readouterr().out

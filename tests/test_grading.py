@@ -704,6 +704,42 @@ def test_an_extension_puts_a_late_hand_in_on_time_in_export_and_feedback_and_cou
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_an_extension_granted_before_grading_is_what_nbgrader_sees_in_the_worker_and_in_the_gradebook(graded, capsys):
+    """Granted before the first grade: the new submission row gets it, and so does the worker's private
+    gradebook, where nbgrader's Autograde logs 'is N seconds late' (and its late penalty would count)."""
+    import datetime as dt
+
+    from nbgrader.utils import parse_utc
+
+    from autograder.cli import main
+    from autograder.release import set_due_date
+
+    subset = ["partial", "edited-tests"]
+    build, course = copy_course(graded["snapshot"])
+    try:
+        stamps = {s: parse_utc((course.step_dir("submitted", s) / "timestamp.txt").read_text()).replace(tzinfo=None)
+                  for s in subset}
+        due = max(stamps.values()) - dt.timedelta(hours=1)
+        set_due_date(course, due)
+        with build_env(build):
+            until = stamps["partial"] + dt.timedelta(minutes=5)
+            assert main(["extend", "--student", "partial", "--until", f"{until.isoformat(sep=' ')} UTC",
+                         "--build", str(build)]) == 0
+        capsys.readouterr()
+        result = grade(course, options(workers=2, students=subset))
+        assert sorted(result.graded) == sorted(subset)
+        with course.gradebook() as gb:
+            rows = {s.student.id: s for s in gb.assignment_submissions("part-ii")}
+            assert (rows["partial"].duedate, rows["partial"].total_seconds_late) == (until, 0)
+            assert rows["edited-tests"].total_seconds_late == (stamps["edited-tests"] - due).total_seconds() > 0
+        logs = {s: (course.reports_dir / "grade-logs" / f"{s}.log").read_text(encoding="utf-8") for s in subset}
+        assert "seconds late" not in logs["partial"]
+        assert f"is {(stamps['edited-tests'] - due).total_seconds()} seconds late" in logs["edited-tests"]
+        assert dump(course.db_url, subset) == {k: v for k, v in graded["dump"].items() if k[0] in subset}
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_it_once_graded(graded):
     """A written answer not graded yet must not read as a final 0 / N; after manual grading the note goes."""
     from autograder.feedback import feedback, page_text
