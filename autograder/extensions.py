@@ -187,4 +187,6 @@ def describe(ext: Extension) -> str:
         line += f"; not in the gradebook, but {ext.suggestion} is: ids are case-sensitive, did you mean {ext.suggestion}?"
     elif not ext.known:
         line += "; not in the gradebook yet (no hand-in of theirs collected: is the id right?)"
+    if not ext.known:
+        line += f" (extend --student {ext.student} --until none removes it)"
     return line

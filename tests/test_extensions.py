@@ -162,7 +162,7 @@ def test_an_id_that_differs_only_in_case_is_named_and_the_command_exits_1(course
     assert main(["extend", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
     out = capsys.readouterr().out
     assert "ANN: until 2026-03-01 16:00:30 UTC (1 min after the due date); not in the gradebook, but ann is: " \
-           "ids are case-sensitive, did you mean ann?" in out, out
+           "ids are case-sensitive, did you mean ann? (extend --student ANN --until none removes it)" in out, out
     assert lateness(course)["ann"] == (DUE, 3600)
 
 
