@@ -74,15 +74,15 @@ def sync_submission(gb, submission, ends: dict[str, dt.datetime] | None = None) 
 def adopt_native_extensions(gb) -> None:
     """Record in the extension table each nbgrader extension it lacks (granted with nbgrader's own
     grant_extension), at the end time nbgrader gives it now, so that a sync keeps it (caller commits)."""
-    if not any(s.extension is not None for s in gb.assignment_submissions(ASSIGNMENT)):
+    due = gb.find_assignment(ASSIGNMENT).duedate
+    extended = [s for s in gb.assignment_submissions(ASSIGNMENT) if s.extension is not None]
+    if not extended or due is None:
         return
     EXTENSIONS.create(gb.engine, checkfirst=True)
     ends = extension_ends(gb.db)
-    due = gb.find_assignment(ASSIGNMENT).duedate
-    for submission in gb.assignment_submissions(ASSIGNMENT):
-        student = submission.student.id
-        if submission.extension is not None and student not in ends and due is not None:
-            gb.db.execute(EXTENSIONS.insert().values(student_id=student, assignment=ASSIGNMENT,
+    for submission in extended:
+        if submission.student.id not in ends:
+            gb.db.execute(EXTENSIONS.insert().values(student_id=submission.student.id, assignment=ASSIGNMENT,
                                                      until=due + submission.extension))
 
 

@@ -596,8 +596,7 @@ class Scheduler:
         """Prepare and start a job, recording it as running."""
         attempts = self.gb.db.execute(select(JOBS.c.attempts).where(
             JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one() + 1
-        until = extension_ends(self.gb.db).get(student)
-        extension = nbgrader_interval(until, self.gb.find_assignment(ASSIGNMENT).duedate) if until else None
+        extension = nbgrader_interval(extension_ends(self.gb.db).get(student), self.gb.find_assignment(ASSIGNMENT).duedate)
         job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed,
                               self.records, extension)
         proc = start_worker(self.ctx, job_dir)
