@@ -232,6 +232,29 @@ class Course:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def abandon(session) -> None:
+    """Roll back what the session has not committed. An interrupt that lands inside commit() after the
+    database committed leaves the transaction 'committed' but open, where rollback raises
+    InvalidRequestError: then it is closed instead (its changes are saved) and the session is usable again."""
+    from sqlalchemy.exc import InvalidRequestError
+
+    try:
+        session.rollback()
+    except InvalidRequestError:
+        session.close()
+
+
+@contextlib.contextmanager
+def one_transaction(session):
+    """Commit what the block changes in the session at its end, or nothing of it on any exception (Ctrl-C too)."""
+    try:
+        yield
+        session.commit()
+    except BaseException:
+        abandon(session)
+        raise
+
+
 def quiet_nbgrader_logs(level: int | None = None) -> None:
     """Keep nbgrader's and traitlets' INFO chatter off the terminal (warnings still show)."""
     import logging

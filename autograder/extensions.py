@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Column, DateTime, MetaData, String, Table, inspect, select
 
-from .course import ASSIGNMENT, AutograderError, Course
+from .course import ASSIGNMENT, AutograderError, Course, one_transaction
 
 EXTENSIONS = Table(
     "autograder_extension", MetaData(),
@@ -101,13 +101,9 @@ def sync_all(gb) -> None:
 
 def sync_now(gb) -> None:
     """Bring nbgrader's extension columns in line with the extension table and the due date now (one commit)."""
-    try:
+    with one_transaction(gb.db):
         adopt_native_extensions(gb)
         sync_all(gb)
-        gb.db.commit()
-    except BaseException:
-        gb.db.rollback()
-        raise
 
 
 def synced(course: Course) -> None:
@@ -133,21 +129,16 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
         if until is not None and until <= due:
             raise AutograderError(f"an extension must end after the due date ({utc_time(due)}); got {utc_time(until)}")
         EXTENSIONS.create(gb.engine, checkfirst=True)
-        session = gb.db
-        try:
+        with one_transaction(gb.db):
             for student in students:
-                session.execute(EXTENSIONS.delete().where(EXTENSIONS.c.student_id == student,
-                                                          EXTENSIONS.c.assignment == ASSIGNMENT))
+                gb.db.execute(EXTENSIONS.delete().where(EXTENSIONS.c.student_id == student,
+                                                        EXTENSIONS.c.assignment == ASSIGNMENT))
                 if until is not None:
-                    session.execute(EXTENSIONS.insert().values(student_id=student, assignment=ASSIGNMENT, until=until))
+                    gb.db.execute(EXTENSIONS.insert().values(student_id=student, assignment=ASSIGNMENT, until=until))
                 try:
                     sync_submission(gb, gb.find_submission(ASSIGNMENT, student))
                 except MissingEntry:
                     pass  # not graded yet: grading writes the row and its extension
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
     return extensions(course)
 
 

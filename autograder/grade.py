@@ -39,7 +39,7 @@ import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .collect import _digest
-from .course import ASSIGNMENT, REPO, AutograderError, Course, fast_new_gradebooks
+from .course import ASSIGNMENT, REPO, AutograderError, Course, abandon, fast_new_gradebooks, one_transaction
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 DEFAULT_CELL_TIMEOUT = 60.0
@@ -503,8 +503,7 @@ def commit_grades(gb, student: str, grades: dict, job_values: dict, unchanged: f
     """
     from nbgrader.api import MissingEntry
 
-    session = gb.db
-    try:
+    with one_transaction(gb.db):
         gb.update_or_create_student(student)  # collect registered it; a no-op then
         try:
             submission = gb.find_submission(ASSIGNMENT, student)
@@ -525,11 +524,7 @@ def commit_grades(gb, student: str, grades: dict, job_values: dict, unchanged: f
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
             for comment in nb.comments:
                 comment.auto_comment = data["comments"].get(comment.name)
-        _update_job(session, student, **job_values)
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
+        _update_job(gb.db, student, **job_values)
 
 
 def unchanged_answers(course: Course, job_dir: Path, student: str) -> frozenset:
@@ -641,7 +636,7 @@ class Scheduler:
 
     def stop_all(self, todo: list[str]) -> int:
         """Stop every worker and leave every unfinished job pending; return how many of todo are pending."""
-        self.gb.db.rollback()  # a start or a commit the interrupt cut short is not half-saved
+        abandon(self.gb.db)  # a start or a commit the interrupt cut short is not half-saved
         for run in self.running.values():
             stop_worker(run.proc)
         # the course's grade lock is ours, so every running row is this run's: also the job whose start

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import nbformat
 
-from .course import ASSIGNMENT, BUNDLE_CONTENT, REPO, AutograderError, Course, fast_new_gradebooks, quiet_nbgrader_logs
+from .course import (ASSIGNMENT, BUNDLE_CONTENT, REPO, AutograderError, Course, fast_new_gradebooks, one_transaction,
+                     quiet_nbgrader_logs)
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -72,15 +73,10 @@ def set_due_date(course: Course, due_date: dt.datetime | None) -> None:
     """Record the assignment's due date (naive UTC, None for none) in the gradebook; a release must exist."""
     from .extensions import adopt_native_extensions, sync_all
 
-    with course.gradebook() as gb:
-        try:
-            adopt_native_extensions(gb)  # at the end times they have under the old due date
-            gb.find_assignment(ASSIGNMENT).duedate = due_date
-            sync_all(gb)  # a student's extension keeps its end time, so its interval changes with the due date
-            gb.db.commit()  # one transaction: a due date never lands without its extensions
-        except BaseException:
-            gb.db.rollback()
-            raise
+    with course.gradebook() as gb, one_transaction(gb.db):  # a due date never lands without its extensions
+        adopt_native_extensions(gb)  # at the end times they have under the old due date
+        gb.find_assignment(ASSIGNMENT).duedate = due_date
+        sync_all(gb)  # a student's extension keeps its end time, so its interval changes with the due date
 
 
 def due_date_of(course: Course) -> dt.datetime | None:

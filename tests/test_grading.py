@@ -28,7 +28,7 @@ from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
 from processes import process_gone, processes_of_build
-from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, graded_build, sandbox_works
+from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, graded_build, released_build, sandbox_works
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
 
@@ -480,6 +480,45 @@ def test_a_worker_killed_alone_is_retried_and_every_submission_graded_once(grade
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_an_interrupt_inside_commit_after_the_database_committed_is_an_interrupt_and_the_job_stays_done(tmp_path):
+    """Ctrl-C can land inside SQLAlchemy's commit() after the database has committed (seen once in CI):
+    rolling back then raised InvalidRequestError over the interrupt, and `grade` exited 1 with a traceback
+    instead of 130. The grades are saved; the interrupt must come through and stop_all must still work."""
+    import datetime as dt
+
+    from sqlalchemy import event
+
+    from autograder.grade import JOBS, Scheduler, commit_grades
+
+    shutil.copytree(released_build()[0], tmp_path / "build", symlinks=True)
+    with build_env(tmp_path / "build"):
+        course = Course.load(tmp_path / "build")
+    stamp = dt.datetime(2026, 3, 1, 10, 0)
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        gb.db.execute(JOBS.insert().values(student_id="ann", assignment="part-ii", digest="d", state="running",
+                                           attempts=1, commits=0, pid=None))
+        gb.db.commit()
+
+        commits = []
+
+        def interrupt(session):
+            commits.append(1)
+            if len(commits) == 2:  # the first is nbgrader's update_or_create_student, the second has the grades
+                raise KeyboardInterrupt  # after the COMMIT went to the database, before the session's clean-up
+
+        event.listen(gb.db.registry(), "after_commit", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            commit_grades(gb, "ann", {"timestamp": stamp, "notebooks": {}}, {"state": "done", "commits": 1})
+        event.remove(gb.db.registry(), "after_commit", interrupt)
+        assert len(commits) == 2
+        scheduler = Scheduler(course, gb, options(workers=1), course.notebook_names(), False, None, None)
+        assert scheduler.stop_all(["ann"]) == 0  # nothing left pending: ann's grades were committed
+        assert gb.find_submission("part-ii", "ann").timestamp == stamp
+    row = job_rows(course.db_url)["ann"]
+    assert (row["state"], row["commits"]) == ("done", 1), row
 
 
 def test_a_worker_dies_with_the_grade_run_that_started_it(tmp_path):
