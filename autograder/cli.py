@@ -54,24 +54,17 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _due_date(text: str):
-    """argparse type: a due date (naive UTC datetime, or None for 'none')."""
+def _moment(what: str, none_means: str):
+    """An argparse type for a time in parse_due_date's forms, worded as `what` (naive UTC, or None for 'none')."""
     from .release import parse_due_date
 
-    try:
-        return (parse_due_date(text),)  # a 1-tuple: None in it means "no due date", not "option not given"
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    def parse(text: str):
+        try:
+            return (parse_due_date(text, what=what, none_means=none_means),)  # a 1-tuple: (None,) is not "not given"
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-
-def _extension_end(text: str):
-    """argparse type: the end of an extension (naive UTC datetime, or None for 'none')."""
-    from .release import parse_due_date
-
-    try:
-        return (parse_due_date(text, what="end of the extension", none_means="removes the extension"),)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
 
 
 def _student_id(text: str) -> str:
@@ -109,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Generate the student version of part-ii (nbgrader generate_assignment), check that "
                                    "it leaks no solution or hidden test, and write the student zip (release notebooks + "
                                    "code/part-ii + data/part-ii).")
-    p.add_argument("--due-date", type=_due_date, default=None, metavar="WHEN",
+    p.add_argument("--due-date", type=_moment("due date", "no due date"), default=None, metavar="WHEN",
                    help="record the assignment's due date, e.g. '2026-03-01 23:59 Asia/Shanghai' ('none' removes it; "
                         "default: keep the one recorded); export then says who handed in late and by how much")
 
@@ -137,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "student's own date; it stays where it is when the due date is moved.")
     p.add_argument("--student", type=_student_id, action="append", metavar="ID",
                    help="the student to extend (repeatable; with --until)")
-    p.add_argument("--until", type=_extension_end, default=None, metavar="WHEN",
+    p.add_argument("--until", type=_moment("end of the extension", "removes the extension"), default=None, metavar="WHEN",
                    help="the student's own due date, in the forms of release --due-date, e.g. "
                         "'2026-03-04 23:59 Asia/Shanghai' ('none' removes the extension)")
 
@@ -198,11 +191,15 @@ def _run(args: argparse.Namespace) -> int:
             if not shown:
                 print("no extensions (extend --student ID --until WHEN gives one)")
         else:
-            now = {ext.student: ext for ext in grant(course, args.student, args.until[0])}
-            shown = [now.get(s, s) for s in dict.fromkeys(args.student)]  # a bare id: its extension was removed
+            named = list(dict.fromkeys(args.student))
+            now = {ext.student: ext for ext in grant(course, named, args.until[0])}
+            shown = [now[s] for s in named if s in now]  # empty after --until none
+            if args.until[0] is None:
+                for student in named:
+                    print(f"{student}: no extension (the assignment's due date applies)")
         for ext in shown:
-            print(f"{ext}: no extension (the assignment's due date applies)" if isinstance(ext, str) else describe(ext))
-        return 1 if any(not isinstance(e, str) and not e.known for e in shown) else 0  # an id no hand-in has: a typo?
+            print(describe(ext))
+        return 1 if any(not ext.known for ext in shown) else 0  # an id no hand-in has: a typo?
     if args.command == "release":
         from .release import KEEP, release
 
