@@ -17,6 +17,10 @@ them as 0 / N. Such a page opens with a note that its score is provisional, and 
 still waiting for a grader says so under it; feedback run again after manual grading drops
 both.
 
+The page's table of contents names each graded cell after the exercise heading above it
+(e.g. "练习 2.1（3 分）… · test test_stable_softmax"), where nbgrader's template lists only
+"Test cell", "Written response" and "Comment" (autograder/templates/feedback_part_ii).
+
 A notebook that scored 0 without being graded (not handed in, its file rejected by collect,
 or not gradable) gets a short page of its own saying why and what to hand in instead, so every
 student who handed in anything has a page for every notebook.
@@ -36,12 +40,18 @@ from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 
-from .cells import BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, outcome_message, visible_source
+from .cells import (BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, nbgrader_meta, outcome_message,
+                    visible_source)
 from .collect import load_collect_log, match_notebook
 from .course import ASSIGNMENT, AutograderError, Course, quiet_nbgrader_logs
 from .export import late_by
 
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE = "feedback_part_ii"  # nbgrader's feedback template with a table of contents by exercise
+TEMPLATE_FILE = "page.html.j2"
+HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)(?:\s+#+)?\s*$")  # an ATX heading line, without its closing #s
+FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -54,6 +64,44 @@ class HideHiddenTests(NbGraderPreprocessor):
             cell.source = visible_source(cell.source)
             cell.outputs = [new_output("stream", name="stdout", text=message + "\n")]
         return cell, resources
+
+
+def last_heading(markdown: str) -> str | None:
+    """The text of the last heading of a markdown cell (outside code fences), without #s, backticks and emphasis."""
+    found, fenced = None, False
+    for line in markdown.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and (m := HEADING.match(line)):
+            text = re.sub(r"\s+", " ", m.group(1).replace("`", "").replace("**", "").replace("__", "")).strip()
+            found = text or found
+    return found
+
+
+class LabelGradedCells(NbGraderPreprocessor):
+    """Give each graded cell the exercise heading above it (metadata nbgrader.toc_label) for the page's contents."""
+
+    def preprocess(self, nb, resources):
+        """Walk the cells once: a heading in a cell the student does not answer labels the graded cells after it."""
+        heading = None
+        for cell in nb.cells:
+            meta = nbgrader_meta(cell)
+            if meta.get("grade") or meta.get("solution") or meta.get("task"):
+                if heading:
+                    meta["toc_label"] = heading
+            elif cell.cell_type == "markdown":
+                heading = last_heading(cell.source) or heading
+        return nb, resources
+
+
+def template_config(config) -> None:
+    """Point config's HTMLExporter at the course's feedback template (it extends nbgrader's)."""
+    import nbgrader
+
+    formgrader = Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader"
+    config.HTMLExporter.template_name = TEMPLATE
+    config.HTMLExporter.template_file = TEMPLATE_FILE
+    config.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(formgrader / "templates")]
 
 
 class GetGradesNotingPending(GetGrades):
@@ -176,9 +224,11 @@ class FeedbackResult:
 
 
 def _feedback_config(course: Course):
-    """The course config with the hidden-test filter in GenerateFeedback's preprocessors."""
+    """The course config with the hidden-test filter and the contents labels in GenerateFeedback, and the course's template."""
     config = course.config.copy()
-    config.GenerateFeedback.preprocessors = [GetGradesNotingPending, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+    config.GenerateFeedback.preprocessors = [GetGradesNotingPending, HideHiddenTests, LabelGradedCells,
+                                             CSSHTMLHeaderPreprocessor]
+    template_config(config)
     return config
 
 

@@ -1,8 +1,10 @@
-"""Feedback leak guard: a page is withheld for hidden-test text the grading run put there, never for the student's own code.
+"""Feedback pages: the leak guard withholds a page for hidden-test text the grading run put there, never for the
+student's own code; the table of contents names each graded cell after its exercise.
 
-Each test renders a tiny graded notebook with nbgrader's feedback template and the
-HideHiddenTests preprocessor (as ``python -m autograder feedback`` does), then scans it
-with find_leaks. The signatures are written here, as hidden_lines() would list them.
+Each test renders a tiny graded notebook with the course's feedback template and the
+HideHiddenTests and LabelGradedCells preprocessors (as ``python -m autograder feedback`` does),
+then scans it with find_leaks or reads its contents. The signatures are written here, as
+hidden_lines() would list them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 from traitlets.config import Config
 
 import nbgrader
-from autograder.feedback import HideHiddenTests, authored_text, find_leaks, page_text
+from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, find_leaks, last_heading, page_text,
+                                 template_config)
 
 IDIOM = 'with np.errstate(all="ignore"):'  # taught in the notebooks, and also in a hidden test
 SECRET = "_q = np.array([0.125, 0.375, 0.5])  # hidden input"
@@ -48,14 +51,14 @@ def graded_notebook(folder: Path, answer: str, test_outputs: list, later_outputs
 
 
 def render(notebook: Path) -> Path:
-    """The feedback page nbgrader's template makes of the notebook, with the hidden tests filtered out."""
+    """The feedback page the course's template makes of the notebook, hidden tests filtered out, cells labelled."""
     config = Config()
-    config.HTMLExporter.template_name = "feedback"
+    template_config(config)
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
-    config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
     config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
     exporter = HTMLExporter(config=config)
     exporter.register_preprocessor(HideHiddenTests(), enabled=True)
+    exporter.register_preprocessor(LabelGradedCells(), enabled=True)
     grades = {"notebook": notebook.stem, "score": 0.0, "max_score": 1.0, "late_penalty": 0.0}  # what GetGrades adds
     body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4), resources={"nbgrader": grades})
     page = notebook.with_suffix(".html")
@@ -141,3 +144,75 @@ def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
         reasons["01-probability-and-bayes"]
     assert "could not be graded" in reasons["02-shapes-and-loss"] and "kernel died 3 times" in reasons["02-shapes-and-loss"]
     assert not_graded_reasons("cid", notebooks, log, None) == {}
+
+
+def contents(page: Path) -> list[str]:
+    """The entries of a feedback page's table of contents, as plain text."""
+    import html
+    import re
+
+    toc = re.search(r'<div id="toc">(.*?)</div>', page.read_text(encoding="utf-8"), re.S).group(1)
+    return [re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", li))).strip()
+            for li in re.findall(r"<li[^>]*>(.*?)</li>", toc, re.S)]
+
+
+def labelled_notebook(folder: Path, cells: list) -> Path:
+    """folder/nb.ipynb of the given cells, each graded one given as (cell, nbgrader metadata)."""
+    nb = nbformat.v4.new_notebook()
+    for item in cells:
+        cell, meta = item if isinstance(item, tuple) else (item, None)
+        if meta:
+            cell.metadata["nbgrader"] = {"schema_version": 3, "locked": False, "points": 1, "score": 1.0, **meta}
+        nb.cells.append(cell)
+    path = folder / "nb.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_contents_name_each_graded_cell_after_the_exercise_heading_above_it(tmp_path):
+    """Test cells by heading and grade id, written answers and comments by heading; nbgrader's word above any heading."""
+    page = render(labelled_notebook(tmp_path, [
+        (new_code_cell("check_true('setup', True)"), {"grade": True, "solution": False, "grade_id": "test_early"}),
+        new_markdown_cell("## 2.1 小节\n\n### 练习 2.1（3 分）逐行的 `softmax`\n\n写出 **稳定** 的版本。"),
+        (new_code_cell("def f(): pass"), {"grade": False, "solution": True, "grade_id": "ex_softmax",
+                                          "comment": "No response."}),
+        (new_code_cell("check_true('f', True)"), {"grade": True, "solution": False, "grade_id": "test_softmax"}),
+        new_markdown_cell("### 练习 2.5（2 分，人工评分）简答"),
+        (new_markdown_cell("### My answer\n\nbecause"), {"grade": True, "solution": True, "grade_id": "answer_why",
+                                                          "points": 2, "score": 0.0}),
+        (new_code_cell("check_true('g', True)"), {"grade": True, "solution": False, "grade_id": "test_after_answer"}),
+    ]))
+    assert contents(page) == [
+        "Test cell (Score: 1.0 / 1.0)",
+        "练习 2.1（3 分）逐行的 softmax · comment on your answer",
+        "练习 2.1（3 分）逐行的 softmax · test test_softmax (Score: 1.0 / 1.0)",
+        "练习 2.5（2 分，人工评分）简答 · your written answer (Score: 0.0 / 2.0)",
+        # the student's own heading inside their answer names nothing: the exercise heading still does
+        "练习 2.5（2 分，人工评分）简答 · test test_after_answer (Score: 1.0 / 1.0)",
+    ]
+    anchors = page.read_text(encoding="utf-8")
+    assert all(f'href="#{a}"' in anchors and f'name="{a}"' in anchors
+               for a in ("test_early", "comment-ex_softmax", "test_softmax", "answer_why"))
+
+
+def test_a_heading_typed_into_the_notebook_is_shown_as_text_not_markup(tmp_path):
+    """A student can edit ordinary markdown cells: their heading is escaped in the contents."""
+    page = render(labelled_notebook(tmp_path, [
+        new_markdown_cell("# <img src=x onerror=alert(1)> & co"),
+        (new_code_cell("check_true('f', True)"), {"grade": True, "solution": False, "grade_id": "test_f"}),
+    ]))
+    toc = page.read_text(encoding="utf-8").split('<div id="toc">')[1].split("</div>")[0]
+    assert "<img" not in toc and "&lt;img src=x onerror=alert(1)&gt; &amp; co" in toc
+    assert contents(page) == ["<img src=x onerror=alert(1)> & co · test test_f (Score: 1.0 / 1.0)"]
+
+
+@pytest.mark.parametrize("markdown, heading", [
+    ("### 练习 6.1（2 分）计数模型的最大似然估计", "练习 6.1（2 分）计数模型的最大似然估计"),
+    ("## A\ntext\n### B ###", "B"),  # the last heading; closing #s dropped
+    ("### `F.kl_div` 与 **KL**", "F.kl_div 与 KL"),
+    ("### A\n```python\n# a comment, not a heading\n```", "A"),
+    ("#hashtag, not a heading\n    # indented code", None),
+    ("plain text", None),
+])
+def test_last_heading_reads_atx_headings_outside_code(markdown, heading):
+    assert last_heading(markdown) == heading

@@ -301,6 +301,20 @@ def test_feedback_exists_and_shows_no_hidden_test_text(graded):
         assert "HIDDEN TESTS" not in text, path
         leaked = [line for line in hidden if line in text]
         assert not leaked, f"{path} shows hidden test lines: {leaked[:3]}"
+    # the contents name every test cell after its exercise: the 练习 heading above it in the source notebook
+    for name, nb in source_notebooks().items():
+        exercise, expected = None, []
+        for cell in nb.cells:
+            if cell.cell_type == "markdown" and not meta(cell):
+                exercise = next((ln.lstrip("#").strip() for ln in reversed(cell.source.splitlines())
+                                 if ln.startswith("### 练习")), exercise)
+            elif meta(cell).get("grade") and not meta(cell).get("solution"):
+                expected.append(f"{exercise.replace('`', '')} · test {meta(cell)['grade_id']} (Score: ")
+        page = (course.root / "feedback" / "perfect" / course.release_dir.name / f"{name}.html").read_text(encoding="utf-8")
+        toc = html.unescape(re.sub(r"<[^>]+>", "", page.split('<div id="toc">')[1].split("</div>")[0]))
+        listed = [" ".join(line.split()) for line in toc.splitlines() if " · test " in line]
+        assert expected and len(listed) == len(expected), (name, listed)
+        assert all(line.startswith(e) for line, e in zip(listed, expected)), (name, listed)
 
 
 def test_grading_twice_changes_nothing(graded):
