@@ -87,6 +87,7 @@ class LabelGradedCells(NbGraderPreprocessor):
         for cell in nb.cells:
             meta = nbgrader_meta(cell)
             if meta.get("grade") or meta.get("solution") or meta.get("task"):
+                meta.pop("toc_label", None)  # only this preprocessor labels: not whatever the hand-in's metadata says
                 if heading:
                     meta["toc_label"] = heading
             elif cell.cell_type == "markdown":

@@ -172,7 +172,8 @@ def labelled_notebook(folder: Path, cells: list) -> Path:
 def test_the_contents_name_each_graded_cell_after_the_exercise_heading_above_it(tmp_path):
     """Test cells by heading and grade id, written answers and comments by heading; nbgrader's word above any heading."""
     page = render(labelled_notebook(tmp_path, [
-        (new_code_cell("check_true('setup', True)"), {"grade": True, "solution": False, "grade_id": "test_early"}),
+        (new_code_cell("check_true('setup', True)"), {"grade": True, "solution": False, "grade_id": "test_early",
+                                                       "toc_label": "a label the hand-in brought along"}),
         new_markdown_cell("## 2.1 小节\n\n### 练习 2.1（3 分）逐行的 `softmax`\n\n写出 **稳定** 的版本。"),
         (new_code_cell("def f(): pass"), {"grade": False, "solution": True, "grade_id": "ex_softmax",
                                           "comment": "No response."}),
