@@ -805,7 +805,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         before = page_text(page.read_text(encoding="utf-8"))
         assert "Provisional score. 1 answer worth 2 points (answer_ppl_evidence) has not been graded yet" in before
         assert "Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of 2 points." in before
-        assert "Written response (Score: 0.0 / 2.0)" in before
+        assert "· your written answer (Score: 0.0 / 2.0)" in before
 
         def set_grade(manual_score, needs_manual_grade):
             """What formgrader's grade API does (and, for needs_manual_grade=True, a later regrade)."""
@@ -824,7 +824,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         after = page_text(page.read_text(encoding="utf-8"))
         assert "Provisional score." not in after and "Not graded yet" not in after
         assert f"(Score: {round(total, 2)} / {round(max_points, 2)})" in after  # nbgrader's header, the 1.5 counted
-        assert total > 1.5 and "Written response (Score: 1.5 / 2.0)" in after
+        assert total > 1.5 and "· your written answer (Score: 1.5 / 2.0)" in after
 
         def answer_row() -> dict:
             """The answer's row of grades-per-cell.csv, freshly exported."""
@@ -849,7 +849,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         assert "the 1.5 of 2 points shown can change" in review and "Not graded yet" not in review
         comment = review.index("Comments: Names the tokenizer problem; say which evidence would settle it.")
         assert review.index("To be reviewed: your notebook was graded again", comment) > comment  # after it
-        assert "Written response (Score: 1.5 / 2.0)" in review
+        assert "· your written answer (Score: 1.5 / 2.0)" in review
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
