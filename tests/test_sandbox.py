@@ -469,3 +469,23 @@ def test_a_replayed_error_does_not_skip_the_next_replayed_cell(tmp_path):
     executor = GradingExecute(timeout=30, extra_arguments=[f"--IPKernelApp.exec_lines={SLOW_ABORT}"])
     nb, _ = executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
     assert [o.get("text") for o in nb.cells[3].outputs] == ["42\n"], nb.cells[3].outputs
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_kernel_whose_cells_are_done_is_killed_not_asked_to_exit(tmp_path, mode, monkeypatch):
+    """A graded kernel has nothing to save: asking it to shut down cost every notebook the 2.5 s jupyter_client
+    waits before SIGTERM (ipykernel with torch loaded does not exit sooner). Also after a kernel death."""
+    calls = []
+    for name in ("_async_request_shutdown", "_async_kill_kernel"):
+        original = getattr(SandboxedKernelManager, name)
+
+        async def recorded(self, *args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return await _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(SandboxedKernelManager, name, recorded)
+    tmp_path.chmod(0o755)
+    texts = run_sandboxed(["print(6 * 7)", "import os\nos._exit(1)", "print('after')"], tmp_path, SandboxLimits(),
+                          fork_server=mode == "fork server")
+    assert texts[0] == "42" and texts[1].startswith("ERROR") and texts[2] == "after", texts
+    assert "_async_request_shutdown" not in calls and calls.count("_async_kill_kernel") >= 1, calls
