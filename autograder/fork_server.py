@@ -44,12 +44,16 @@ def _running(proc: psutil.Process | None) -> bool:
 
 
 def kill_processes(procs: list[psutil.Process]) -> int:
-    """SIGKILL procs (those already gone are skipped), wait up to 5 s for them to end; return how many."""
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
+    """SIGSTOP, then SIGKILL procs (those already gone are skipped), wait up to 5 s for them to end; return how many.
+
+    Stopped first so that those not killed yet cannot fork meanwhile (a fork bomb's copies would).
+    """
+    for signal_them in ("suspend", "kill"):
+        for proc in procs:
+            try:
+                getattr(proc, signal_them)()
+            except psutil.Error:
+                pass
     psutil.wait_procs(procs, timeout=5)
     return len(procs)
 
@@ -180,17 +184,38 @@ class ForkServer:
         notebook; the kernel still alive then (the next notebook's, not yet used) has no
         business with processes of its own either.
         """
+        killed: set[int] = set()
+        for _ in range(5):  # what forked while a pass listed and killed is found by the next
+            strays = [p for p in self._strays() if p.pid not in killed]
+            if not strays:
+                break
+            kill_processes(strays)
+            killed.update(p.pid for p in strays)
+        return len(killed)
+
+    def kill_sandbox(self) -> None:
+        """SIGKILL the sandbox's PID 1: the OS then ends every process in its PID namespace at once (the server, its
+        kernels and all they forked, which no fork bomb outruns); the next kernel asked for gets a new server."""
+        server = self.server_process()
+        try:
+            init = server.parent() if server is not None else None
+            (init or psutil.Process(self.process.pid)).kill()
+        except psutil.Error:
+            pass
+
+    def _strays(self) -> list[psutil.Process]:
+        """The processes kill_strays ends: those below the sandbox's PID 1 but the server, and those below its kernels."""
         server = self.server_process()
         if server is None:
-            return 0
+            return []
         try:
             init = server.parent()
         except psutil.Error:
-            return 0
+            return []
         strays = [p for p in _children(init) if p.pid != server.pid] if init else []
         strays += [d for p in list(strays) for d in _children(p, recursive=True)]
         strays += [d for kernel in _children(server) for d in _children(kernel, recursive=True)]
-        return kill_processes(strays)
+        return strays
 
     def close(self, grace: float = CLOSE_GRACE) -> None:
         """End the server (its stdin closed, it collects its kernels and exits) and with it the sandbox.

@@ -52,9 +52,14 @@ of that notebook adopts it instead of starting one. Kernels import ``preload_mod
 namespace, so the import cost (nothing, when forked) lands in the kernel's start-up rather
 than in the first cell's timeout.
 
-Residual: CPU time is limited per process, not per sandbox, so a fork bomb's processes burn
-CPU until the cell timeout kills its kernel (and with it the PID namespace); cgroups would
-bound that, but need privileges the grader does not assume. What the allow-list shows is
+A cell that forks without end is stopped by the grader (``ProcessWatch``): once more than
+``max_cell_processes`` (64) processes are below the kernel, they and the kernel are frozen
+(SIGSTOP) and killed, with a fork server its whole sandbox too (a bomb's orphans are no longer
+below the kernel; ending the PID namespace's init ends them all at once, and the next kernel
+gets a new server), and the kernel is restarted as after any death. Residual: CPU time is
+limited per process, not per sandbox, so until then (the watch polls four times a second), or
+in a bomb that stays under that count, the processes burn CPU beside other submissions'
+kernels; cgroups would bound that, but need privileges the grader does not assume. What the allow-list shows is
 readable in full: all of ``/usr`` (nothing secret belongs in ``/usr/local``), the venv and the
 base interpreter's prefix (``configure_sandbox`` refuses a bound tree that holds the repository
 or the course); ``/proc/self/mountinfo`` names the host paths that are bound.
@@ -73,6 +78,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -593,6 +599,13 @@ def kernel_process(km):
         return None
 
 
+def fork_server_of(km) -> ForkServer | None:
+    """The fork server the manager's kernel was forked from (None: a kernel of its own sandbox, or none)."""
+    if not isinstance(getattr(getattr(km, "provisioner", None), "process", None), ForkedKernel):
+        return None
+    return _FORK_SERVERS.get(os.path.realpath(km.fork_server))
+
+
 def kill_kernel_children(km) -> int:
     """SIGKILL every process the kernel forked (a failed cell's workers, a fork bomb); return how many.
 
@@ -611,6 +624,119 @@ def kill_kernel_children(km) -> int:
     return kill_processes(children)
 
 
+def child_pids(pid: int) -> list[int]:
+    """Pids of pid's children (those of every thread), from /proc/<pid>/task/<tid>/children; [] once it ended."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    children = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as listing:
+                children += [int(c) for c in listing.read().split()]
+        except (OSError, ValueError):
+            continue  # the thread or the process ended meanwhile
+    return children
+
+
+def count_descendants(pid: int, limit: int) -> int:
+    """How many processes are below pid, counted up to limit + 1 (the count stops there).
+
+    Reads /proc along the tree, so the cost follows the kernel's processes, not the machine's
+    (psutil's children() reads every process): cheap enough to poll while a cell runs.
+    """
+    count, queue = 0, [pid]
+    while queue and count <= limit:
+        children = child_pids(queue.pop())
+        count += len(children)
+        queue += children
+    return min(count, limit + 1)
+
+
+def freeze_and_kill(kernel) -> int:
+    """SIGSTOP the kernel and every process below it, then SIGKILL them all; return how many.
+
+    Stopped first because a stopped process cannot fork: killed one by one while the others
+    run, a fork bomb's survivors refill the process budget as fast as it is freed.
+    """
+    import psutil
+
+    frozen: dict[int, psutil.Process] = {}
+    fresh = [kernel]
+    deadline = time.monotonic() + 2.0  # a process in uninterruptible sleep stops late: not worth waiting for
+    while fresh:
+        for proc in fresh:
+            try:
+                proc.suspend()
+            except psutil.Error:
+                pass
+            frozen[proc.pid] = proc
+        for proc in fresh:  # SIGSTOP takes effect when the process is next scheduled: until then it can fork
+            while time.monotonic() < deadline and _running_unstopped(proc):
+                time.sleep(0.001)
+        # listed once stopped: whatever a process forked before it stopped is its child by now
+        pids = {pid for proc in fresh for pid in child_pids(proc.pid)} - frozen.keys()
+        fresh = []
+        for pid in pids:
+            try:
+                fresh.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+    return kill_processes(list(frozen.values()))
+
+
+def _running_unstopped(proc) -> bool:
+    """True while proc exists and is neither stopped nor a zombie."""
+    import psutil
+
+    try:
+        return proc.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+class ProcessWatch:
+    """While a cell runs, stops its kernel once more than `limit` processes are below it (a fork bomb).
+
+    A thread polls the kernel's process tree every `interval` seconds; past the limit it
+    freezes and kills the kernel and everything below it, and `stopped_at` says how many
+    processes it found. Without it a fork bomb spins at the sandbox's process limit until the
+    cell timeout, taking the CPU from the kernels grading other submissions beside it.
+    """
+
+    def __init__(self, kernel, limit: int, sandbox: ForkServer | None = None, interval: float = 0.25):
+        """kernel: a psutil process (None: nothing to watch); sandbox: the fork server the kernel was forked from,
+        whose whole sandbox is ended too (orphans of the bomb are not below the kernel any more)."""
+        self.kernel, self.limit, self.sandbox, self.interval = kernel, limit, sandbox, interval
+        self.stopped_at = 0  # processes found below the kernel when it fired; 0 while it has not
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="process-watch", daemon=True)
+
+    def __enter__(self) -> "ProcessWatch":
+        if self.kernel is not None and self.limit > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        """Poll until the cell ends or the kernel does; freeze and kill past the limit."""
+        while not self._done.wait(self.interval):
+            if not self.kernel.is_running():
+                return
+            found = count_descendants(self.kernel.pid, self.limit)
+            if found > self.limit:
+                self.stopped_at = found
+                freeze_and_kill(self.kernel)
+                if self.sandbox is not None:
+                    self.sandbox.kill_sandbox()
+                return
+
+
 class GradingExecute(Execute):
     """nbgrader's Execute with an output cap and recovery from kernel death or a stuck cell."""
 
@@ -618,6 +744,8 @@ class GradingExecute(Execute):
     sandboxed = Bool(False, help="start kernels with SandboxedKernelManager").tag(config=True)
     max_kernel_restarts = Integer(3, help="kernel restarts per notebook before the rest fails").tag(config=True)
     responsive_timeout = Integer(10, help="seconds a kernel has to answer after an interrupt").tag(config=True)
+    max_cell_processes = Integer(64, help="processes a kernel may have below it while a cell runs; past that the "
+                                          "cell and its kernel are stopped (a fork bomb); 0: no limit").tag(config=True)
     kernel_env = Dict(help="environment variables added to the kernel's (unsandboxed) environment").tag(config=True)
     scratch = Unicode("", help="working folder of the kernel (the submission's private scratch); also the key "
                                "under which prestart() leaves the kernel for this executor").tag(config=True)
@@ -813,13 +941,21 @@ class GradingExecute(Execute):
     def _run_from(self, start: int, resources, failed: set[int]) -> int:
         """Run cells from start; return the index after the last cell run in this kernel."""
         cells = self.nb.cells
+        kernel, server = kernel_process(self.km), fork_server_of(self.km)
         for index in range(start, len(cells)):
             self._timed_out = False
+            watch = ProcessWatch(kernel, self.max_cell_processes, server)
             try:
-                self.preprocess_cell(cells[index], resources, index)
+                with watch:
+                    self.preprocess_cell(cells[index], resources, index)
             except Exception as err:  # noqa: BLE001 - DeadKernelError, iopub timeouts, broken pipes
                 failed.add(index)
-                self._fail_cell(cells[index], f"the kernel stopped while running this cell ({type(err).__name__})")
+                self._fail_cell(cells[index], self._too_many_processes(watch) or
+                                f"the kernel stopped while running this cell ({type(err).__name__})")
+                return index + 1
+            if watch.stopped_at:  # the cell's reply came in before the kernel's death was noticed
+                failed.add(index)
+                self._fail_cell(cells[index], self._too_many_processes(watch))
                 return index + 1
             if any(out.output_type == "error" for out in cells[index].get("outputs", [])):
                 # a cell that failed or timed out may leave forked copies of the kernel running (a fork
@@ -854,6 +990,13 @@ class GradingExecute(Execute):
                 failed.add(index)
                 if not self._kernel_responds():
                     return
+
+    def _too_many_processes(self, watch: ProcessWatch) -> str:
+        """What a cell that the process watch stopped shows ('' when the watch did not fire)."""
+        if not watch.stopped_at:
+            return ""
+        return (f"the cell started more than {self.max_cell_processes} processes (a fork bomb?), so the grader "
+                f"stopped it together with the kernel")
 
     def _kernel_responds(self) -> bool:
         """True when the kernel answers kernel_info soon after an interrupt."""

@@ -35,7 +35,13 @@ MODES = ["own sandbox", "fork server"]
 def run_sandboxed(cells: list[str], scratch: Path, limits: SandboxLimits, config: Config | None = None,
                   timeout: int = 60, markdown_after: bool = False, fork_server: bool = False) -> list[str]:
     """Execute code cells in one sandboxed kernel (each followed by a markdown cell if markdown_after);
-    return each cell's text output (errors as 'ERROR name', '' for markdown).
+    return each cell's text output (errors as 'ERROR name', '' for markdown)."""
+    return cell_texts(execute_sandboxed(cells, scratch, limits, config, timeout, markdown_after, fork_server))
+
+
+def execute_sandboxed(cells: list[str], scratch: Path, limits: SandboxLimits, config: Config | None = None,
+                      timeout: int = 60, markdown_after: bool = False, fork_server: bool = False):
+    """The executed notebook of run_sandboxed.
 
     fork_server: fork the kernel from a fork server for scratch (the notebook's folder is
     scratch/nb0, as in a grading job), and end the server afterwards as the worker does.
@@ -54,7 +60,7 @@ def run_sandboxed(cells: list[str], scratch: Path, limits: SandboxLimits, config
         executor.preprocess(nb, {"metadata": {"path": str(folder)}})
     finally:
         close_fork_servers()
-    return cell_texts(nb)
+    return nb
 
 
 PROBES = {
@@ -489,3 +495,50 @@ def test_a_kernel_whose_cells_are_done_is_killed_not_asked_to_exit(tmp_path, mod
                           fork_server=mode == "fork server")
     assert texts[0] == "42" and texts[1].startswith("ERROR") and texts[2] == "after", texts
     assert "_async_request_shutdown" not in calls and calls.count("_async_kill_kernel") >= 1, calls
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fork_bomb_is_stopped_with_its_kernel_long_before_the_cell_timeout_and_grading_goes_on(tmp_path, mode):
+    """Past max_cell_processes below the kernel, the grader freezes and kills the lot; the kernel is restarted,
+    the earlier cells replayed, and nothing of the bomb is left running beside the next cells."""
+    tmp_path.chmod(0o755)
+    bomb = "import os\nwhile True:\n    os.fork()"
+    nb = execute_sandboxed(["x = 41", bomb, LIVE_OTHERS, "print(x + 1)"], tmp_path, SandboxLimits(), timeout=300,
+                           fork_server=mode == "fork server")
+    errors = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    # stopped by the watch: with a 300 s cell timeout, a CellTimeoutError would mean it was not
+    assert [e.ename for e in errors] == ["KernelDied"] and "more than 64 processes" in errors[0].evalue, errors
+    assert cell_texts(nb)[2:] == ["others 0", "42"]
+
+
+def test_the_process_watch_counts_a_tree_and_freezes_and_kills_all_of_it(tmp_path):
+    """count_descendants follows children of children and stops counting past the limit; freeze_and_kill ends them all."""
+    import psutil
+
+    from autograder.sandbox import count_descendants, freeze_and_kill
+
+    ready = tmp_path / "ready"
+    tree = ("import os, time\n"
+            "for _ in range(3):\n"
+            "    if os.fork() == 0:\n"
+            "        for _ in range(2):\n"
+            "            if os.fork() == 0:\n"
+            "                time.sleep(600)\n"
+            "        time.sleep(600)\n"
+            f"open({str(ready)!r}, 'w').close()\n"
+            "time.sleep(600)")
+    root = subprocess.Popen([sys.executable, "-c", tree])
+    try:
+        for _ in range(200):
+            if ready.exists() and count_descendants(root.pid, 100) == 9:
+                break
+            time.sleep(0.05)
+        assert count_descendants(root.pid, 100) == 9  # 3 children, 2 grandchildren each... and theirs
+        assert count_descendants(root.pid, 4) == 5
+        below = psutil.Process(root.pid).children(recursive=True)
+        assert freeze_and_kill(psutil.Process(root.pid)) == 10
+        root.wait(timeout=10)
+        assert not [p for p in below if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        root.kill()
+        root.wait()
