@@ -744,7 +744,7 @@ class GradingExecute(Execute):
     sandboxed = Bool(False, help="start kernels with SandboxedKernelManager").tag(config=True)
     max_kernel_restarts = Integer(3, help="kernel restarts per notebook before the rest fails").tag(config=True)
     responsive_timeout = Integer(10, help="seconds a kernel has to answer after an interrupt").tag(config=True)
-    max_cell_processes = Integer(64, help="processes a kernel may have below it while a cell runs; past that the "
+    max_cell_processes = Integer(64, min=0, help="processes a kernel may have below it while a cell runs; past that the "
                                           "cell and its kernel are stopped (a fork bomb); 0: no limit").tag(config=True)
     kernel_env = Dict(help="environment variables added to the kernel's (unsandboxed) environment").tag(config=True)
     scratch = Unicode("", help="working folder of the kernel (the submission's private scratch); also the key "

@@ -410,6 +410,10 @@ def test_bad_arguments_are_rejected_with_clear_errors(tmp_path):
         configure_sandbox(Config(), tmp_path, READABLE, {"cpu_seconds": 1})
     with pytest.raises(ValueError, match="scratch is not set"):
         SandboxedKernelManager()
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError, match="max_cell_processes.*should not be less than 0.*-1"):
+        GradingExecute(max_cell_processes=-1)
 
 
 @pytest.fixture()
