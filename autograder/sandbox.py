@@ -945,17 +945,16 @@ class GradingExecute(Execute):
         for index in range(start, len(cells)):
             self._timed_out = False
             watch = ProcessWatch(kernel, self.max_cell_processes, server)
+            stopped = None
             try:
                 with watch:
                     self.preprocess_cell(cells[index], resources, index)
             except Exception as err:  # noqa: BLE001 - DeadKernelError, iopub timeouts, broken pipes
+                stopped = f"the kernel stopped while running this cell ({type(err).__name__})"
+            # the watch may fire after the cell's reply came in, before the kernel's death was noticed
+            if stopped or watch.stopped_at:
                 failed.add(index)
-                self._fail_cell(cells[index], self._too_many_processes(watch) or
-                                f"the kernel stopped while running this cell ({type(err).__name__})")
-                return index + 1
-            if watch.stopped_at:  # the cell's reply came in before the kernel's death was noticed
-                failed.add(index)
-                self._fail_cell(cells[index], self._too_many_processes(watch))
+                self._fail_cell(cells[index], self._too_many_processes(watch) or stopped)
                 return index + 1
             if any(out.output_type == "error" for out in cells[index].get("outputs", [])):
                 # a cell that failed or timed out may leave forked copies of the kernel running (a fork
