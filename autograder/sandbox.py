@@ -944,7 +944,8 @@ class GradingExecute(Execute):
         kernel, server = kernel_process(self.km), fork_server_of(self.km)
         for index in range(start, len(cells)):
             self._timed_out = False
-            watch = ProcessWatch(kernel, self.max_cell_processes, server)
+            # only a code cell runs anything in the kernel: no watch thread for markdown
+            watch = ProcessWatch(kernel if cells[index].cell_type == "code" else None, self.max_cell_processes, server)
             stopped = None
             try:
                 with watch:
