@@ -1,4 +1,5 @@
-"""What a notebook cell is to nbgrader, and how an autograded test cell went - shared by feedback and check.
+"""What a notebook cell is to nbgrader, how an autograded test cell went, and which exercise heading a
+cell is under - shared by feedback and check.
 
 A test cell is a graded code cell that is not a solution; its hidden block lies between
 ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``. The outcome message of a test cell
@@ -18,6 +19,33 @@ WARNING_PATTERN = r"\w*Warning: "
 HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
+HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)(?:\s+#+)?\s*$")  # an ATX heading line, without its closing #s
+FENCE = re.compile(r"^ {0,3}(```|~~~)")
+CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def plain_heading(text: str) -> str:
+    """A heading's markdown as it reads: code spans kept verbatim without their backticks, ** and __ emphasis dropped."""
+    def prose(part: str) -> str:
+        return part.replace("**", "").replace("__", "").replace("`", "")
+
+    parts, pos = [], 0
+    for m in CODE_SPAN.finditer(text):
+        parts += [prose(text[pos:m.start()]), m.group(2).strip()]
+        pos = m.end()
+    parts.append(prose(text[pos:]))
+    return re.sub(r"\s+", " ", "".join(parts)).strip()
+
+
+def last_heading(markdown: str) -> str | None:
+    """The text of the last heading of a markdown cell (outside code fences), as plain_heading reads it."""
+    found, fenced = None, False
+    for line in markdown.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and (m := HEADING.match(line)):
+            found = plain_heading(m.group(1)) or found
+    return found
 
 
 def hidden_line_numbers(source: str) -> set[int]:

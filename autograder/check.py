@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cells import WARNING_PATTERN, graded_cells, is_edited, is_test_cell, nbgrader_meta, outcome_message
+from .cells import (WARNING_PATTERN, graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta,
+                    outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, AutograderError, load_config
 
@@ -137,9 +138,8 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
         in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
         if in_setup and setup_failure is None:
             setup_failure = cell_error(cell, number)
-        if cell.cell_type == "markdown" and not meta.get("grade"):
-            titles = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln.startswith("#")]
-            heading = titles[-1] if titles else heading
+        if cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
+            heading = last_heading(cell.source) or heading  # as the feedback page's contents name it
         test = is_test_cell(cell)
         if not test and since_last_test is None:
             since_last_test = cell_error(cell, number)

@@ -40,8 +40,8 @@ from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 
-from .cells import (BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, nbgrader_meta, outcome_message,
-                    visible_source)
+from .cells import (BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, last_heading, nbgrader_meta,
+                    outcome_message, visible_source)
 from .collect import load_collect_log, match_notebook
 from .course import ASSIGNMENT, AutograderError, Course, quiet_nbgrader_logs
 from .export import late_by
@@ -50,8 +50,6 @@ MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean any
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "feedback_part_ii"  # nbgrader's feedback template with a table of contents by exercise
 TEMPLATE_FILE = "page.html.j2"
-HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)(?:\s+#+)?\s*$")  # an ATX heading line, without its closing #s
-FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -64,18 +62,6 @@ class HideHiddenTests(NbGraderPreprocessor):
             cell.source = visible_source(cell.source)
             cell.outputs = [new_output("stream", name="stdout", text=message + "\n")]
         return cell, resources
-
-
-def last_heading(markdown: str) -> str | None:
-    """The text of the last heading of a markdown cell (outside code fences), without #s, backticks and emphasis."""
-    found, fenced = None, False
-    for line in markdown.splitlines():
-        if FENCE.match(line):
-            fenced = not fenced
-        elif not fenced and (m := HEADING.match(line)):
-            text = re.sub(r"\s+", " ", m.group(1).replace("`", "").replace("**", "").replace("__", "")).strip()
-            found = text or found
-    return found
 
 
 class LabelGradedCells(NbGraderPreprocessor):

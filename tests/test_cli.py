@@ -259,6 +259,36 @@ def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_f
     assert f"an earlier cell failed first: {meta[solutions[0]]['grade_id']}" in first_line, first_line
 
 
+def test_check_lists_each_graded_cell_under_its_exercise_heading_as_the_feedback_contents_do():
+    """The table groups rows by the heading above them: a '# comment' in a fenced block of a markdown cell is
+    not a heading, and in each course notebook every test cell sits under the 练习 heading above it."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from autograder.check import exercise_rows
+
+    def graded(cell, grade_id):
+        cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": grade_id, "points": 1}
+        return cell
+
+    nb = new_notebook(cells=[new_markdown_cell("### 练习 1（1 分）实现 `__init__`"), graded(new_code_cell("pass"), "test_a"),
+                             new_markdown_cell("例：\n```python\n# not a heading\n```"), graded(new_code_cell("pass"), "test_b")])
+    assert [(r[0], r[1]) for r in exercise_rows(nb)] == [("练习 1（1 分）实现 __init__", "test_a"),
+                                                         ("练习 1（1 分）实现 __init__", "test_b")]
+    for path in sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb")):
+        source = nbformat.read(path, as_version=4)
+        exercise, expected = None, []
+        for cell in source.cells:  # independently of check: the last '### 练习' line of an instructor markdown cell
+            nbg = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "markdown" and not nbg:
+                exercise = next((ln.lstrip("#").strip().replace("`", "") for ln in reversed(cell.source.splitlines())
+                                 if ln.startswith("### 练习")), exercise)
+            elif nbg.get("grade") and not nbg.get("solution") and cell.cell_type == "code":
+                expected.append((exercise, nbg["grade_id"]))
+        tests = [(r[0], r[1]) for r in exercise_rows(source) if r[4] is not None]  # not the free-text answers
+        assert expected and tests == expected, path.name
+
+
 def test_check_fails_a_file_that_grading_would_score_0_by_its_name_and_refuses_a_foreign_notebook(tmp_path, monkeypatch,
                                                                                                   capsys):
     import nbformat

@@ -18,8 +18,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 from traitlets.config import Config
 
 import nbgrader
-from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, find_leaks, last_heading, page_text,
-                                 template_config)
+from autograder.cells import last_heading
+from autograder.feedback import HideHiddenTests, LabelGradedCells, authored_text, find_leaks, page_text, template_config
 
 IDIOM = 'with np.errstate(all="ignore"):'  # taught in the notebooks, and also in a hidden test
 SECRET = "_q = np.array([0.125, 0.375, 0.5])  # hidden input"
@@ -211,6 +211,8 @@ def test_a_heading_typed_into_the_notebook_is_shown_as_text_not_markup(tmp_path)
     ("### 练习 6.1（2 分）计数模型的最大似然估计", "练习 6.1（2 分）计数模型的最大似然估计"),
     ("## A\ntext\n### B ###", "B"),  # the last heading; closing #s dropped
     ("### `F.kl_div` 与 **KL**", "F.kl_div 与 KL"),
+    ("### 实现 `__init__` 与 __加粗__", "实现 __init__ 与 加粗"),  # a code span is shown as written
+    ("### ``a`b`` 与 `x**2`", "a`b 与 x**2"),
     ("### A\n```python\n# a comment, not a heading\n```", "A"),
     ("#hashtag, not a heading\n    # indented code", None),
     ("plain text", None),
