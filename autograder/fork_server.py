@@ -191,6 +191,8 @@ class ForkServer:
                 break
             kill_processes(strays)
             killed.update(p.pid for p in strays)
+        else:  # still forking after five passes (a bomb): end the whole sandbox; the next kernel gets a new one
+            self.kill_sandbox()
         return len(killed)
 
     def kill_sandbox(self) -> None:
@@ -199,9 +201,11 @@ class ForkServer:
         server = self.server_process()
         try:
             init = server.parent() if server is not None else None
-            (init or psutil.Process(self.process.pid)).kill()
+            if init is not None:
+                init.kill()
         except psutil.Error:
             pass
+        self.process.kill()  # bwrap outside the namespace (Popen skips it once reaped: never another process's pid)
 
     def _strays(self) -> list[psutil.Process]:
         """The processes kill_strays ends: those below the sandbox's PID 1 but the server, and those below its kernels."""

@@ -53,10 +53,12 @@ namespace, so the import cost (nothing, when forked) lands in the kernel's start
 than in the first cell's timeout.
 
 A cell that forks without end is stopped by the grader (``ProcessWatch``): once more than
-``max_cell_processes`` (64) processes are below the kernel, they and the kernel are frozen
-(SIGSTOP) and killed, with a fork server its whole sandbox too (a bomb's orphans are no longer
-below the kernel; ending the PID namespace's init ends them all at once, and the next kernel
-gets a new server), and the kernel is restarted as after any death. Residual: CPU time is
+``max_cell_processes`` (64) processes run in the kernel's sandbox beside the kernel (and a fork
+server's own kernels) - counted from the namespace's PID 1, so a bomb of orphans counts too,
+while the cell runs and, while what it left keeps growing, after it returned - the namespace's
+PID 1 is killed, which ends every process in it at once (the next kernel gets a new sandbox),
+and the kernel is restarted as after any death; without a sandbox the kernel's own tree is
+frozen (SIGSTOP) and killed, and orphans escape. Residual: CPU time is
 limited per process, not per sandbox, so until then (the watch polls four times a second), or
 in a bomb that stays under that count, the processes burn CPU beside other submissions'
 kernels; cgroups would bound that, but need privileges the grader does not assume. What the allow-list shows is
@@ -593,9 +595,24 @@ def kernel_process(km):
     try:
         proc = psutil.Process(pid)
         while Path(proc.cmdline()[0]).name == "bwrap":  # outer bwrap, then bwrap as PID 1 of the namespace
-            (proc,) = proc.children()
+            # the oldest child: what the kernel left behind when it forked and exited is PID 1's child too
+            proc = min(proc.children(), key=lambda child: child.create_time())
         return proc
     except (psutil.Error, IndexError, ValueError):  # gone, not ours to read, or not the expected shape
+        return None
+
+
+def sandbox_init(kernel, server: ForkServer | None):
+    """The PID 1 of the kernel's PID namespace (bwrap), as a psutil.Process; None without a sandbox or once gone."""
+    import psutil
+
+    try:
+        if server is not None:
+            host = server.server_process()
+            return host.parent() if host is not None else None
+        parent = kernel.parent() if kernel is not None else None
+        return parent if parent is not None and parent.name() == "bwrap" else None
+    except psutil.Error:
         return None
 
 
@@ -640,8 +657,8 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
-def count_descendants(pid: int, limit: int) -> int:
-    """How many processes are below pid, counted up to limit + 1 (the count stops there).
+def count_descendants(pid: int, limit: int, skip: frozenset[int] | set[int] = frozenset()) -> int:
+    """How many processes are below pid, those in skip not counted (their children are), up to limit + 1.
 
     Reads /proc along the tree, so the cost follows the kernel's processes, not the machine's
     (psutil's children() reads every process): cheap enough to poll while a cell runs.
@@ -649,7 +666,7 @@ def count_descendants(pid: int, limit: int) -> int:
     count, queue = 0, [pid]
     while queue and count <= limit:
         children = child_pids(queue.pop())
-        count += len(children)
+        count += sum(1 for child in children if child not in skip)
         queue += children
     return min(count, limit + 1)
 
@@ -697,44 +714,95 @@ def _running_unstopped(proc) -> bool:
 
 
 class ProcessWatch:
-    """While a cell runs, stops its kernel once more than `limit` processes are below it (a fork bomb).
+    """While a cell runs, stops its kernel once more than `limit` processes run beside it (a fork bomb).
 
-    A thread polls the kernel's process tree every `interval` seconds; past the limit it
-    freezes and kills the kernel and everything below it, and `stopped_at` says how many
-    processes it found. Without it a fork bomb spins at the sandbox's process limit until the
-    cell timeout, taking the CPU from the kernels grading other submissions beside it.
+    Counted are the processes in the kernel's sandbox but the kernel (and a fork server and the
+    kernels it forked): from the namespace's PID 1, so also those whose parent exited (a bomb that
+    forks and exits leaves orphans, which PID 1 adopts); without a sandbox, those below the kernel.
+    A thread counts every `interval` seconds while the cell runs, and once more when it ends: a
+    cell that returns at once may leave a bomb behind, so while what it left keeps growing the
+    count goes on, for up to `settle` seconds. Past the limit the sandbox's PID 1 is killed,
+    which ends every process of its namespace at once (without a sandbox the kernel and its tree
+    are frozen and killed), and `stopped_at` says how many processes it found. Without the watch
+    a fork bomb spins at the sandbox's process limit until the cell timeout, taking the CPU from
+    the kernels grading other submissions beside it.
     """
 
-    def __init__(self, kernel, limit: int, sandbox: ForkServer | None = None, interval: float = 0.25):
-        """kernel: a psutil process (None: nothing to watch); sandbox: the fork server the kernel was forked from,
-        whose whole sandbox is ended too (orphans of the bomb are not below the kernel any more)."""
-        self.kernel, self.limit, self.sandbox, self.interval = kernel, limit, sandbox, interval
-        self.stopped_at = 0  # processes found below the kernel when it fired; 0 while it has not
+    def __init__(self, kernel, limit: int, sandbox: ForkServer | None = None, interval: float = 0.25,
+                 settle: float = 2.0):
+        """kernel: a psutil process (None: nothing to watch); sandbox: the fork server the kernel was forked from."""
+        self.kernel, self.limit, self.sandbox, self.interval, self.settle = kernel, limit, sandbox, interval, settle
+        self.stopped_at = 0  # processes found when it fired; 0 while it has not
+        self._active = kernel is not None and limit > 0
+        self._init = sandbox_init(kernel, sandbox) if self._active else None
+        self._server_pid = None
+        if sandbox is not None and (host := sandbox.server_process()) is not None:
+            self._server_pid = host.pid
+        self._before = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="process-watch", daemon=True)
 
+    def count(self) -> int:
+        """Processes running beside the kernel now (see the class), counted up to limit + 1."""
+        skip = {self.kernel.pid}
+        if self._server_pid is not None:  # the server and the kernels it forked (the next notebook's, pre-started)
+            skip |= {self._server_pid, *child_pids(self._server_pid)}
+        root = self._init.pid if self._init is not None else self.kernel.pid
+        return count_descendants(root, self.limit, skip)
+
     def __enter__(self) -> "ProcessWatch":
-        if self.kernel is not None and self.limit > 0:
-            self._thread.start()
+        if self._active:
+            self._before = self.count()
+            try:
+                self._thread.start()
+            except RuntimeError:  # no thread to spare in the grader: the count when the cell ends still stands
+                pass
         return self
 
     def __exit__(self, *exc) -> None:
         self._done.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self._active and not self.stopped_at:
+            self._after()
+
+    def _after(self) -> None:
+        """The count when the cell has ended: while what the cell left running grows, count again."""
+        deadline, previous = time.monotonic() + self.settle, self._before
+        while self.kernel.is_running():
+            found = self.count()
+            if found > self.limit:
+                self._stop(found)
+                return
+            if found <= previous or time.monotonic() >= deadline:
+                return  # nothing new, or what the cell left (a pool of workers) has stopped growing
+            previous = found
+            time.sleep(self.interval)
 
     def _watch(self) -> None:
-        """Poll until the cell ends or the kernel does; freeze and kill past the limit."""
+        """Count until the cell ends or the kernel does; stop the lot past the limit."""
         while not self._done.wait(self.interval):
             if not self.kernel.is_running():
                 return
-            found = count_descendants(self.kernel.pid, self.limit)
+            found = self.count()
             if found > self.limit:
-                self.stopped_at = found
-                freeze_and_kill(self.kernel)
-                if self.sandbox is not None:
-                    self.sandbox.kill_sandbox()
+                self._stop(found)
                 return
+
+    def _stop(self, found: int) -> None:
+        """End the sandbox (or, without one, freeze and kill the kernel's tree); note how many processes ran."""
+        import psutil
+
+        self.stopped_at = found
+        if self._init is None:
+            freeze_and_kill(self.kernel)
+            return
+        try:
+            self._init.kill()  # PID 1 gone, the OS kills its namespace's processes at once: no bomb outruns that
+        except psutil.Error:
+            pass
+        if self.sandbox is not None:
+            self.sandbox.kill_sandbox()  # and the bwrap outside the namespace; the next kernel gets a new server
 
 
 class GradingExecute(Execute):
@@ -744,8 +812,9 @@ class GradingExecute(Execute):
     sandboxed = Bool(False, help="start kernels with SandboxedKernelManager").tag(config=True)
     max_kernel_restarts = Integer(3, help="kernel restarts per notebook before the rest fails").tag(config=True)
     responsive_timeout = Integer(10, help="seconds a kernel has to answer after an interrupt").tag(config=True)
-    max_cell_processes = Integer(64, min=0, help="processes a kernel may have below it while a cell runs; past that the "
-                                          "cell and its kernel are stopped (a fork bomb); 0: no limit").tag(config=True)
+    max_cell_processes = Integer(64, min=0, help="processes that may run beside the kernel in its sandbox (below it "
+                                          "without one) while a cell runs; past that the cell's sandbox is ended "
+                                          "(a fork bomb); 0: no limit").tag(config=True)
     kernel_env = Dict(help="environment variables added to the kernel's (unsandboxed) environment").tag(config=True)
     scratch = Unicode("", help="working folder of the kernel (the submission's private scratch); also the key "
                                "under which prestart() leaves the kernel for this executor").tag(config=True)
@@ -921,8 +990,8 @@ class GradingExecute(Execute):
                     info = self.wait_for_reply(self.kc.kernel_info())
                     if info:
                         self.nb.metadata["language_info"] = info["content"]["language_info"]
-                    self._replay(cells[:position], failed)
-                    position = self._run_from(position, resources, failed)
+                    if self._replay(cells[:position], failed):
+                        position = self._run_from(position, resources, failed)
             except Exception:  # noqa: BLE001 - e.g. "Kernel died before replying to kernel_info"
                 # a kernel that cannot start (a busy machine, a transient limit) gets two more tries
                 startup_failures += 1
@@ -970,26 +1039,37 @@ class GradingExecute(Execute):
                     return index + 1
         return len(cells)
 
-    def _replay(self, cells, failed: set[int]) -> None:
-        """Re-run earlier cells in a fresh kernel so later cells find their state; keep old outputs."""
+    def _replay(self, cells, failed: set[int]) -> bool:
+        """Re-run earlier cells in a fresh kernel so later cells find their state; keep old outputs.
+
+        False when the kernel did not live through it (the cell that ended it is in failed, and
+        is not replayed again): the caller restarts rather than blame the next cell for the death.
+        """
+        kernel, server = kernel_process(self.km), fork_server_of(self.km)
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or index in failed or not cell.source.strip():
                 continue
             self._timed_out = False
+            watch = ProcessWatch(kernel, self.max_cell_processes, server)
             try:
-                # stop_on_error=False as in the graded run (nbgrader allows errors): otherwise a replayed
-                # cell that raises (sys.exit(), a wrong answer) makes ipykernel abort the next request
-                # that reaches it before it clears its abort flag - on a busy machine the next replayed
-                # cell is answered "aborted" without running, and later cells miss its names
-                msg_id = self.kc.execute(cell.source, store_history=False, allow_stdin=False, stop_on_error=False)
-                self.wait_for_reply(msg_id, cell)
+                with watch:
+                    # stop_on_error=False as in the graded run (nbgrader allows errors): otherwise a replayed
+                    # cell that raises (sys.exit(), a wrong answer) makes ipykernel abort the next request
+                    # that reaches it before it clears its abort flag - on a busy machine the next replayed
+                    # cell is answered "aborted" without running, and later cells miss its names
+                    msg_id = self.kc.execute(cell.source, store_history=False, allow_stdin=False, stop_on_error=False)
+                    self.wait_for_reply(msg_id, cell)
             except Exception:  # noqa: BLE001 - a cell that dies on replay is skipped from now on
                 failed.add(index)
-                return
+                return False
+            if watch.stopped_at:
+                failed.add(index)
+                return False
             if self._timed_out:
                 failed.add(index)
                 if not self._kernel_responds():
-                    return
+                    return False
+        return True
 
     def _too_many_processes(self, watch: ProcessWatch) -> str:
         """What a cell that the process watch stopped shows ('' when the watch did not fire)."""

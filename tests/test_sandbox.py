@@ -515,6 +515,50 @@ def test_a_fork_bomb_is_stopped_with_its_kernel_long_before_the_cell_timeout_and
     assert cell_texts(nb)[2:] == ["others 0", "42"]
 
 
+# forks once and returns at once: the bomb runs on in the background
+BACKGROUND_BOMB = ("import os\nif os.fork() == 0:\n    while True:\n        try:\n            os.fork()\n"
+                   "        except OSError:\n            pass")
+# its processes fork and exit: each new one is an orphan, adopted by the sandbox's PID 1, and none is below the kernel
+ORPHAN_BOMB = ("import os, time\nif os.fork() == 0:\n    if os.fork() == 0:\n        while True:\n            try:\n"
+               "                if os.fork() == 0 and os.fork() != 0:\n                    os._exit(0)\n"
+               "            except OSError:\n                pass\n    os._exit(0)\nos.wait()\ntime.sleep(20)")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bomb", [BACKGROUND_BOMB, ORPHAN_BOMB], ids=["left running by a cell that returns",
+                                                                       "of orphans"])
+def test_a_fork_bomb_outside_the_cell_or_the_kernel_s_tree_is_stopped_and_blamed_on_its_cell(tmp_path, mode, bomb):
+    """A bomb the cell leaves behind is found when the cell ends, one of orphans by counting the whole sandbox:
+    its own cell gets the error, and the next cells run as if it had never been."""
+    tmp_path.chmod(0o755)
+    nb = execute_sandboxed(["x = 41", bomb, "import time\ntime.sleep(1)\nprint('slept')", LIVE_OTHERS, "print(x + 1)"],
+                           tmp_path, SandboxLimits(), timeout=300, fork_server=mode == "fork server")
+    errors = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert [e.ename for e in errors] == ["KernelDied"] and "more than 64 processes" in errors[0].evalue, errors
+    assert cell_texts(nb)[2:] == ["slept", "others 0", "42"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_processes_a_cell_leaves_running_without_growing_do_not_stop_it(tmp_path, mode):
+    """A few workers left running (a pool) are not a fork bomb: the cells after them run in the same kernel."""
+    tmp_path.chmod(0o755)
+    workers = ("import os, time\npids = []\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
+               "        time.sleep(600)\n        os._exit(0)\n    pids.append(pid)")
+    texts = run_sandboxed([workers, "print(len(pids))", LIVE_OTHERS], tmp_path, SandboxLimits(),
+                          fork_server=mode == "fork server")
+    assert texts == ["", "3", "others 3"], texts
+
+
+def test_a_cell_that_ends_its_kernel_only_on_replay_costs_no_other_cell(tmp_path):
+    """After a kernel death, a replayed cell that ends the new kernel is skipped from then on: the kernel is
+    restarted again, and the next cell runs in it instead of being failed for a death it did not cause."""
+    first = "import os\nif os.path.exists('ran'):\n    os._exit(1)\nopen('ran', 'w').close()\nx = 41"
+    nb = new_notebook(cells=[new_code_cell(first), new_code_cell("import os\nos._exit(1)"), new_code_cell("print('after')")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb, _ = GradingExecute(timeout=30, preload_modules=[]).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert [o.get("text") for o in nb.cells[2].outputs] == ["after\n"], nb.cells[2].outputs
+
+
 def test_the_process_watch_counts_a_tree_and_freezes_and_kills_all_of_it(tmp_path):
     """count_descendants follows children of children and stops counting past the limit; freeze_and_kill ends them all."""
     import psutil
@@ -539,6 +583,8 @@ def test_the_process_watch_counts_a_tree_and_freezes_and_kills_all_of_it(tmp_pat
             time.sleep(0.05)
         assert count_descendants(root.pid, 100) == 9  # 3 children, 2 grandchildren each... and theirs
         assert count_descendants(root.pid, 4) == 5
+        child = psutil.Process(root.pid).children()[0].pid
+        assert count_descendants(root.pid, 100, skip={child}) == 8  # skipped, but its children are counted
         below = psutil.Process(root.pid).children(recursive=True)
         assert freeze_and_kill(psutil.Process(root.pid)) == 10
         root.wait(timeout=10)
