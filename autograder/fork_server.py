@@ -90,6 +90,7 @@ class ForkServer:
         self._buffer = b""
         self.ready = False
         self._server: psutil.Process | None = None
+        self._kernels: list[psutil.Process] = []  # what spawn forked: any other child of the server is a stray
         self.cpu_seconds: float | None = None  # reported by the server when it closes cleanly
         self.log_path = log_path
 
@@ -159,7 +160,16 @@ class ForkServer:
         reply = self._read_reply(SPAWN_TIMEOUT)
         if not isinstance(reply.get("pid"), int):
             raise ForkServerError(f"the fork server could not fork a kernel: {reply.get('error', reply)}")
-        return ForkedKernel(self._host_process(reply["pid"]))
+        host = self._host_process(reply["pid"])
+        if host is not None:
+            self._kernels.append(host)
+        return ForkedKernel(host)
+
+    def kernel_pids(self) -> set[int]:
+        """Host pids of the kernels this server forked that still run (a kernel's copy made with clone(CLONE_PARENT)
+        is the server's child too, but not one of these)."""
+        self._kernels = [k for k in self._kernels if _running(k)]
+        return {k.pid for k in self._kernels}
 
     def _host_process(self, ns_pid: int) -> psutil.Process | None:
         """The server's child with this namespace pid, as a host process (None when it already ended)."""
@@ -208,7 +218,7 @@ class ForkServer:
         self.process.kill()  # bwrap outside the namespace (Popen skips it once reaped: never another process's pid)
 
     def _strays(self) -> list[psutil.Process]:
-        """The processes kill_strays ends: those below the sandbox's PID 1 but the server, and those below its kernels."""
+        """The processes kill_strays ends: all below the sandbox's PID 1 but the server and the kernels it forked."""
         server = self.server_process()
         if server is None:
             return []
@@ -216,9 +226,12 @@ class ForkServer:
             init = server.parent()
         except psutil.Error:
             return []
+        kernels = self.kernel_pids()
         strays = [p for p in _children(init) if p.pid != server.pid] if init else []
+        # a copy a kernel made with clone(CLONE_PARENT) is the server's child (an ended kernel not yet reaped is too)
+        strays += [p for p in _children(server) if p.pid not in kernels and _running(p)]
         strays += [d for p in list(strays) for d in _children(p, recursive=True)]
-        strays += [d for kernel in _children(server) for d in _children(kernel, recursive=True)]
+        strays += [d for kernel in _children(server) if kernel.pid in kernels for d in _children(kernel, recursive=True)]
         return strays
 
     def close(self, grace: float = CLOSE_GRACE) -> None:

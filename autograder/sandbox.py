@@ -746,7 +746,7 @@ class ProcessWatch:
         """Processes running beside the kernel now (see the class), counted up to limit + 1."""
         skip = {self.kernel.pid}
         if self._server_pid is not None:  # the server and the kernels it forked (the next notebook's, pre-started)
-            skip |= {self._server_pid, *child_pids(self._server_pid)}
+            skip |= {self._server_pid, *self.sandbox.kernel_pids()}
         root = self._init.pid if self._init is not None else self.kernel.pid
         return count_descendants(root, self.limit, skip)
 

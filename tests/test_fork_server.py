@@ -237,6 +237,12 @@ class _Proc:
     def parent(self):
         return self._parent
 
+    def is_running(self):
+        return not self.gone
+
+    def status(self):
+        return "sleeping"
+
     def children(self, recursive=False):
         import psutil
 
@@ -247,18 +253,21 @@ class _Proc:
 
 def test_strays_are_killed_even_when_a_kernel_ends_while_they_are_listed(monkeypatch):
     """The kernel that just ended may be reaped while kill_strays walks the server's children: the daemon it
-    left beside the server must still be killed (a NoSuchProcess used to abort the whole sweep)."""
+    left beside the server must still be killed (a NoSuchProcess used to abort the whole sweep). So must a copy
+    that a kernel made the server's child (clone with CLONE_PARENT): only the kernels the server forked are spared."""
     from autograder import fork_server
 
     daemon, grandchild = _Proc(30), _Proc(31)
     daemon._children = [grandchild]
     init = _Proc(1)
     server = _Proc(2, parent=init)
-    server._children = [_Proc(3, gone=True), _Proc(4, children=[_Proc(40)])]  # the ended kernel, the next one
+    ended, kernel = _Proc(3, gone=True), _Proc(4, children=[_Proc(40)])  # the ended kernel, the next one
+    server._children = [ended, kernel, _Proc(5, children=[_Proc(50)])]  # 5: a kernel's copy beside it
     init._children = [server, daemon]
     killed = []
     monkeypatch.setattr(fork_server, "kill_processes", lambda procs: killed.extend(p.pid for p in procs) or len(procs))
     fs = fork_server.ForkServer.__new__(fork_server.ForkServer)
+    fs._kernels = [ended, kernel]
     monkeypatch.setattr(fs, "server_process", lambda: server, raising=False)
     fs.kill_strays()
-    assert sorted(killed) == [30, 31, 40]
+    assert sorted(killed) == [5, 30, 31, 40, 50]

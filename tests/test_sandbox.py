@@ -538,6 +538,29 @@ def test_a_fork_bomb_outside_the_cell_or_the_kernel_s_tree_is_stopped_and_blamed
     assert cell_texts(nb)[2:] == ["slept", "others 0", "42"]
 
 
+# each copy is made the child of its parent's parent (clone with CLONE_PARENT): with a fork server, of the server
+CLONE_PARENT_BOMB = ("import ctypes\nlibc = ctypes.PyDLL(None)  # PyDLL: the GIL stays held across the call, as in a fork\n"
+                     "while True:\n    libc.syscall({nr}, 0x8000 | 17, 0, 0, 0, 0)  # CLONE_PARENT | SIGCHLD")
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fork_bomb_whose_copies_are_siblings_of_the_kernel_is_stopped(tmp_path, mode):
+    """Copies made with clone(CLONE_PARENT) are the fork server's children, not the kernel's: they are counted
+    all the same (only the kernels the server forked are left out), and nothing of them runs on."""
+    import platform
+
+    if platform.machine() not in SYS_CLONE:
+        pytest.skip(f"no clone syscall number for {platform.machine()} in this test")
+    tmp_path.chmod(0o755)
+    bomb = CLONE_PARENT_BOMB.format(nr=SYS_CLONE[platform.machine()])
+    nb = execute_sandboxed(["x = 41", bomb, LIVE_OTHERS, "print(x + 1)"], tmp_path, SandboxLimits(), timeout=300,
+                           fork_server=mode == "fork server")
+    errors = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert [e.ename for e in errors] == ["KernelDied"] and "more than 64 processes" in errors[0].evalue, errors
+    assert cell_texts(nb)[2:] == ["others 0", "42"]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_processes_a_cell_leaves_running_without_growing_do_not_stop_it(tmp_path, mode):
     """A few workers left running (a pool) are not a fork bomb: the cells after them run in the same kernel."""
