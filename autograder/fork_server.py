@@ -186,13 +186,15 @@ class ForkServer:
             time.sleep(0.01)
         return None
 
-    def kill_strays(self) -> int:
+    def kill_strays(self, end_sandbox: bool = True) -> int:
         """SIGKILL every process in the sandbox that is neither the server nor a kernel it forked; return how many.
 
         Called when a kernel ends. What it forked and left behind (a daemon, a fork bomb's
         copies) is re-parented to the namespace's PID 1, and would run on beside the next
         notebook; the kernel still alive then (the next notebook's, not yet used) has no
-        business with processes of its own either.
+        business with processes of its own either. Also called after a cell failed, with
+        end_sandbox False: the kernel goes on, so the sandbox is not ended even if five passes
+        do not finish (the process watch stops a bomb).
         """
         killed: set[int] = set()
         for _ in range(5):  # what forked while a pass listed and killed is found by the next
@@ -202,7 +204,8 @@ class ForkServer:
             kill_processes(strays)
             killed.update(p.pid for p in strays)
         else:  # still forking after five passes (a bomb): end the whole sandbox; the next kernel gets a new one
-            self.kill_sandbox()
+            if end_sandbox:
+                self.kill_sandbox()
         return len(killed)
 
     def kill_sandbox(self) -> None:

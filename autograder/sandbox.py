@@ -624,21 +624,27 @@ def fork_server_of(km) -> ForkServer | None:
 
 
 def kill_kernel_children(km) -> int:
-    """SIGKILL every process the kernel forked (a failed cell's workers, a fork bomb); return how many.
+    """SIGKILL every process the kernel started (a failed cell's workers, a fork bomb); return how many.
 
     An interrupt or an exception stops the cell in the kernel only: forked copies of it would
     go on burning CPU, and reading the kernel's sockets, through the rest of the notebook.
+    Those below the kernel, and in a sandbox also those that were orphaned (a copy that forked
+    and exited leaves its child to the namespace's PID 1): all in the sandbox but the kernels.
     """
     import psutil
 
+    server = fork_server_of(km)
+    if server is not None:
+        return server.kill_strays(end_sandbox=False)
     kernel = kernel_process(km)
     if kernel is None:
         return 0
+    root = sandbox_init(kernel, None) or kernel
     try:
-        children = kernel.children(recursive=True)
+        processes = [p for p in root.children(recursive=True) if p.pid != kernel.pid]
     except psutil.Error:
         return 0
-    return kill_processes(children)
+    return kill_processes(processes)
 
 
 def child_pids(pid: int) -> list[int]:

@@ -351,16 +351,20 @@ LIVE_OTHERS = ("import os\nlive = [p for p in os.listdir('/proc') if p.isdigit()
 
 
 FORK_AND_FAIL = "import os\nfor _ in range(2):\n    if os.fork() == 0:\n        while True:\n            pass\nraise ValueError('done forking')"
+# the spinning process is an orphan (its parent exited): the namespace's PID 1 adopted it, it is not below the kernel
+ORPHAN_AND_FAIL = ("import os\nif os.fork() == 0:\n    if os.fork() == 0:\n        while True:\n            pass\n"
+                   "    os._exit(0)\nos.wait()\nraise ValueError('done forking')")
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path, mode):
-    """The interrupt or the error stops the cell in the kernel; the processes it forked are killed, not left spinning."""
+    """The interrupt or the error stops the cell in the kernel; the processes it forked are killed, not left spinning,
+    also those orphaned in its sandbox."""
     tmp_path.chmod(0o755)
-    texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS, FORK_AND_FAIL, LIVE_OTHERS], tmp_path, SandboxLimits(), timeout=5,
-                          markdown_after=True, fork_server=mode == "fork server")
+    texts = run_sandboxed([FORK_AND_LOOP, LIVE_OTHERS, FORK_AND_FAIL, LIVE_OTHERS, ORPHAN_AND_FAIL, LIVE_OTHERS],
+                          tmp_path, SandboxLimits(), timeout=5, markdown_after=True, fork_server=mode == "fork server")
     assert texts == ["ERROR CellTimeoutError", "", "others 0", "", "ERROR ValueError", "",
-                     "others 0", ""]
+                     "others 0", "", "ERROR ValueError", "", "others 0", ""]
 
 
 
