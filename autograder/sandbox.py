@@ -230,6 +230,15 @@ def _host_view(read_only: list[str], read_write: tuple[str, ...] = ()) -> list[s
     return args
 
 
+def sandbox_path(path: str) -> str:
+    """path as the sandbox shows it: the venv is bound at its real path, so a path through a symlink to the venv's
+    folder (.venv -> /opt/venvs/course) is rewritten to go through the real folder (the symlink is not there)."""
+    prefix, real = Path(sys.prefix), Path(sys.prefix).resolve()
+    if prefix != real and Path(path).is_relative_to(prefix):
+        return str(real / Path(path).relative_to(prefix))
+    return str(path)
+
+
 def _interpreter_paths() -> list[Path]:
     """Where the kernel's Python lives (real paths): the venv, the base interpreter its python links to, site-packages."""
     import site
@@ -424,6 +433,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def _in_own_sandbox(self, cmd: list[str]) -> list[str]:
         """The kernel command cmd run in a sandbox of its own (its CPU limit counted from after start-up)."""
+        cmd = [sandbox_path(cmd[0]), *cmd[1:]]
         if _is_ipykernel(cmd):
             return self.sandbox_prefix(STARTUP_CPU_SECONDS) + cmd + [cpu_limit_argument(self.cpu_seconds)]
         return self.sandbox_prefix() + cmd
@@ -452,7 +462,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         """bwrap (an empty root showing the system, the interpreter and readable paths read-only, bound
         read-write, a private tmpfs at work as cwd and HOME), setpriv to uid, prlimit."""
         work = str(work)
-        venv = str(Path(sys.prefix))
+        venv = sandbox_path(sys.prefix)
         env = {
             "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
             "HOME": work,
@@ -522,7 +532,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             work = Path(self.fork_server) / "work"
             work.mkdir(exist_ok=True)  # mount point of the sandbox's tmpfs
             server = _FORK_SERVERS[key] = ForkServer(
-                self.fork_server_prefix() + [kernel_cmd[0]], list(self.fork_server_modules),
+                self.fork_server_prefix() + [sandbox_path(kernel_cmd[0])], list(self.fork_server_modules),
                 Path(self.fork_server) / "kernel.log")
         home = str(Path(self.fork_server) / "work" / Path(self.scratch).name)
         kernel = server.spawn(kernel_cmd[3:], home, {"HOME": home, "IPYTHONDIR": f"{home}/.ipython"})

@@ -369,6 +369,20 @@ def test_a_failed_or_timed_out_cell_leaves_no_forked_process_running(tmp_path, m
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_venv_reached_through_a_symlink_runs_kernels(tmp_path, mode, monkeypatch):
+    """.venv may be a symlink to the real folder: the sandbox binds the real one, and runs the kernel through it
+    (through the symlink, which the sandbox does not show, every kernel failed to start)."""
+    link = tmp_path / "v"
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    monkeypatch.setattr(sys, "prefix", str(link))
+    monkeypatch.setattr(sys, "executable", str(link / "bin" / "python"))
+    tmp_path.chmod(0o755)
+    texts = run_sandboxed(["import sys\nprint(6 * 7, sys.prefix)"], tmp_path, SandboxLimits(),
+                          fork_server=mode == "fork server")
+    assert texts == [f"42 {Path(sys.prefix).resolve()}"], texts
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_course_under_home_stays_invisible_and_its_kernels_run(tmp_path, mode):
     """A course (or the repository) under /home, as for an instructor who is not root: the sandbox
     must still start, with the course invisible."""
