@@ -591,6 +591,22 @@ class SandboxedKernelManager(AsyncKernelManager):
             server.kill_strays()  # what the ended kernel left running must not run beside the next one
 
 
+def last_log_line(logs: list[Path], limit: int = 300) -> str:
+    """The last non-blank line of the most recently written of these log files, cut to limit characters
+    ('' when none exists or all are blank): a kernel that could not start wrote its reason last."""
+    written = [log for log in logs if log.is_file()]
+    if not written:
+        return ""
+    newest = max(written, key=lambda log: log.stat().st_mtime_ns)
+    with open(newest, "rb") as file:  # the tail only: a kernel log may be large
+        file.seek(max(0, newest.stat().st_size - 8 * limit))
+        tail = file.read().decode("utf-8", errors="replace")
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= limit else lines[-1][:limit - 1] + "…"
+
+
 def kernel_process(km):
     """The kernel's own process (below bwrap when sandboxed), as a psutil.Process, or None."""
     import psutil
@@ -1008,11 +1024,11 @@ class GradingExecute(Execute):
                         self.nb.metadata["language_info"] = info["content"]["language_info"]
                     if self._replay(cells[:position], failed):
                         position = self._run_from(position, resources, failed)
-            except Exception:  # noqa: BLE001 - e.g. "Kernel died before replying to kernel_info"
+            except Exception as exc:  # noqa: BLE001 - e.g. "Kernel died before replying to kernel_info"
                 # a kernel that cannot start (a busy machine, a transient limit) gets two more tries
                 startup_failures += 1
                 if startup_failures > 2:
-                    raise
+                    raise RuntimeError(self._start_failure(exc, startup_failures)) from exc
                 time.sleep(2 * startup_failures)
                 continue
             if position < len(cells):
@@ -1022,6 +1038,16 @@ class GradingExecute(Execute):
                     break
         self.set_widgets_metadata()
         return self.nb, self.resources
+
+    def _start_failure(self, exc: Exception, tries: int) -> str:
+        """Why no kernel started: the error, and in a sandbox the last line its kernel wrote (the cause)."""
+        message = f"no kernel could start ({tries} tries): {exc}"
+        if not self.sandboxed:
+            return message  # the kernel wrote to the grader's own stderr
+        km = self.config.SandboxedKernelManager
+        logs = [Path(folder) / "kernel.log" for folder in (km.get("scratch"), km.get("fork_server")) if folder]
+        cause = last_log_line(logs)
+        return f"{message}; the kernel's log ends: {cause}" if cause else message
 
     def _run_from(self, start: int, resources, failed: set[int]) -> int:
         """Run cells from start; return the index after the last cell run in this kernel."""

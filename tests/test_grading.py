@@ -629,6 +629,31 @@ def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_stude
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(graded):
+    """No kernel can start (here: a memory limit below what Python needs to load its libraries): the notebook is
+    scored 0 and its reason carries the last line the kernel wrote, not only jupyter_client's "Kernel died"."""
+    if not sandbox_works():
+        pytest.skip("without bubblewrap no limit applies to kernels, so nothing stops one from starting")
+    build, course = copy_course(graded["snapshot"])
+    try:
+        for path in course.step_dir("submitted", "perfect").glob("*.ipynb"):
+            if path.stem != "02-shapes-and-loss":
+                path.unlink()
+        starved = options(workers=1, students=["perfect"])
+        starved.limits = {"memory_bytes": 16 * 2**20}
+        result = grade(course, starved)
+        reason = result.notebook_errors["perfect"]["02-shapes-and-loss"]
+        assert reason.startswith("RuntimeError: no kernel could start (3 tries): Kernel died before replying to kernel_info; "
+                                 "the kernel's log ends: "), reason
+        assert "failed to map segment from shared object" in reason, reason  # the loader's words, in the kernel
+        assert len(reason) < 500 and "\n" not in reason, reason
+        notebooks = json.loads(job_rows(course.db_url)["perfect"]["notebooks"])  # what the job table keeps
+        assert notebooks["02-shapes-and-loss"]["status"] == "error", notebooks
+        assert notebooks["02-shapes-and-loss"]["error"] == reason, notebooks
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded(graded, capsys):
     """collect files newer notebooks for a graded student: export and feedback must not serve the old grades."""
     from autograder.cli import main

@@ -633,3 +633,27 @@ def test_the_process_watch_counts_a_tree_and_freezes_and_kills_all_of_it(tmp_pat
     finally:
         root.kill()
         root.wait()
+
+
+def test_the_cause_of_a_start_failure_is_the_last_line_of_the_newest_kernel_log(tmp_path):
+    """last_log_line: the newest log's last non-blank line, one line, cut to the limit; '' without a log."""
+    from autograder.sandbox import last_log_line
+
+    old, new, blank = tmp_path / "old.log", tmp_path / "new.log", tmp_path / "blank.log"
+    old.write_text("Traceback (most recent call last):\nImportError: an older kernel's failure\n")
+    new.write_text("  File \"x.py\", line 1\nImportError: libzmq.so: failed to map segment\n\n  \n")
+    blank.write_text("\n \n")
+    os.utime(old, ns=(1_000_000_000, 1_000_000_000))
+    os.utime(new, ns=(2_000_000_000, 2_000_000_000))
+    os.utime(blank, ns=(500_000_000, 500_000_000))
+    assert last_log_line([old, new, blank]) == "ImportError: libzmq.so: failed to map segment"
+    assert last_log_line([old]) == "ImportError: an older kernel's failure"
+    assert last_log_line([tmp_path / "missing.log", blank]) == ""
+    assert last_log_line([tmp_path / "missing.log"]) == ""
+    long = tmp_path / "long.log"
+    long.write_bytes(b"start\n" + b"x" * 5000 + b"\n")  # longer than the tail read: its end is still the line
+    cut = last_log_line([long], limit=40)
+    assert cut == "x" * 39 + "…" and len(cut) == 40
+    broken = tmp_path / "broken.log"
+    broken.write_bytes(b"OSError: \xff\xfe bad bytes\n")
+    assert last_log_line([broken]) == "OSError: \ufffd\ufffd bad bytes"
