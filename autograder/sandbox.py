@@ -802,24 +802,25 @@ class ProcessWatch:
         """The count when the cell has ended: while what the cell left running grows, count again."""
         deadline, previous = time.monotonic() + self.settle, self._before
         while self.kernel.is_running():
-            found = self.count()
-            if found > self.limit:
-                self._stop(found)
-                return
-            if found <= previous or time.monotonic() >= deadline:
-                return  # nothing new, or what the cell left (a pool of workers) has stopped growing
+            found = self._count_or_stop()
+            if found is None or found <= previous or time.monotonic() >= deadline:
+                return  # stopped; or nothing new, or what the cell left (a pool of workers) has stopped growing
             previous = found
             time.sleep(self.interval)
 
     def _watch(self) -> None:
         """Count until the cell ends or the kernel does; stop the lot past the limit."""
         while not self._done.wait(self.interval):
-            if not self.kernel.is_running():
+            if not self.kernel.is_running() or self._count_or_stop() is None:
                 return
-            found = self.count()
-            if found > self.limit:
-                self._stop(found)
-                return
+
+    def _count_or_stop(self) -> int | None:
+        """Count once: the count, or None when it was past the limit and the lot has been stopped."""
+        found = self.count()
+        if found > self.limit:
+            self._stop(found)
+            return None
+        return found
 
     def _stop(self, found: int) -> None:
         """End the sandbox (or, without one, freeze and kill the kernel's tree); note how many processes ran."""
@@ -830,7 +831,10 @@ class ProcessWatch:
             freeze_and_kill(self.kernel)
             return
         try:
-            self._init.kill()  # PID 1 gone, the OS kills its namespace's processes at once: no bomb outruns that
+            # PID 1 gone, the OS kills its namespace's processes at once: no bomb outruns that. Killed here
+            # although kill_sandbox() kills it too: that one finds it through the server, which a cell may
+            # have ended before it forked
+            self._init.kill()
         except psutil.Error:
             pass
         if self.sandbox is not None:
