@@ -650,6 +650,9 @@ def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(gra
         notebooks = json.loads(job_rows(course.db_url)["perfect"]["notebooks"])  # what the job table keeps
         assert notebooks["02-shapes-and-loss"]["status"] == "error", notebooks
         assert notebooks["02-shapes-and-loss"]["error"] == reason, notebooks
+        log = (course.reports_dir / "grade-logs" / "perfect.log").read_text(encoding="utf-8")
+        cause = reason.rsplit("the kernel's log ends: ", 1)[1]
+        assert "kernel log:" in log and cause in log, log[-3000:]  # the instructor's view: the log around it
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
