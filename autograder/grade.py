@@ -203,7 +203,15 @@ def largest_first(course: Course, students: list[str]) -> list[str]:
 # --- private gradebook template --------------------------------------------------------------
 
 def build_template(course: Course, master_engine, path: Path) -> str:
-    """A SQLite gradebook holding only the assignment's structure (no students, no grades); return its URL."""
+    """A SQLite gradebook holding only the assignment's structure (no students, no grades); return its URL.
+
+    Its cell rows are written in the order of the source notebooks' cells. nbgrader keeps no
+    position for a cell and reads a notebook's cells in the order the database returns them:
+    putting a deleted test cell back (after the cell before it) needs that order to be the
+    notebook's. SQLite returns rows as inserted, PostgreSQL as they lie on disk, which an
+    update (a second release) changes; and a cell added to a notebook by a later release is
+    inserted last.
+    """
     from nbgrader.api import Base, Gradebook
 
     fast_new_gradebooks()
@@ -214,14 +222,45 @@ def build_template(course: Course, master_engine, path: Path) -> str:
     target = create_engine(url, future=True)
     try:
         with master_engine.connect() as src, target.begin() as dst:
+            tables = {name: [dict(r) for r in src.execute(select(Base.metadata.tables[name])).mappings()]
+                      for name in TEMPLATE_TABLES}
+            in_notebook_order(tables, source_cell_positions(course))
             for name in TEMPLATE_TABLES:
-                table = Base.metadata.tables[name]
-                rows = [dict(r) for r in src.execute(select(table)).mappings()]
-                if rows:
-                    dst.execute(table.insert(), rows)
+                if tables[name]:
+                    dst.execute(Base.metadata.tables[name].insert(), tables[name])
     finally:
         target.dispose()
     return url
+
+
+def source_cell_positions(course: Course) -> dict[str, dict[str, int]]:
+    """{notebook: {grade id: index of its cell}} of the source notebooks, from which nbgrader recorded the cells
+    (the release drops the metadata of read-only prose cells, which the gradebook keeps)."""
+    from .cells import nbgrader_meta
+
+    positions = {}
+    for path in sorted(course.source_dir.glob("*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        positions[path.stem] = {}
+        for index, cell in enumerate(cells):
+            positions[path.stem].setdefault(nbgrader_meta(cell).get("grade_id"), index)
+    return positions
+
+
+def in_notebook_order(tables: dict[str, list[dict]], positions: dict[str, dict[str, int]]) -> None:
+    """Sort the cell tables' rows (in place) by notebook and cell position; cells no source shows go last."""
+    notebooks = {row["id"]: row["name"] for row in tables["notebook"]}
+
+    def place(row: dict) -> tuple[str, int]:
+        """(notebook, index of the cell) of a base_cell or source_cell row."""
+        notebook = notebooks.get(row["notebook_id"], "")
+        return notebook, positions.get(notebook, {}).get(row["name"], sys.maxsize)
+
+    for name in ("base_cell", "source_cell"):
+        tables[name].sort(key=place)  # stable: what has no position keeps the database's order
+    base = {row["id"]: place(row) for row in tables["base_cell"]}
+    for name in ("grade_cells", "solution_cells", "task_cells"):  # joined to base_cell by id
+        tables[name].sort(key=lambda row: base.get(row["id"], ("", sys.maxsize)))
 
 
 # --- trusted checks: the instructor's expected values, recorded outside any student kernel ----------

@@ -629,6 +629,46 @@ def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_stude
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_the_private_gradebook_lists_each_notebook_s_cells_in_notebook_order(tmp_path):
+    """nbgrader puts a deleted test cell back after the cell the gradebook lists before it, and reads the cells in
+    the database's order. A course gradebook whose rows are not in notebook order (PostgreSQL after an update, or
+    a cell added by a later release) must still give the workers' gradebooks the notebooks' own order."""
+    from nbgrader.api import Base, Gradebook
+    from sqlalchemy import create_engine, delete, select
+
+    from autograder.cells import nbgrader_meta
+    from autograder.grade import build_template
+
+    shutil.copytree(released_build()[0], tmp_path / "build", symlinks=True)
+    with build_env(tmp_path / "build"):
+        course = Course.load(tmp_path / "build")
+    engine = create_engine(course.db_url, future=True)
+    with engine.begin() as db:  # every cell table's rows rewritten in reverse order
+        for name in ("grade_cells", "solution_cells", "task_cells", "source_cell", "base_cell"):
+            table = Base.metadata.tables[name]
+            rows = [dict(r) for r in db.execute(select(table)).mappings()]
+            db.execute(delete(table))
+            if rows:
+                db.execute(table.insert(), rows[::-1])
+    engine.dispose()
+    released = {p.stem: [nbgrader_meta(c)["grade_id"] for c in nbformat.read(p, as_version=4).cells
+                         if nbgrader_meta(c).get("grade_id")] for p in sorted(course.source_dir.glob("*.ipynb"))}
+    with Gradebook(course.db_url, course.course_id) as gb:  # the course's gradebook is out of order now
+        shuffled = [c.name for c in gb.find_notebook("02-shapes-and-loss", "part-ii").source_cells]
+    assert shuffled != [g for g in released["02-shapes-and-loss"] if g in shuffled]
+    template = tmp_path / "template.db"
+    with course.gradebook() as gb:
+        build_template(course, gb.engine, template)
+    with Gradebook(f"sqlite:///{template}", course.course_id) as private:
+        for name, grade_ids in released.items():
+            nb = private.find_notebook(name, "part-ii")
+            sources = [c.name for c in nb.source_cells]
+            assert sources and sources == [g for g in grade_ids if g in sources], name
+            for cells in (nb.grade_cells, nb.solution_cells, nb.task_cells):
+                names = [c.name for c in cells]
+                assert names == [g for g in grade_ids if g in names], name
+
+
 def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(graded):
     """No kernel can start (here: a memory limit below what Python needs to load its libraries): the notebook is
     scored 0 and its reason carries the last line the kernel wrote, not only jupyter_client's "Kernel died"."""
