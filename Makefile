@@ -7,9 +7,11 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 # nbgrader calls alembic from PATH; kernels must come from the venv
 RUN := PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 PYTHONHASHSEED=0
 
-# bubblewrap: the grading sandbox; chromium (+ a CJK font for the Chinese prose): the browser test
+# bubblewrap: the grading sandbox; chromium (+ a CJK font for the Chinese prose): the browser test;
+# postgresql: the server tests/test_postgres.py starts for a PostgreSQL gradebook
 SANDBOX_PACKAGES := bubblewrap
 BROWSER_PACKAGES := chromium chromium-driver fonts-wqy-microhei
+POSTGRES_PACKAGES := postgresql
 LAB_DIR := build/lab
 
 .PHONY: venv sysdeps sysdeps-demo test test-unit demo lab clean
@@ -19,7 +21,7 @@ venv: $(STAMP)
 # every Debian package the tests need: installed as root, a clear error otherwise
 sysdeps:
 	@missing=""; \
-	for pkg in $(SANDBOX_PACKAGES) $(BROWSER_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	for pkg in $(SANDBOX_PACKAGES) $(BROWSER_PACKAGES) $(POSTGRES_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing system packages:$$missing"; \
