@@ -649,7 +649,8 @@ class Scheduler:
             grades = read_private_grades(f"sqlite:///{run.job_dir / 'gradebook.db'}", self.course.course_id, student)
             unchanged = unchanged_answers(self.course, run.job_dir, student)  # before the old notebooks are replaced
             install_autograded(self.course, run.job_dir, student)
-            problems = {nb: r["error"] for nb, r in notebooks.items() if r["status"] == "error"}
+            problems = {nb: r["error"] + (f"; the kernel's log ends: {r['kernel_log']}" if r.get("kernel_log") else "")
+                        for nb, r in notebooks.items() if r["status"] == "error"}
             error = "; ".join(f"{nb}: {e}" for nb, e in problems.items()) or None
             commits = self.gb.db.execute(select(JOBS.c.commits).where(
                 JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one()

@@ -120,6 +120,7 @@ PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot", "jsonschema", "sympy"]
 # before its cpu_seconds start to count (format_kernel_cmd)
 STARTUP_CPU_SECONDS = 60
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel gives matplotlib
+NO_KERNEL = "no kernel could start"  # begins the error of a notebook none of whose kernels started
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # kernels started ahead of their notebook, by scratch folder (one worker process, one job at a time)
 _PRESTARTED: dict[str, AsyncKernelManager] = {}
@@ -592,19 +593,19 @@ class SandboxedKernelManager(AsyncKernelManager):
 
 
 def last_log_line(logs: list[Path], limit: int = 300) -> str:
-    """The last non-blank line of the most recently written of these log files, cut to limit characters
-    ('' when none exists or all are blank): a kernel that could not start wrote its reason last."""
-    written = [log for log in logs if log.is_file()]
-    if not written:
-        return ""
-    newest = max(written, key=lambda log: log.stat().st_mtime_ns)
-    with open(newest, "rb") as file:  # the tail only: a kernel log may be large
-        file.seek(max(0, newest.stat().st_size - 8 * limit))
-        tail = file.read().decode("utf-8", errors="replace")
-    lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    return lines[-1] if len(lines[-1]) <= limit else lines[-1][:limit - 1] + "…"
+    """The last non-blank line of these log files, the most recently written first (the next one when its
+    last lines are blank), cut to limit characters, unprintable ones as '?'; '' when no log has a line.
+    A kernel that could not start wrote its reason last; a student's code may write there too."""
+    written = sorted((log for log in logs if log.is_file()), key=lambda log: log.stat().st_mtime_ns, reverse=True)
+    for log in written:
+        with open(log, "rb") as file:  # the tail only: a kernel log may be large
+            file.seek(max(0, log.stat().st_size - 8 * limit))
+            tail = file.read().decode("utf-8", errors="replace")
+        lines = [line.strip() for line in tail.splitlines() if line.strip()]
+        if lines:
+            line = "".join(c if c.isprintable() else "?" for c in lines[-1])
+            return line if len(line) <= limit else line[:limit - 1] + "…"
+    return ""
 
 
 def kernel_process(km):
@@ -1032,7 +1033,7 @@ class GradingExecute(Execute):
                 # a kernel that cannot start (a busy machine, a transient limit) gets two more tries
                 startup_failures += 1
                 if startup_failures > 2:
-                    raise RuntimeError(self._start_failure(exc, startup_failures)) from exc
+                    raise RuntimeError(f"{NO_KERNEL} ({startup_failures} tries): {exc or type(exc).__name__}") from exc
                 time.sleep(2 * startup_failures)
                 continue
             if position < len(cells):
@@ -1042,16 +1043,6 @@ class GradingExecute(Execute):
                     break
         self.set_widgets_metadata()
         return self.nb, self.resources
-
-    def _start_failure(self, exc: Exception, tries: int) -> str:
-        """Why no kernel started: the error, and in a sandbox the last line its kernel wrote (the cause)."""
-        message = f"no kernel could start ({tries} tries): {exc}"
-        if not self.sandboxed:
-            return message  # the kernel wrote to the grader's own stderr
-        km = self.config.SandboxedKernelManager
-        logs = [Path(folder) / "kernel.log" for folder in (km.get("scratch"), km.get("fork_server")) if folder]
-        cause = last_log_line(logs)
-        return f"{message}; the kernel's log ends: {cause}" if cause else message
 
     def _run_from(self, start: int, resources, failed: set[int]) -> int:
         """Run cells from start; return the index after the last cell run in this kernel."""

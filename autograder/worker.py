@@ -29,7 +29,7 @@ from traitlets import Float
 
 from .cells import WARNING_PATTERN
 from .course import ASSIGNMENT, load_config
-from .sandbox import GradingExecute, close_fork_servers, discard_prestarted
+from .sandbox import NO_KERNEL, GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
 PR_SET_PDEATHSIG = 1
 
@@ -319,10 +319,15 @@ def run_job(job_dir: Path) -> dict:
                 results[notebook] = {"status": "graded"}
             except RuntimeError as exc:
                 log.error("could not grade %s: %s", notebook, exc)
-                for kernel_log in (scratch / "kernel.log", Path(job["scratch_root"]) / "kernel.log"):
+                kernel_logs = [scratch / "kernel.log", Path(job["scratch_root"]) / "kernel.log"]
+                for kernel_log in kernel_logs:
                     if kernel_log.exists():  # written by the sandbox: why a kernel would not start
                         log.error("kernel log:\n%s", kernel_log.read_text(errors="replace")[-4000:])
                 results[notebook] = {"status": "error", "error": str(exc)}
+                if NO_KERNEL in str(exc) and (cause := last_log_line(kernel_logs)):
+                    # for the instructor only (grade's summary, the job table): the student's own code, run in an
+                    # earlier notebook's kernel of this sandbox, can write that log, so no feedback page shows it
+                    results[notebook]["kernel_log"] = cause
             finally:
                 discard_prestarted(str(scratch))  # not adopted when nbgrader failed before executing
             results[notebook]["seconds"] = round(time.monotonic() - started, 1)

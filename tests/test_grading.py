@@ -671,7 +671,11 @@ def test_the_private_gradebook_lists_each_notebook_s_cells_in_notebook_order(tmp
 
 def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(graded):
     """No kernel can start (here: a memory limit below what Python needs to load its libraries): the notebook is
-    scored 0 and its reason carries the last line the kernel wrote, not only jupyter_client's "Kernel died"."""
+    scored 0, and the instructor's summary gives the last line the kernel wrote, not only jupyter_client's "Kernel
+    died". The student's feedback page does not: a student's code can write that log (from an earlier notebook's
+    kernel in the same sandbox)."""
+    from autograder.feedback import feedback
+
     if not sandbox_works():
         pytest.skip("without bubblewrap no limit applies to kernels, so nothing stops one from starting")
     build, course = copy_course(graded["snapshot"])
@@ -683,16 +687,22 @@ def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(gra
         starved.limits = {"memory_bytes": 16 * 2**20}
         result = grade(course, starved)
         reason = result.notebook_errors["perfect"]["02-shapes-and-loss"]
-        assert reason.startswith("RuntimeError: no kernel could start (3 tries): Kernel died before replying to kernel_info; "
-                                 "the kernel's log ends: "), reason
-        assert "failed to map segment from shared object" in reason, reason  # the loader's words, in the kernel
+        error = "RuntimeError: no kernel could start (3 tries): Kernel died before replying to kernel_info"
+        assert reason.startswith(f"{error}; the kernel's log ends: "), reason
+        cause = reason.rsplit("the kernel's log ends: ", 1)[1]
+        assert "failed to map segment from shared object" in cause, reason  # the loader's words, in the kernel
         assert len(reason) < 500 and "\n" not in reason, reason
         notebooks = json.loads(job_rows(course.db_url)["perfect"]["notebooks"])  # what the job table keeps
-        assert notebooks["02-shapes-and-loss"]["status"] == "error", notebooks
-        assert notebooks["02-shapes-and-loss"]["error"] == reason, notebooks
+        assert notebooks["02-shapes-and-loss"] == {"status": "error", "error": error, "kernel_log": cause,
+                                                   "seconds": notebooks["02-shapes-and-loss"]["seconds"]}, notebooks
         log = (course.reports_dir / "grade-logs" / "perfect.log").read_text(encoding="utf-8")
-        cause = reason.rsplit("the kernel's log ends: ", 1)[1]
-        assert "kernel log:" in log and cause in log, log[-3000:]  # the instructor's view: the log around it
+        assert "kernel log:" in log and cause.rstrip("…") in log, log[-3000:]  # the instructor's view: the log around it
+        with build_env(build):
+            pages = feedback(course, students=["perfect"]).explained  # the pages of notebooks not graded
+        page = next(p for p in pages if p.stem == "02-shapes-and-loss")
+        text = page_text(page.read_text(encoding="utf-8"))
+        assert f"it could not be graded, so it scored 0: {error}" in text, text
+        assert cause not in text and "kernel's log" not in text, text
     finally:
         shutil.rmtree(build, ignore_errors=True)
 

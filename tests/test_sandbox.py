@@ -636,7 +636,7 @@ def test_the_process_watch_counts_a_tree_and_freezes_and_kills_all_of_it(tmp_pat
 
 
 def test_the_cause_of_a_start_failure_is_the_last_line_of_the_newest_kernel_log(tmp_path):
-    """last_log_line: the newest log's last non-blank line, one line, cut to the limit; '' without a log."""
+    """last_log_line: the newest log's last non-blank line, one printable line, cut to the limit; '' without one."""
     from autograder.sandbox import last_log_line
 
     old, new, blank = tmp_path / "old.log", tmp_path / "new.log", tmp_path / "blank.log"
@@ -649,6 +649,11 @@ def test_the_cause_of_a_start_failure_is_the_last_line_of_the_newest_kernel_log(
     assert last_log_line([old, new, blank]) == "ImportError: libzmq.so: failed to map segment"
     assert last_log_line([old]) == "ImportError: an older kernel's failure"
     assert last_log_line([tmp_path / "missing.log", blank]) == ""
+    os.utime(blank, ns=(3_000_000_000, 3_000_000_000))  # the newest, but blank: the next newest has the line
+    assert last_log_line([old, new, blank]) == "ImportError: libzmq.so: failed to map segment"
+    escapes = tmp_path / "escapes.log"
+    escapes.write_text("\x1b[2Jcleared\ttab\x07bell\n")  # a student's code may write here: no terminal control
+    assert last_log_line([escapes]) == "?[2Jcleared?tab?bell"
     assert last_log_line([tmp_path / "missing.log"]) == ""
     long = tmp_path / "long.log"
     long.write_bytes(b"start\n" + b"x" * 5000 + b"\n")  # longer than the tail read: its end is still the line
