@@ -205,12 +205,12 @@ def largest_first(course: Course, students: list[str]) -> list[str]:
 def build_template(course: Course, master_engine, path: Path) -> str:
     """A SQLite gradebook holding only the assignment's structure (no students, no grades); return its URL.
 
-    Its cell rows are written in the order of the source notebooks' cells. nbgrader keeps no
-    position for a cell and reads a notebook's cells in the order the database returns them:
-    putting a deleted test cell back (after the cell before it) needs that order to be the
-    notebook's. SQLite returns rows as inserted, PostgreSQL as they lie on disk, which an
-    update (a second release) changes; and a cell added to a notebook by a later release is
-    inserted last.
+    Its cell rows are written in the order of the notebooks' cells. nbgrader keeps no position
+    for a cell and reads a notebook's cells in the order the database returns them: putting a
+    deleted test cell back (after the cell before it) needs that order to be the notebook's.
+    nbgrader inserts a notebook's rows in its order, and SQLite returns rows as inserted;
+    PostgreSQL returns them as they lie on disk, which a release that rewrites them (deletes
+    and inserts, or updates) can leave in another order.
     """
     from nbgrader.api import Base, Gradebook
 
@@ -235,15 +235,17 @@ def build_template(course: Course, master_engine, path: Path) -> str:
 
 def source_cell_positions(course: Course) -> dict[str, dict[str, int]]:
     """{notebook: {grade id: index of its cell}} of the source notebooks, from which nbgrader recorded the cells
-    (the release drops the metadata of read-only prose cells, which the gradebook keeps)."""
+    (the release drops the metadata of read-only prose cells, which the gradebook keeps); of the released
+    notebook for one whose source is gone."""
     from .cells import nbgrader_meta
 
     positions = {}
-    for path in sorted(course.source_dir.glob("*.ipynb")):
-        cells = nbformat.read(path, as_version=4).cells
-        positions[path.stem] = {}
-        for index, cell in enumerate(cells):
-            positions[path.stem].setdefault(nbgrader_meta(cell).get("grade_id"), index)
+    for folder in (course.release_dir, course.source_dir):  # the source wins
+        for path in sorted(folder.glob("*.ipynb")):
+            cells = nbformat.read(path, as_version=4).cells
+            positions[path.stem] = {}
+            for index, cell in enumerate(cells):
+                positions[path.stem].setdefault(nbgrader_meta(cell).get("grade_id"), index)
     return positions
 
 
@@ -251,16 +253,18 @@ def in_notebook_order(tables: dict[str, list[dict]], positions: dict[str, dict[s
     """Sort the cell tables' rows (in place) by notebook and cell position; cells no source shows go last."""
     notebooks = {row["id"]: row["name"] for row in tables["notebook"]}
 
-    def place(row: dict) -> tuple[str, int]:
-        """(notebook, index of the cell) of a base_cell or source_cell row."""
-        notebook = notebooks.get(row["notebook_id"], "")
-        return notebook, positions.get(notebook, {}).get(row["name"], sys.maxsize)
+    last = (1, "", 0)
+
+    def place(row: dict) -> tuple[int, str, int]:
+        """(0, notebook, index of the cell) of a base_cell or source_cell row; `last` for an unknown notebook."""
+        notebook = notebooks.get(row["notebook_id"])
+        return last if notebook is None else (0, notebook, positions.get(notebook, {}).get(row["name"], sys.maxsize))
 
     for name in ("base_cell", "source_cell"):
         tables[name].sort(key=place)  # stable: what has no position keeps the database's order
     base = {row["id"]: place(row) for row in tables["base_cell"]}
     for name in ("grade_cells", "solution_cells", "task_cells"):  # joined to base_cell by id
-        tables[name].sort(key=lambda row: base.get(row["id"], ("", sys.maxsize)))
+        tables[name].sort(key=lambda row: base.get(row["id"], last))
 
 
 # --- trusted checks: the instructor's expected values, recorded outside any student kernel ----------
