@@ -28,7 +28,7 @@ from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
 from processes import process_gone, processes_of_build
-from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, graded_build, released_build, sandbox_works
+from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, graded_build, released_build, sandbox_works
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
 
@@ -74,24 +74,6 @@ def last_exercise(sources) -> tuple[str, set[str]]:
         if tests:
             return name, tests
     raise AssertionError("no code exercise with tests in part-ii")
-
-
-def dump(db_url: str, students=None) -> dict:
-    """Every grade and comment of the gradebook, by names (row ids are random in nbgrader)."""
-    from nbgrader.api import Gradebook
-
-    out = {}
-    with Gradebook(db_url, "llm-probability-part-ii") as gb:
-        for sub in gb.assignment_submissions("part-ii"):
-            if students and sub.student.id not in students:
-                continue
-            for nb in sub.notebooks:
-                for g in nb.grades:
-                    out[(sub.student.id, nb.name, g.name, "grade")] = (g.auto_score, g.manual_score, g.needs_manual_grade)
-                for c in nb.comments:
-                    out[(sub.student.id, nb.name, c.name, "comment")] = c.auto_comment
-                out[(sub.student.id, nb.name, "", "notebook")] = (nb.late_submission_penalty, str(sub.timestamp))
-    return out
 
 
 def grades_of(dumped: dict, student: str) -> dict[tuple[str, str], tuple]:
