@@ -100,19 +100,55 @@ def build_env(build: Path):
                 os.environ[key] = value
 
 
-def cli_env(build: Path) -> dict[str, str]:
-    """Environment of a `python -m autograder` run on build (the venv first on PATH: nbgrader calls alembic)."""
+def cli_env(build: Path, db_url: str | None = None) -> dict[str, str]:
+    """Environment of a `python -m autograder` run on build (the venv first on PATH: nbgrader calls alembic);
+    the gradebook at db_url when given (libpq's PG* variables left out, which would steer it elsewhere)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PART_II_SOURCE", "PART_II_DB_URL")}
     env.update(PART_II_BUILD=str(build), OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    if db_url is not None:
+        env = {k: v for k, v in env.items() if not k.startswith("PG")}
+        env["PART_II_DB_URL"] = db_url
     return env
 
 
-def run_cli(build: Path, *args: str, timeout: int = 1800) -> dict:
-    """Run `python -m autograder ARGS --build BUILD`; return its argv, exit code and output."""
+def run_cli(build: Path, *args: str, timeout: int = 1800, db_url: str | None = None) -> dict:
+    """Run `python -m autograder ARGS --build BUILD` (gradebook at db_url if given); return its argv, exit code and output."""
     argv = [sys.executable, "-m", "autograder", *args, "--build", str(build)]
-    done = subprocess.run(argv, cwd=REPO, env=cli_env(build), capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(argv, cwd=REPO, env=cli_env(build, db_url), capture_output=True, text=True, timeout=timeout)
     return {"args": argv, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def read_grades_csv(path: Path) -> dict[str, dict[str, str]]:
+    """{student_id: row} of an export's grades.csv."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {row["student_id"]: row for row in csv.DictReader(fh)}
+
+
+def reverse_cell_rows(db_url: str) -> None:
+    """Rewrite a gradebook's cell rows in reverse order: nbgrader then reads each notebook's cells backwards, as
+    PostgreSQL may return them after a release rewrote them."""
+    from nbgrader.api import Base
+    from sqlalchemy import create_engine, delete, select, text
+
+    names = ("grade_cells", "solution_cells", "task_cells", "source_cell", "base_cell")  # base_cell last: referred to
+    tables = {name: Base.metadata.tables[name] for name in names}
+    engine = create_engine(db_url, future=True)
+    try:
+        with engine.begin() as db:
+            if engine.dialect.name == "postgresql":
+                # submissions' grade rows refer to the cells: foreign keys off while the same rows go back in
+                db.execute(text("SET LOCAL session_replication_role = replica"))
+            rows = {name: [dict(r) for r in db.execute(select(table)).mappings()] for name, table in tables.items()}
+            for table in tables.values():
+                db.execute(delete(table))
+            for name in reversed(names):
+                if rows[name]:
+                    db.execute(tables[name].insert(), rows[name][::-1])
+    finally:
+        engine.dispose()
 
 
 def sandbox_works() -> bool:

@@ -28,7 +28,8 @@ from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
 from processes import process_gone, processes_of_build
-from shared_builds import CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, graded_build, released_build, sandbox_works
+from shared_builds import (CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, graded_build, read_grades_csv,
+                           released_build, reverse_cell_rows, sandbox_works)
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
 
@@ -144,8 +145,7 @@ def test_totals_in_the_csv_match_the_metadata(graded):
     points = {n: graded_test_cells(nb) for n, nb in sources.items()}
     total = sum(sum(p.values()) for p in points.values())
     partial = sum(v for c, v in points[partial_nb].items() if c not in partial_tests)
-    with open(graded["course"].reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
-        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    rows = read_grades(graded["course"])
     assert float(rows["perfect"]["score"]) == total
     assert float(rows["blank"]["score"]) == 0
     assert float(rows["partial"]["score"]) == partial
@@ -613,10 +613,9 @@ def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_stude
 
 def test_the_private_gradebook_lists_each_notebook_s_cells_in_notebook_order(tmp_path):
     """nbgrader puts a deleted test cell back after the cell the gradebook lists before it, and reads the cells in
-    the database's order. A course gradebook whose rows are not in notebook order (PostgreSQL after an update, or
-    a cell added by a later release) must still give the workers' gradebooks the notebooks' own order."""
-    from nbgrader.api import Base, Gradebook
-    from sqlalchemy import create_engine, delete, select
+    the database's order. A course gradebook whose rows are not in notebook order (PostgreSQL after a release
+    rewrote them) must still give the workers' gradebooks the notebooks' own order."""
+    from nbgrader.api import Gradebook
 
     from autograder.cells import nbgrader_meta
     from autograder.grade import build_template
@@ -624,15 +623,7 @@ def test_the_private_gradebook_lists_each_notebook_s_cells_in_notebook_order(tmp
     shutil.copytree(released_build()[0], tmp_path / "build", symlinks=True)
     with build_env(tmp_path / "build"):
         course = Course.load(tmp_path / "build")
-    engine = create_engine(course.db_url, future=True)
-    with engine.begin() as db:  # every cell table's rows rewritten in reverse order
-        for name in ("grade_cells", "solution_cells", "task_cells", "source_cell", "base_cell"):
-            table = Base.metadata.tables[name]
-            rows = [dict(r) for r in db.execute(select(table)).mappings()]
-            db.execute(delete(table))
-            if rows:
-                db.execute(table.insert(), rows[::-1])
-    engine.dispose()
+    reverse_cell_rows(course.db_url)
     released = {p.stem: [nbgrader_meta(c)["grade_id"] for c in nbformat.read(p, as_version=4).cells
                          if nbgrader_meta(c).get("grade_id")] for p in sorted(course.source_dir.glob("*.ipynb"))}
     with Gradebook(course.db_url, course.course_id) as gb:  # the course's gradebook is out of order now
@@ -723,8 +714,7 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
 
 def read_grades(course: Course) -> dict[str, dict]:
     """student_id -> row of the course's reports/grades.csv."""
-    with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
-        return {r["student_id"]: r for r in csv.DictReader(fh)}
+    return read_grades_csv(course.reports_dir / "grades.csv")
 
 
 def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_release_keeps_it(graded, capsys, monkeypatch):

@@ -9,13 +9,11 @@ grades and comments cell by cell, whichever database holds them.
 
 from __future__ import annotations
 
-import csv
 import glob
 import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,7 +21,8 @@ import pytest
 
 from autograder.course import REPO, Course
 from autograder.sample_class import build_sample_class, write_lms_zip
-from shared_builds import CELL_TIMEOUT, build_env, cli_env, dump, graded_build, sandbox_works
+from shared_builds import (CELL_TIMEOUT, build_env, dump, graded_build, read_grades_csv, reverse_cell_rows,
+                           run_cli, sandbox_works)
 
 STUDENTS = ["partial", "edited-tests", "broken"]  # one notebook each (trimmed class): cheap to grade
 DATABASE = "course"
@@ -91,39 +90,6 @@ def postgres():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def reverse_cell_rows(db_url: str) -> None:
-    """Rewrite the gradebook's cell rows in reverse order, as PostgreSQL may return them after an update."""
-    from nbgrader.api import Base
-    from sqlalchemy import create_engine, delete, select, text
-
-    engine = create_engine(db_url, future=True)
-    with engine.begin() as db:
-        # the submissions' grade rows refer to the cells: foreign keys off while the same rows go back in
-        db.execute(text("SET LOCAL session_replication_role = replica"))
-        tables = {name: Base.metadata.tables[name] for name in ("grade_cells", "solution_cells", "task_cells",
-                                                                   "source_cell", "base_cell")}
-        rows = {name: [dict(r) for r in db.execute(select(table)).mappings()] for name, table in tables.items()}
-        for table in tables.values():  # the joined tables before base_cell, which they refer to
-            db.execute(delete(table))
-        for name in reversed(tables):
-            if rows[name]:
-                db.execute(tables[name].insert(), rows[name][::-1])
-    engine.dispose()
-
-
-def cli(build: Path, db_url: str, *args: str) -> subprocess.CompletedProcess:
-    """`python -m autograder ARGS --build BUILD` with the gradebook at db_url."""
-    env = {**{k: v for k, v in cli_env(build).items() if not k.startswith("PG")}, "PART_II_DB_URL": db_url}
-    return subprocess.run([sys.executable, "-m", "autograder", *args, "--build", str(build)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=1200)
-
-
-def read_csv(path: Path) -> dict[str, dict[str, str]]:
-    """grades.csv as {student_id: row}."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        return {row["student_id"]: row for row in csv.DictReader(fh)}
-
-
 def test_a_postgresql_gradebook_gets_the_grades_the_sqlite_one_does(postgres):
     """release, collect, release --due-date, extend, grade (and again), feedback, export against PostgreSQL:
     the grades equal those of the SQLite gradebook, the extension and lateness reach the export, and no
@@ -135,32 +101,36 @@ def test_a_postgresql_gradebook_gets_the_grades_the_sqlite_one_does(postgres):
     build = Path(tempfile.mkdtemp(prefix="test-postgres-", dir=REPO / "build"))
     build.chmod(0o755)  # the sandbox user passes through it
     try:
-        steps = {"release": cli(build, postgres, "release")}
+        def cli(*args: str) -> dict:
+            """A `python -m autograder` run on this build, the gradebook in PostgreSQL."""
+            return run_cli(build, *args, timeout=1200, db_url=postgres)
+
+        steps = {"release": cli("release")}
         with build_env(build):
             os.environ["PART_II_DB_URL"] = postgres  # build_env restores it
             course = Course.load(build)
             assert course.db_url == postgres
             students = [s for s in build_sample_class(course, trimmed=True) if s.student in STUDENTS]
         write_lms_zip(students, build / "lms.zip")
-        steps["collect"] = cli(build, postgres, "collect", str(build / "lms.zip"))
+        steps["collect"] = cli("collect", str(build / "lms.zip"))
         # the sample hand-ins are dated 2026-03-01 10:00 UTC: late for this due date, on time for the extension
-        steps["due date"] = cli(build, postgres, "release", "--due-date", "2026-03-01 09:00 UTC")
-        steps["extend"] = cli(build, postgres, "extend", "--student", "partial", "--until", "2026-03-02 00:00 UTC")
+        steps["due date"] = cli("release", "--due-date", "2026-03-01 09:00 UTC")
+        steps["extend"] = cli("extend", "--student", "partial", "--until", "2026-03-02 00:00 UTC")
         # nbgrader reads a notebook's cells in the database's order to put a deleted test cell back (edited-tests
         # deleted one): PostgreSQL's order after the release rewrote the rows is not reliably the notebook's
         reverse_cell_rows(postgres)
         grade = ["grade", "--workers", "2", "--cell-timeout", f"{CELL_TIMEOUT:g}", *([] if sandbox_works() else ["--no-sandbox"])]
-        steps["grade"] = cli(build, postgres, *grade)
-        steps["grade again"] = cli(build, postgres, *grade)
-        steps["feedback"] = cli(build, postgres, "feedback")
-        steps["export"] = cli(build, postgres, "export")
-        codes = {step: done.returncode for step, done in steps.items()}
+        steps["grade"] = cli(*grade)
+        steps["grade again"] = cli(*grade)
+        steps["feedback"] = cli("feedback")
+        steps["export"] = cli("export")
+        codes = {step: done["returncode"] for step, done in steps.items()}
         # collect rejects broken's damaged file (exit code 1)
         assert codes == {"release": 0, "collect": 1, "due date": 0, "extend": 0, "grade": 0, "grade again": 0,
-                         "feedback": 0, "export": 0}, {s: (d.returncode, d.stdout[-1500:], d.stderr[-1500:])
+                         "feedback": 0, "export": 0}, {s: (d["returncode"], d["stdout"][-1500:], d["stderr"][-1500:])
                                                         for s, d in steps.items()}
-        assert "graded 3, already graded (skipped) 0, errors 0" in steps["grade"].stdout, steps["grade"].stdout
-        assert "graded 0, already graded (skipped) 3, errors 0" in steps["grade again"].stdout
+        assert "graded 3, already graded (skipped) 0, errors 0" in steps["grade"]["stdout"], steps["grade"]["stdout"]
+        assert "graded 0, already graded (skipped) 3, errors 0" in steps["grade again"]["stdout"]
         assert not (build / "course" / "gradebook.db").exists()  # nothing fell back to SQLite
 
         def grades(db_url: str) -> dict:
@@ -171,8 +141,8 @@ def test_a_postgresql_gradebook_gets_the_grades_the_sqlite_one_does(postgres):
         want = grades(f"sqlite:///{shared / 'build' / 'course' / 'gradebook.db'}")
         assert got and got == want, sorted(set(got.items()) ^ set(want.items()))[:20]
 
-        rows = read_csv(build / "course" / "reports" / "grades.csv")
-        sqlite_rows = read_csv(shared / "build" / "course" / "reports" / "grades.csv")
+        rows = read_grades_csv(build / "course" / "reports" / "grades.csv")
+        sqlite_rows = read_grades_csv(shared / "build" / "course" / "reports" / "grades.csv")
         for student in STUDENTS:
             assert rows[student]["score"] == sqlite_rows[student]["score"], (rows[student], sqlite_rows[student])
             assert rows[student]["duedate"] == "2026-03-01 09:00:00", rows[student]
