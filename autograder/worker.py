@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from nbformat.v4 import new_output
+from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
 from .cells import WARNING_PATTERN
@@ -62,6 +63,58 @@ class BudgetedExecute(GradingExecute):
         return super().preprocess_cell(cell, resources, index)
 
 
+class MissingAnswerCells(ValueError):
+    """A submitted notebook holds none of its release's answer cells: its test cells have nowhere to go back to."""
+
+
+def grade_id_positions(cells: list) -> dict[str, int]:
+    """grade_id -> index in cells of every cell carrying nbgrader metadata with a grade id."""
+    return {meta["grade_id"]: k for k, cell in enumerate(cells)
+            if isinstance(meta := cell.get("metadata", {}).get("nbgrader"), dict) and meta.get("grade_id")}
+
+
+def insert_missing(cells: list, order: list[str], restored: dict) -> None:
+    """Insert each cell of restored (grade id -> cell, in release order) into cells, in place: after the nearest
+    release cell before it in order that cells hold, else before the nearest one after it, else first."""
+    for name, cell in restored.items():
+        positions = grade_id_positions(cells)
+        at = order.index(name)
+        earlier = next((positions[g] + 1 for g in reversed(order[:at]) if g in positions), None)
+        later = next((positions[g] for g in order[at + 1:] if g in positions), 0)
+        cells.insert(later if earlier is None else earlier, cell)
+
+
+class RestoreMissingCells(OverwriteCells):
+    """OverwriteCells that puts a deleted test cell back after the nearest earlier release cell still in the notebook.
+
+    nbgrader 0.9.6 puts it after the cell just before it in the release and raises KeyError when
+    that cell is not a grade or answer cell of the submission (a read-only markdown cell, or an
+    answer cell deleted with its test), so the whole notebook would score 0. Here the cells
+    before it are tried in turn, then the cells after it (it goes before the first found); the
+    deleted answer cell itself is not put back, since the student may have written the answer in
+    a cell of their own. A notebook with none of its answer cells is refused (MissingAnswerCells).
+    """
+
+    def add_missing_grade_cells(self, nb, resources):
+        """Put back every release grade cell that nb lacks, in release order."""
+        source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+        order = [cell.name for cell in source_nb.source_cells]  # notebook order (grade.build_template sorts them)
+        sources = {cell.name: cell for cell in source_nb.source_cells}
+        grade_cells = {cell.name: cell for cell in source_nb.grade_cells}
+        answers = {cell.name for cell in source_nb.solution_cells}
+        present = grade_id_positions(nb.cells)
+        missing = [name for name in order if name in grade_cells and name not in present]
+        if missing and answers and not answers & present.keys():
+            raise MissingAnswerCells(f"none of the {len(answers)} answer cells of notebook {self.notebook_id!r} is in "
+                                     f"the submission, so its {len(missing)} missing test cells cannot be put back")
+        for name in missing:
+            self.log.warning("Missing grade cell %s encountered, adding to notebook", name)
+        insert_missing(nb.cells, order, {name: self.missing_cell_transform(sources[name], grade_cells[name].max_score,
+                                                                           is_solution=name in answers)
+                                         for name in missing})
+        return nb, resources
+
+
 def die_with_parent() -> None:
     """SIGKILL this worker (and its process group) when the `grade` run that started it ends; exit at
     once if it has already ended. Its sandboxes end with it (bwrap's --die-with-parent); a
@@ -92,13 +145,27 @@ def die_with_parent() -> None:
     threading.Thread(target=watch, name="die-with-grade", daemon=True).start()
 
 
+def with_ours(preprocessors: list, swaps: dict) -> list:
+    """The preprocessor list with each nbgrader class (or subclass) that swaps names replaced by ours."""
+    return [next((ours for theirs, ours in swaps.items() if isinstance(p, type) and issubclass(p, theirs)), p)
+            for p in preprocessors]
+
+
 def autograde_preprocessors(config) -> list:
     """The configured (or nbgrader's default) autograde preprocessors, executing with BudgetedExecute."""
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import Execute
 
     current = config.Autograde.get("autograde_preprocessors") or Autograde().autograde_preprocessors
-    return [BudgetedExecute if isinstance(p, type) and issubclass(p, Execute) else p for p in current]
+    return with_ours(current, {Execute: BudgetedExecute})
+
+
+def sanitize_preprocessors(config) -> list:
+    """The configured (or nbgrader's default) sanitize preprocessors, restoring deleted tests with RestoreMissingCells."""
+    from nbgrader.converters import Autograde
+
+    current = config.Autograde.get("sanitize_preprocessors") or Autograde().sanitize_preprocessors
+    return with_ours(current, {OverwriteCells: RestoreMissingCells})
 
 
 def notebook_config(job: dict, scratch: Path):
@@ -126,6 +193,7 @@ def notebook_config(job: dict, scratch: Path):
         records = json.loads(Path(job["expected_records"]).read_text(encoding="utf-8"))
         configure_trusted_checks(config, records)
     config.Autograde.autograde_preprocessors = autograde_preprocessors(config)
+    config.Autograde.sanitize_preprocessors = sanitize_preprocessors(config)
     return config
 
 
@@ -198,6 +266,8 @@ def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger,
     except Exception as exc:  # noqa: BLE001 - any failure is this notebook's, the others go on
         reason = errors.reason() if errors.messages else f"{type(exc).__name__}: {exc}"
         lost = lost_cells_reason(job, notebook)
+        if lost and MissingAnswerCells.__name__ in reason:  # ours: lost says it all
+            raise RuntimeError(lost) from exc
         raise RuntimeError(f"{lost} (nbgrader: {reason})" if lost else reason) from exc
     finally:
         log.removeHandler(errors)
@@ -206,8 +276,9 @@ def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger,
 def lost_cells_reason(job: dict, notebook: str) -> str | None:
     """What is wrong with a submitted notebook that lacks answer cells of the assignment, or None when it has them all.
 
-    nbgrader puts back deleted test cells next to their answer cells, and fails with a bare
-    KeyError when an answer cell is gone too (e.g. a fresh notebook saved under the right name).
+    Grading puts deleted test cells back (RestoreMissingCells) and refuses a notebook that holds
+    none of its answer cells (e.g. a fresh notebook saved under the right name); nbgrader's own
+    errors may come from lost cells too.
     """
     from nbgrader.api import Gradebook, MissingEntry
 
