@@ -67,6 +67,16 @@ def _moment(what: str, none_means: str):
     return parse
 
 
+def _mathjax_url(text: str) -> str:
+    """argparse type: where feedback pages load MathJax from."""
+    from .feedback import checked_mathjax_url
+
+    try:
+        return checked_mathjax_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _student_id(text: str) -> str:
     """argparse type: a student id as collect files it."""
     from .collect import STUDENT_ID
@@ -140,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--student", type=_student_id, action="append", metavar="ID", help="only this student (repeatable)")
     p.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1,
                    help="students rendered in parallel (default: the number of cores, %(default)s here)")
+    p.add_argument("--mathjax-url", type=_mathjax_url, metavar="URL",
+                   help="where the pages load MathJax 2.7 (the formulas) from: an http(s) address, e.g. a mirror your "
+                        "students can reach, or a path relative to the pages (default: nbconvert's, on cdnjs)")
 
     sub.add_parser("export", parents=[common], help="write grades.csv and grades-per-cell.csv",
                    description="Write the grades as CSV into <course>/reports: grades.csv (one row per student: "
@@ -230,7 +243,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "feedback":
         from .feedback import feedback, print_feedback
 
-        result = feedback(course, students=args.student, workers=args.workers)
+        result = feedback(course, students=args.student, workers=args.workers, mathjax_url=args.mathjax_url)
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":

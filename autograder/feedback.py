@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbconvert.exporters import HTMLExporter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
@@ -46,6 +47,7 @@ from .collect import load_collect_log, match_notebook
 from .course import ASSIGNMENT, AutograderError, Course, quiet_nbgrader_logs
 from .export import late_by
 
+DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "feedback_part_ii"  # nbgrader's feedback template with a table of contents by exercise
@@ -210,31 +212,50 @@ class FeedbackResult:
     provisional: list[Path] = field(default_factory=list)  # pages with answers not yet graded by hand
 
 
-def _feedback_config(course: Course):
-    """The course config with the hidden-test filter and the contents labels in GenerateFeedback, and the course's template."""
+def checked_mathjax_url(url: str) -> str:
+    """url, if the pages can load MathJax from it: an http(s) address or a path relative to the pages, nothing that
+    would end the script tag's attribute; else ValueError saying what is expected."""
+    if not isinstance(url, str):
+        raise TypeError(f"the MathJax address must be a str, got {type(url).__name__}")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
+    bad = sorted({ch for ch in url if ch in "\"'<>`\\" or ch.isspace() or not ch.isprintable()})
+    if not url or bad or (scheme and scheme.group(1).lower() not in ("http", "https")) or url.startswith("//"):
+        why = (f"it holds {' '.join(repr(ch) for ch in bad)}" if bad else "it is empty" if not url
+               else "it starts with //" if url.startswith("//") else f"its scheme is {scheme.group(1)!r}")
+        raise ValueError(f"cannot load MathJax from {url!r}: {why}; expected an http:// or https:// address of "
+                         "MathJax 2.7's script (as nbconvert's default, "
+                         f"{DEFAULT_MATHJAX_URL}) or a path relative to the feedback pages")
+    return url
+
+
+def _feedback_config(course: Course, mathjax_url: str | None = None):
+    """The course config with the hidden-test filter and the contents labels in GenerateFeedback, and the course's
+    template (loading MathJax from mathjax_url, or nbconvert's default address)."""
     config = course.config.copy()
     config.GenerateFeedback.preprocessors = [GetGradesNotingPending, HideHiddenTests, LabelGradedCells,
                                              CSSHTMLHeaderPreprocessor]
     template_config(config)
+    if mathjax_url is not None:
+        config.HTMLExporter.mathjax_url = checked_mathjax_url(mathjax_url)
     return config
 
 
-def generate_for(course: Course, student: str) -> list[Path]:
+def generate_for(course: Course, student: str, mathjax_url: str | None = None) -> list[Path]:
     """Run nbgrader's GenerateFeedback for one student; return the HTML files."""
     from nbgrader.converters import GenerateFeedback
 
-    config = _feedback_config(course)
+    config = _feedback_config(course, mathjax_url)
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()
     return sorted(course.step_dir("feedback", student).glob("*.html"))
 
 
-def _generate_safely(course: Course, student: str) -> tuple[list[Path], str | None]:
+def _generate_safely(course: Course, student: str, mathjax_url: str | None) -> tuple[list[Path], str | None]:
     """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
     quiet_nbgrader_logs()
     try:
-        return generate_for(course, student), None
+        return generate_for(course, student, mathjax_url), None
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
         return [], f"{type(exc).__name__}: {exc}"
 
@@ -276,9 +297,16 @@ opened and run in Jupyter, and ask your instructor to collect it again.</p>
     return pages
 
 
-def feedback(course: Course, students: list[str] | None = None, workers: int | None = None) -> FeedbackResult:
+def feedback(course: Course, students: list[str] | None = None, workers: int | None = None,
+             mathjax_url: str | None = None) -> FeedbackResult:
     """Write feedback for every graded student (or the ones named), `workers` students at a time, and check
-    each file for leaks; a notebook not graded (not handed in, rejected, not gradable) gets a page saying why."""
+    each file for leaks; a notebook not graded (not handed in, rejected, not gradable) gets a page saying why.
+    mathjax_url: where the graded pages load MathJax from (default: nbconvert's, cdnjs)."""
+    if mathjax_url is not None:
+        try:
+            checked_mathjax_url(mathjax_url)
+        except (TypeError, ValueError) as exc:
+            raise AutograderError(str(exc)) from None
     graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}")
                     if p.is_dir())
     collect_log = load_collect_log(course)
@@ -312,7 +340,7 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     # nbgrader fails on a folder without notebooks (every notebook rejected): such students get only the pages below
     graded = [s for s in graded if any(course.step_dir("autograded", s).glob("*.ipynb"))]
     if graded:
-        render(course, graded, signatures, workers, result)
+        render(course, graded, signatures, workers, result, mathjax_url)
     notebooks = course.notebook_names()
     for student in (s for s in known if s not in result.errors):  # after nbgrader, which rewrites the folder
         reasons = not_graded_reasons(student, notebooks, collect_log, jobs.get(student))
@@ -327,14 +355,15 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     return result
 
 
-def render(course: Course, graded: list[str], signatures: set[str], workers: int | None, result: FeedbackResult) -> None:
+def render(course: Course, graded: list[str], signatures: set[str], workers: int | None, result: FeedbackResult,
+           mathjax_url: str | None = None) -> None:
     """nbgrader's feedback pages for the graded students, `workers` at a time, into result (leaky pages withheld)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("forkserver")  # nbgrader's converters chdir: processes, not threads
     with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(graded)), mp_context=ctx) as pool:
-        outcomes = list(pool.map(_generate_safely, [course] * len(graded), graded))
+        outcomes = list(pool.map(_generate_safely, [course] * len(graded), graded, [mathjax_url] * len(graded)))
     for student, (files, error) in zip(graded, outcomes):
         if error:
             result.errors[student] = error

@@ -52,6 +52,8 @@ def empty_build(tmp_path, monkeypatch):
     (["grade", "--build", "{build}"], "run `python -m autograder release` first"),
     (["feedback", "--build", "{build}"], "no graded submissions"),
     (["feedback", "--student", "x/y", "--build", "{build}"], "student id"),
+    (["feedback", "--mathjax-url", "javascript:alert(1)", "--build", "{build}"],
+     "cannot load MathJax from 'javascript:alert(1)': its scheme is 'javascript'; expected an http:// or https://"),
     (["export", "--build", "{build}"], "release` first"),
     (["release", "--due-date", "soon", "--build", "{build}"], "cannot read the due date 'soon'; expected '2026-03-01 23:59'"),
     (["release", "--due-date", "2026-03-01", "--build", "{build}"], "the due date '2026-03-01' has no time of day"),

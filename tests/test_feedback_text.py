@@ -9,6 +9,7 @@ hidden_lines() would list them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -19,7 +20,8 @@ from traitlets.config import Config
 
 import nbgrader
 from autograder.cells import last_heading
-from autograder.feedback import HideHiddenTests, LabelGradedCells, authored_text, find_leaks, page_text, template_config
+from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, checked_mathjax_url, find_leaks,
+                                 page_text, template_config)
 
 IDIOM = 'with np.errstate(all="ignore"):'  # taught in the notebooks, and also in a hidden test
 SECRET = "_q = np.array([0.125, 0.375, 0.5])  # hidden input"
@@ -50,10 +52,13 @@ def graded_notebook(folder: Path, answer: str, test_outputs: list, later_outputs
     return path
 
 
-def render(notebook: Path) -> Path:
-    """The feedback page the course's template makes of the notebook, hidden tests filtered out, cells labelled."""
+def render(notebook: Path, mathjax_url: str | None = None) -> Path:
+    """The feedback page the course's template makes of the notebook, hidden tests filtered out, cells labelled
+    (MathJax loaded from mathjax_url, as `feedback --mathjax-url` sets it, or from nbconvert's default)."""
     config = Config()
     template_config(config)
+    if mathjax_url is not None:
+        config.HTMLExporter.mathjax_url = mathjax_url
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
     config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
     exporter = HTMLExporter(config=config)
@@ -219,3 +224,38 @@ def test_a_heading_typed_into_the_notebook_is_shown_as_text_not_markup(tmp_path)
 ])
 def test_last_heading_reads_atx_headings_outside_code(markdown, heading):
     assert last_heading(markdown) == heading
+
+
+CDNJS = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js?config=TeX-AMS_CHTML-full,Safe"  # nbconvert 7's
+
+
+def script_sources(page: Path) -> list[str]:
+    """The src of every script tag of the page, in order."""
+    return re.findall(r'<script[^>]*\bsrc="([^"]*)"', page.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("url", ["https://mirror.example.cn/mathjax/2.7.7/MathJax.js?config=TeX-AMS_CHTML-full,Safe",
+                                 "../mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"])
+def test_the_page_loads_mathjax_from_the_address_it_is_given_and_is_otherwise_the_same(tmp_path, url):
+    """nbgrader's page header calls the MathJax macro without an address (so HTMLExporter.mathjax_url did nothing):
+    the course's template puts the configured one there, and changes nothing else."""
+    notebook = graded_notebook(tmp_path, ANSWER, [])
+    default = render(notebook).read_text(encoding="utf-8")
+    assert script_sources(notebook.with_suffix(".html")) == [CDNJS]
+    page = render(notebook, mathjax_url=url)
+    assert script_sources(page) == [url]
+    assert page.read_text(encoding="utf-8").replace(url, CDNJS) == default
+
+
+@pytest.mark.parametrize("url, words", [
+    ("", "it is empty"),
+    ("javascript:alert(1)", "its scheme is 'javascript'"),
+    ("file:///srv/mathjax/MathJax.js", "its scheme is 'file'"),
+    ('x.js" onload="alert(1)', "it holds ' ' '\"'"),
+    ("x.js'><script>", "it holds \"'\" '<' '>'"),
+    ("//cdn.example.cn/MathJax.js", "it starts with //"),
+])
+def test_a_mathjax_address_that_could_not_load_or_would_break_the_page_is_refused(url, words):
+    with pytest.raises(ValueError) as caught:
+        checked_mathjax_url(url)
+    assert f"cannot load MathJax from {url!r}: {words}; expected an http:// or https:// address" in str(caught.value)

@@ -31,7 +31,7 @@ from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
 from processes import process_gone, processes_of_build
 from shared_builds import (CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, graded_build, read_grades_csv,
-                           released_build, reverse_cell_rows, sandbox_works)
+                           released_build, reverse_cell_rows, run_cli, sandbox_works)
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
 
@@ -1193,6 +1193,28 @@ def test_formgrader_cannot_generate_autograde_or_write_feedback_behind_the_harne
             assert command in [line.strip() for line in shown], shown
             assert all(len(line) <= 80 for line in shown if command not in line), shown
         assert state() == before
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def test_feedback_with_a_mathjax_mirror_loads_it_on_every_graded_page_and_changes_nothing_else(graded):
+    """`feedback --mathjax-url` (for students who cannot reach cdnjs): every page of the student loads that address,
+    and is otherwise the page the default run wrote."""
+    mirror = "https://mirror.example.cn/ajax/libs/mathjax/2.7.7/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
+    default_url = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js?config=TeX-AMS_CHTML-full,Safe"
+    build, course = copy_course(graded["course"].root)
+    try:
+        folder = course.step_dir("feedback", "partial")
+        before = {p.name: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.html"))}
+        run = run_cli(build, "feedback", "--student", "partial", "--mathjax-url", mirror)
+        assert run["returncode"] == 0, run["stdout"][-2000:] + run["stderr"][-2000:]
+        after = {p.name: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.html"))}
+        assert after.keys() == before.keys()
+        graded_pages = [name for name, text in before.items() if default_url in text]
+        assert graded_pages, before.keys()  # partial's graded notebook; the others are not-graded notes
+        for name in graded_pages:
+            assert f'<script src="{mirror}">' in after[name] and default_url not in after[name], name
+        assert {name: text.replace(mirror, default_url) for name, text in after.items()} == before
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
