@@ -37,12 +37,12 @@ from _common import ROOT, describe, die, fmt, load, machine, save, table  # noqa
 
 PHASES = {
     "unit": ["tests/test_reference.py", "tests/test_reference_chunked.py", "tests/test_arithmetic_data.py",
-             "tests/test_notebook_format.py", "tests/test_cli.py", "tests/test_collect.py"],
+             "tests/test_notebook_format.py", "tests/test_cli.py", "tests/test_collect.py", "tests/test_feedback_text.py"],
     "notebooks (nbval)": ["notebooks/part-ii"],
     "release": ["tests/test_release.py"],
     "grading": ["tests/test_grading.py", "tests/test_adversarial.py", "tests/test_sandbox.py",
                 "tests/test_trusted_checks.py", "tests/test_worker_prestart.py",
-                "tests/test_fork_server.py"],
+                "tests/test_fork_server.py", "tests/test_extensions.py", "tests/test_postgres.py"],
     "browser": ["tests/test_browser.py"],
 }
 RESULT_LINE = re.compile(r"=+ (.*(?:passed|failed|error|skipped|no tests ran).*) =+\s*$")
