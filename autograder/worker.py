@@ -74,26 +74,54 @@ def grade_id_positions(cells: list) -> dict[str, int]:
 
 
 def insert_missing(cells: list, order: list[str], restored: dict) -> None:
-    """Insert each cell of restored (grade id -> cell, in release order) into cells, in place: after the nearest
-    release cell before it in order that cells hold, else before the nearest one after it, else first."""
+    """Insert each cell of restored (grade id -> cell, in release order) into cells, in place: right after the
+    release cell just before it in order when cells hold that one (where nbgrader puts it); else right before the
+    next release cell they hold, after any cells of the student's in between (where a rewritten answer would be),
+    or last."""
     for name, cell in restored.items():
         positions = grade_id_positions(cells)
         at = order.index(name)
-        earlier = next((positions[g] + 1 for g in reversed(order[:at]) if g in positions), None)
-        later = next((positions[g] for g in order[at + 1:] if g in positions), 0)
-        cells.insert(later if earlier is None else earlier, cell)
+        if at > 0 and order[at - 1] in positions:
+            index = positions[order[at - 1]] + 1
+        else:
+            index = next((positions[g] for g in order[at + 1:] if g in positions), len(cells))
+        cells.insert(index, cell)
+
+
+def held_answers(cells: list) -> set[str]:
+    """grade ids of the answer (solution) cells among cells."""
+    return {meta.get("grade_id") for cell in cells
+            if isinstance(meta := cell.get("metadata", {}).get("nbgrader"), dict) and meta.get("solution")}
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 answer cell', '3 answer cells'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class RestoreMissingCells(OverwriteCells):
-    """OverwriteCells that puts a deleted test cell back after the nearest earlier release cell still in the notebook.
+    """OverwriteCells that puts a deleted grade cell back next to the release cells the notebook still holds.
 
     nbgrader 0.9.6 puts it after the cell just before it in the release and raises KeyError when
     that cell is not a grade or answer cell of the submission (a read-only markdown cell, or an
-    answer cell deleted with its test), so the whole notebook would score 0. Here the cells
-    before it are tried in turn, then the cells after it (it goes before the first found); the
-    deleted answer cell itself is not put back, since the student may have written the answer in
-    a cell of their own. A notebook with none of its answer cells is refused (MissingAnswerCells).
+    answer cell deleted with its test), so the whole notebook would score 0. Here it goes after
+    that cell when the notebook holds it, else before the next release cell it holds (see
+    insert_missing). A deleted code answer is not put back, since the student may have written
+    the answer in a cell of their own; written answers graded by hand are grade cells and come
+    back, as in nbgrader. A notebook with none of its answer cells is refused (MissingAnswerCells).
+    A cell whose nbgrader metadata has no grade id the release knows (one pasted from another
+    notebook) becomes a plain cell: nbgrader would crash on it (KeyError 'grade_id').
     """
+
+    def preprocess_cell(self, cell, resources, index):
+        """nbgrader's checks against the release; then drop nbgrader metadata left without a grade id."""
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        meta = cell.metadata.get("nbgrader")
+        if meta is not None and not (isinstance(meta, dict) and meta.get("grade_id")):
+            self.log.warning("Cell %d has nbgrader metadata but no grade id of the release: graded as the student's",
+                             index)
+            del cell.metadata["nbgrader"]
+        return cell, resources
 
     def add_missing_grade_cells(self, nb, resources):
         """Put back every release grade cell that nb lacks, in release order."""
@@ -104,9 +132,10 @@ class RestoreMissingCells(OverwriteCells):
         answers = {cell.name for cell in source_nb.solution_cells}
         present = grade_id_positions(nb.cells)
         missing = [name for name in order if name in grade_cells and name not in present]
-        if missing and answers and not answers & present.keys():
-            raise MissingAnswerCells(f"none of the {len(answers)} answer cells of notebook {self.notebook_id!r} is in "
-                                     f"the submission, so its {len(missing)} missing test cells cannot be put back")
+        if missing and answers and not answers & held_answers(nb.cells):
+            raise MissingAnswerCells(f"the submission holds none of the {_count(len(answers), 'answer cell')} of "
+                                     f"notebook {self.notebook_id!r}: there is nowhere to put back its "
+                                     f"{_count(len(missing), 'missing grade cell')}")
         for name in missing:
             self.log.warning("Missing grade cell %s encountered, adding to notebook", name)
         insert_missing(nb.cells, order, {name: self.missing_cell_transform(sources[name], grade_cells[name].max_score,

@@ -711,16 +711,25 @@ def restore(db_url: str, deleted: set[str], preprocessor) -> list[str]:
     return [meta(c).get("grade_id", "own") for c in nb.cells]
 
 
+def assert_next_to_release_cells(got: list[str], order: list[str], restored: set[str]) -> None:
+    """Each put-back cell in got ('own' for the student's cells) sits right after the release cell just before it in
+    order when the notebook holds that one, else right before a release cell (after the student's cells) or last."""
+    for k, grade_id in enumerate(got):
+        if grade_id in restored:
+            at = order.index(grade_id)
+            if at > 0 and order[at - 1] in got:
+                assert got[k - 1] == order[at - 1], (grade_id, got)
+            else:
+                assert k + 1 == len(got) or got[k + 1] != "own", (grade_id, got)
+
+
 def assert_tests_restored(got: list[str], deleted: set[str]) -> None:
     """The release's cells in release order, deleted tests included; the rest of the submission as it was handed in;
-    each test put back right after the release cell that precedes it there, else right before the one after it."""
+    each test next to the release cells as assert_next_to_release_cells says."""
     assert [g for g in got if g != "own"] == [g for g in RELEASE_ORDER if g not in deleted or g in TESTS]
     handed_in = [meta(c).get("grade_id", "own") for c in submission_without(deleted)]
     assert [g for g in got if g not in deleted] == handed_in
-    for k, grade_id in enumerate(got):
-        if grade_id in deleted:
-            neighbour = got[k - 1] if any(g != "own" for g in got[:k]) else got[k + 1]
-            assert neighbour != "own", (grade_id, got)
+    assert_next_to_release_cells(got, RELEASE_ORDER, deleted & TESTS)
 
 
 @pytest.mark.parametrize("deleted", [{"test1"}, {"answer2", "test2a", "test2b"}, {"setup", "answer1", "note", "test1"},
@@ -750,19 +759,80 @@ def test_where_nbgrader_s_restore_works_ours_gives_the_same_notebook(release_gra
     assert restore(release_gradebook, deleted, RestoreMissingCells) == theirs
 
 
-def test_a_submission_without_any_answer_cell_is_refused_not_given_its_tests(release_gradebook):
-    """With no answer cell left there is no place to put the tests back: MissingAnswerCells, which grading reports."""
+@pytest.mark.parametrize("kept", [None, {"grade_id": "answer1"}])
+def test_a_submission_without_any_answer_cell_is_refused_not_given_its_tests(release_gradebook, kept):
+    """With no answer cell left there is no place to put the tests back: MissingAnswerCells, which grading reports.
+    A cell that only names an answer's grade id, without being an answer cell, does not count as one."""
+    from traitlets.config import Config
+
     from autograder.worker import MissingAnswerCells, RestoreMissingCells
 
-    with pytest.raises(MissingAnswerCells, match="none of the 3 answer cells of notebook 'nb' is in the submission"):
-        restore(release_gradebook, {"answer1", "answer2", "answer3", "test3"}, RestoreMissingCells)
+    cells = submission_without({"answer1", "answer2", "answer3", "test3"})
+    if kept is not None:
+        cells.insert(0, nbformat.v4.new_code_cell("def f(): pass", metadata={"nbgrader": kept}))
+    config = Config()
+    config.OverwriteCells.add_missing_cells = True
+    with pytest.raises(MissingAnswerCells) as caught:
+        RestoreMissingCells(config=config).preprocess(nbformat.v4.new_notebook(cells=cells),
+                                                      resources_for(release_gradebook))
+    assert str(caught.value) == ("the submission holds none of the 3 answer cells of notebook 'nb': there is nowhere "
+                                 "to put back its 1 missing grade cell")
+
+
+@pytest.mark.parametrize("metadata", [
+    {"grade_id": "cell-from-another-notebook", "solution": True, "grade": False, "locked": False, "schema_version": 3},
+    {"grade": False, "solution": False, "locked": False, "schema_version": 3},
+])
+def test_a_cell_with_nbgrader_metadata_the_release_does_not_know_is_graded_as_the_student_s_own(release_gradebook,
+                                                                                                 metadata):
+    """A cell pasted from another notebook (nbgrader drops its unknown grade id) or with no grade id at all: nbgrader's
+    restore crashes on it (KeyError 'grade_id') and the notebook would score 0; here it becomes a plain cell."""
+    from nbgrader.preprocessors import OverwriteCells
+    from traitlets.config import Config
+
+    from autograder.worker import RestoreMissingCells
+
+    def submission():
+        cells = submission_without(set())
+        cells.insert(2, nbformat.v4.new_code_cell("def f(): pass", metadata={"nbgrader": dict(metadata)}))
+        return nbformat.v4.new_notebook(cells=cells)
+
+    config = Config()
+    config.OverwriteCells.add_missing_cells = True
+    with pytest.raises(KeyError, match="grade_id"):
+        OverwriteCells(config=config).preprocess(submission(), resources_for(release_gradebook))
+    nb, _ = RestoreMissingCells(config=config).preprocess(submission(), resources_for(release_gradebook))
+    handed_in = [meta(c).get("grade_id", "own") for c in submission_without(set())]
+    assert [meta(c).get("grade_id", "own") for c in nb.cells] == handed_in[:2] + ["own"] + handed_in[2:]
+    assert "nbgrader" not in nb.cells[2].metadata and nb.cells[2].source == "def f(): pass"
+
+
+def test_grading_runs_the_restoring_overwrite_with_and_without_trusted_checks(tmp_path):
+    """The worker's nbgrader config swaps in RestoreMissingCells (and BudgetedExecute), also after the trusted checks
+    rewrite the preprocessor lists."""
+    from nbgrader.preprocessors import OverwriteCells
+
+    from autograder.trusted_checks import DropEmptyGradeMetadata
+    from autograder.worker import BudgetedExecute, RestoreMissingCells, notebook_config
+
+    records = tmp_path / "records.json"
+    records.write_text("{}", encoding="utf-8")
+    for expected in (None, str(records)):
+        job = {"course_root": str(tmp_path / "course"), "db_url": f"sqlite:///{tmp_path / 'gb.db'}", "cell_timeout": 60,
+               "notebook_timeout": 600, "sandbox": False, "expected_records": expected}
+        config = notebook_config(job, tmp_path / "scratch")
+        sanitize = config.Autograde.sanitize_preprocessors
+        assert RestoreMissingCells in sanitize and OverwriteCells not in sanitize, sanitize
+        assert (DropEmptyGradeMetadata in sanitize) == (expected is not None), sanitize
+        assert BudgetedExecute in config.Autograde.autograde_preprocessors
+        assert config.OverwriteCells.add_missing_cells is True
 
 
 @settings(max_examples=300, deadline=None)
 @given(kinds=st.lists(st.sampled_from(["answer", "test", "note"]), min_size=1, max_size=12), data=st.data())
 def test_put_back_tests_keep_the_release_order_and_the_student_s_cells_in_place(kinds, data):
     """insert_missing on any layout: release cells in release order, the handed-in cells in their order, each put-back
-    test next to a release cell (after the one before it, else before the one after it)."""
+    test next to the release cells as assert_next_to_release_cells says."""
     from autograder.worker import insert_missing
 
     def cell(grade_id):
@@ -782,14 +852,7 @@ def test_put_back_tests_keep_the_release_order_and_the_student_s_cells_in_place(
     got = [c["id"] for c in cells]
     assert [g for g in got if g != "own"] == [g for g in order if g not in deleted or g in restored]
     assert [g for g in got if g not in restored] == handed_in
-    for k, grade_id in enumerate(got):
-        if grade_id in restored:
-            if any(g != "own" for g in got[:k]):
-                assert got[k - 1] != "own", (grade_id, got)
-            elif any(g != "own" for g in got[k + 1:]):
-                assert got[k + 1] != "own", (grade_id, got)
-            else:  # the notebook holds no release cell: first
-                assert k == 0, (grade_id, got)
+    assert_next_to_release_cells(got, order, set(restored))
 
 
 def test_deleting_an_exercise_s_answer_and_tests_scores_that_exercise_0_and_grades_the_rest(graded):
