@@ -213,19 +213,27 @@ class FeedbackResult:
 
 
 def checked_mathjax_url(url: str) -> str:
-    """url, if the pages can load MathJax from it: an http(s) address or a path relative to the pages, nothing that
-    would end the script tag's attribute; else ValueError saying what is expected."""
+    """url, if the pages can load MathJax from it: an http(s) address, or a path (relative to the pages or to a web
+    server's root), nothing that would end the script tag's attribute; else ValueError saying what is expected."""
     if not isinstance(url, str):
         raise TypeError(f"the MathJax address must be a str, got {type(url).__name__}")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
     bad = sorted({ch for ch in url if ch in "\"'<>`\\" or ch.isspace() or not ch.isprintable()})
-    if not url or bad or (scheme and scheme.group(1).lower() not in ("http", "https")) or url.startswith("//"):
-        why = (f"it holds {' '.join(repr(ch) for ch in bad)}" if bad else "it is empty" if not url
-               else "it starts with //" if url.startswith("//") else f"its scheme is {scheme.group(1)!r}")
-        raise ValueError(f"cannot load MathJax from {url!r}: {why}; expected an http:// or https:// address of "
-                         "MathJax 2.7's script (as nbconvert's default, "
-                         f"{DEFAULT_MATHJAX_URL}) or a path relative to the feedback pages")
-    return url
+    if bad:
+        why = f"it holds {' '.join(repr(ch) for ch in bad)}"
+    elif not url:
+        why = "it is empty"
+    elif url.startswith("//"):
+        why = "it starts with //"
+    elif scheme and scheme.group(1).lower() not in ("http", "https"):
+        why = f"its scheme is {scheme.group(1)!r}"
+    elif scheme and not url[scheme.end():].startswith("//"):
+        why = f"{scheme.group(0)} is not followed by //"
+    else:
+        return url
+    raise ValueError(f"cannot load MathJax from {url!r}: {why}; expected an http:// or https:// address of MathJax "
+                     f"2.7's script (as nbconvert's default, {DEFAULT_MATHJAX_URL}) or a path to it, relative to "
+                     "the feedback pages or to the root of the web server that serves them")
 
 
 def _feedback_config(course: Course, mathjax_url: str | None = None):
@@ -236,7 +244,9 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
                                              CSSHTMLHeaderPreprocessor]
     template_config(config)
     if mathjax_url is not None:
-        config.HTMLExporter.mathjax_url = checked_mathjax_url(mathjax_url)
+        config.HTMLExporter.mathjax_url = mathjax_url
+    if "mathjax_url" in config.HTMLExporter:  # given here or in the course's nbgrader config: the template uses it
+        checked_mathjax_url(config.HTMLExporter.mathjax_url)
     return config
 
 
@@ -302,11 +312,10 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     """Write feedback for every graded student (or the ones named), `workers` students at a time, and check
     each file for leaks; a notebook not graded (not handed in, rejected, not gradable) gets a page saying why.
     mathjax_url: where the graded pages load MathJax from (default: nbconvert's, cdnjs)."""
-    if mathjax_url is not None:
-        try:
-            checked_mathjax_url(mathjax_url)
-        except (TypeError, ValueError) as exc:
-            raise AutograderError(str(exc)) from None
+    try:
+        _feedback_config(course, mathjax_url)  # a bad MathJax address (given or configured) stops here, once
+    except (TypeError, ValueError) as exc:
+        raise AutograderError(str(exc)) from None
     graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}")
                     if p.is_dir())
     collect_log = load_collect_log(course)

@@ -254,6 +254,7 @@ def test_the_page_loads_mathjax_from_the_address_it_is_given_and_is_otherwise_th
     ('x.js" onload="alert(1)', "it holds ' ' '\"'"),
     ("x.js'><script>", "it holds \"'\" '<' '>'"),
     ("//cdn.example.cn/MathJax.js", "it starts with //"),
+    ("https:mirror.example.cn/MathJax.js", "https: is not followed by //"),
 ])
 def test_a_mathjax_address_that_could_not_load_or_would_break_the_page_is_refused(url, words):
     with pytest.raises(ValueError) as caught:
