@@ -28,7 +28,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
-from .cells import WARNING_PATTERN
+from .cells import WARNING_PATTERN, nbgrader_meta
 from .course import ASSIGNMENT, load_config
 from .sandbox import NO_KERNEL, GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
@@ -69,8 +69,7 @@ class MissingAnswerCells(ValueError):
 
 def grade_id_positions(cells: list) -> dict[str, int]:
     """grade_id -> index in cells of every cell carrying nbgrader metadata with a grade id."""
-    return {meta["grade_id"]: k for k, cell in enumerate(cells)
-            if isinstance(meta := cell.get("metadata", {}).get("nbgrader"), dict) and meta.get("grade_id")}
+    return {meta["grade_id"]: k for k, cell in enumerate(cells) if (meta := nbgrader_meta(cell)).get("grade_id")}
 
 
 def insert_missing(cells: list, order: list[str], restored: dict) -> None:
@@ -90,8 +89,7 @@ def insert_missing(cells: list, order: list[str], restored: dict) -> None:
 
 def held_answers(cells: list) -> set[str]:
     """grade ids of the answer (solution) cells among cells."""
-    return {meta.get("grade_id") for cell in cells
-            if isinstance(meta := cell.get("metadata", {}).get("nbgrader"), dict) and meta.get("solution")}
+    return {meta.get("grade_id") for cell in cells if (meta := nbgrader_meta(cell)).get("solution")}
 
 
 def _count(n: int, noun: str) -> str:
@@ -114,10 +112,10 @@ class RestoreMissingCells(OverwriteCells):
     """
 
     def preprocess_cell(self, cell, resources, index):
-        """nbgrader's checks against the release; then drop nbgrader metadata left without a grade id."""
+        """nbgrader's checks against the release; then drop nbgrader metadata left without a grade id (the helpers
+        above read only what is left: metadata with grade ids)."""
         cell, resources = super().preprocess_cell(cell, resources, index)
-        meta = cell.metadata.get("nbgrader")
-        if meta is not None and not (isinstance(meta, dict) and meta.get("grade_id")):
+        if "nbgrader" in cell.metadata and not nbgrader_meta(cell).get("grade_id"):
             self.log.warning("Cell %d has nbgrader metadata but no grade id of the release: graded as the student's",
                              index)
             del cell.metadata["nbgrader"]

@@ -836,7 +836,8 @@ def test_put_back_tests_keep_the_release_order_and_the_student_s_cells_in_place(
     from autograder.worker import insert_missing
 
     def cell(grade_id):
-        return {"metadata": {"nbgrader": {"grade_id": grade_id}} if grade_id != "own" else {}, "id": grade_id}
+        return nbformat.from_dict({"metadata": {"nbgrader": {"grade_id": grade_id}} if grade_id != "own" else {},
+                                   "id": grade_id})
 
     order = [f"{kind}{k}" for k, kind in enumerate(kinds)]
     deleted = data.draw(st.sets(st.sampled_from(order)))
