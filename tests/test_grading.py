@@ -65,15 +65,21 @@ def answer_cells(nb) -> set[str]:
     return {meta(c)["grade_id"] for c in nb.cells if meta(c).get("grade") and meta(c).get("solution")}
 
 
+def last_code_exercise(nb) -> tuple[str | None, set[str]]:
+    """(answer id, its test ids) of the notebook's last code answer cell ((None, set()) when it has none)."""
+    solution, tests = None, set()
+    for cell in nb.cells:
+        if cell.cell_type == "code" and meta(cell).get("solution"):
+            solution, tests = meta(cell)["grade_id"], set()
+        elif solution and meta(cell).get("grade") and not meta(cell).get("solution") and cell.cell_type == "code":
+            tests.add(meta(cell)["grade_id"])
+    return solution, tests
+
+
 def last_exercise(sources) -> tuple[str, set[str]]:
     """(notebook, its test ids) of the last code exercise of the last notebook that has one."""
     for name in sorted(sources, reverse=True):
-        solution, tests = None, set()
-        for cell in sources[name].cells:
-            if cell.cell_type == "code" and meta(cell).get("solution"):
-                solution, tests = meta(cell)["grade_id"], set()
-            elif solution and meta(cell).get("grade") and not meta(cell).get("solution") and cell.cell_type == "code":
-                tests.add(meta(cell)["grade_id"])
+        _, tests = last_code_exercise(sources[name])
         if tests:
             return name, tests
     raise AssertionError("no code exercise with tests in part-ii")
@@ -699,16 +705,20 @@ def submission_without(deleted: set[str]) -> list:
     return cells
 
 
-def restore(db_url: str, deleted: set[str], preprocessor) -> list[str]:
-    """Grade ids, in order ('own' for the student's cells), of submission_without(deleted) once the preprocessor
-    class ran on it with add_missing_cells."""
+def overwritten(db_url: str, cells: list, preprocessor):
+    """The notebook of cells once the preprocessor class (OverwriteCells or ours) ran on it with add_missing_cells."""
     from traitlets.config import Config
 
     config = Config()
     config.OverwriteCells.add_missing_cells = True
-    nb = nbformat.v4.new_notebook(cells=submission_without(deleted))
-    nb, _ = preprocessor(config=config).preprocess(nb, resources_for(db_url))
-    return [meta(c).get("grade_id", "own") for c in nb.cells]
+    nb, _ = preprocessor(config=config).preprocess(nbformat.v4.new_notebook(cells=cells), resources_for(db_url))
+    return nb
+
+
+def restore(db_url: str, deleted: set[str], preprocessor) -> list[str]:
+    """Grade ids, in order ('own' for the student's cells), of submission_without(deleted) once the preprocessor
+    class ran on it with add_missing_cells."""
+    return [meta(c).get("grade_id", "own") for c in overwritten(db_url, submission_without(deleted), preprocessor).cells]
 
 
 def assert_next_to_release_cells(got: list[str], order: list[str], restored: set[str]) -> None:
@@ -763,18 +773,13 @@ def test_where_nbgrader_s_restore_works_ours_gives_the_same_notebook(release_gra
 def test_a_submission_without_any_answer_cell_is_refused_not_given_its_tests(release_gradebook, kept):
     """With no answer cell left there is no place to put the tests back: MissingAnswerCells, which grading reports.
     A cell that only names an answer's grade id, without being an answer cell, does not count as one."""
-    from traitlets.config import Config
-
     from autograder.worker import MissingAnswerCells, RestoreMissingCells
 
     cells = submission_without({"answer1", "answer2", "answer3", "test3"})
     if kept is not None:
         cells.insert(0, nbformat.v4.new_code_cell("def f(): pass", metadata={"nbgrader": kept}))
-    config = Config()
-    config.OverwriteCells.add_missing_cells = True
     with pytest.raises(MissingAnswerCells) as caught:
-        RestoreMissingCells(config=config).preprocess(nbformat.v4.new_notebook(cells=cells),
-                                                      resources_for(release_gradebook))
+        overwritten(release_gradebook, cells, RestoreMissingCells)
     assert str(caught.value) == ("the submission holds none of the 3 answer cells of notebook 'nb': there is nowhere "
                                  "to put back its 1 missing grade cell")
 
@@ -788,20 +793,17 @@ def test_a_cell_with_nbgrader_metadata_the_release_does_not_know_is_graded_as_th
     """A cell pasted from another notebook (nbgrader drops its unknown grade id) or with no grade id at all: nbgrader's
     restore crashes on it (KeyError 'grade_id') and the notebook would score 0; here it becomes a plain cell."""
     from nbgrader.preprocessors import OverwriteCells
-    from traitlets.config import Config
 
     from autograder.worker import RestoreMissingCells
 
     def submission():
         cells = submission_without(set())
         cells.insert(2, nbformat.v4.new_code_cell("def f(): pass", metadata={"nbgrader": dict(metadata)}))
-        return nbformat.v4.new_notebook(cells=cells)
+        return cells
 
-    config = Config()
-    config.OverwriteCells.add_missing_cells = True
     with pytest.raises(KeyError, match="grade_id"):
-        OverwriteCells(config=config).preprocess(submission(), resources_for(release_gradebook))
-    nb, _ = RestoreMissingCells(config=config).preprocess(submission(), resources_for(release_gradebook))
+        overwritten(release_gradebook, submission(), OverwriteCells)
+    nb = overwritten(release_gradebook, submission(), RestoreMissingCells)
     handed_in = [meta(c).get("grade_id", "own") for c in submission_without(set())]
     assert [meta(c).get("grade_id", "own") for c in nb.cells] == handed_in[:2] + ["own"] + handed_in[2:]
     assert "nbgrader" not in nb.cells[2].metadata and nb.cells[2].source == "def f(): pass"
@@ -861,12 +863,7 @@ def test_deleting_an_exercise_s_answer_and_tests_scores_that_exercise_0_and_grad
     points: the tests go back and fail, the rest of the notebook is graded as before."""
     name = "02-shapes-and-loss"
     source = source_notebooks()[name]
-    answer, tests = None, set()
-    for cell in source.cells:  # the notebook's last code exercise: nothing after it uses its function
-        if cell.cell_type == "code" and meta(cell).get("solution"):
-            answer, tests = meta(cell)["grade_id"], set()
-        elif answer and cell.cell_type == "code" and meta(cell).get("grade") and not meta(cell).get("solution"):
-            tests.add(meta(cell)["grade_id"])
+    answer, tests = last_code_exercise(source)  # nothing after the last exercise uses its function
     assert answer and tests
     build, course = copy_course(graded["snapshot"])
     try:
