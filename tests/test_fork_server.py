@@ -271,3 +271,37 @@ def test_strays_are_killed_even_when_a_kernel_ends_while_they_are_listed(monkeyp
     monkeypatch.setattr(fs, "server_process", lambda: server, raising=False)
     fs.kill_strays()
     assert sorted(killed) == [5, 30, 31, 40, 50]
+
+
+# a parent that forks three sleeping children, prints their pids and never reaps them, as a kernel never
+# reaps what its cells forked
+UNREAPED = ("import os, sys, time\n"
+            "pids = [pid for pid in (os.fork() for _ in range(3)) if pid or time.sleep(600)]\n"
+            "print(*pids, flush=True)\n"
+            "time.sleep(600)")
+
+
+def test_killed_processes_whose_parent_never_reaps_them_end_the_wait_as_zombies():
+    """kill_processes waits for its processes to end, and a zombie has: psutil.wait_procs waited until they were
+    reaped, which a kernel never does, so every cell that left a child behind cost the whole wait (5 s)."""
+    import subprocess
+    import time
+
+    import psutil
+    from autograder import fork_server
+    from processes import process_gone
+
+    parent = subprocess.Popen([sys.executable, "-c", UNREAPED], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 3 and not any(map(process_gone, pids)), pids
+        started = time.monotonic()
+        assert fork_server.kill_processes([psutil.Process(p) for p in pids], timeout=300) == 3
+        waited = time.monotonic() - started
+        assert all(map(process_gone, pids)), [Path(f"/proc/{p}/stat").read_text() for p in pids if not process_gone(p)]
+        assert all(psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in pids)  # still unreaped: not gone
+        assert waited < 150, f"kill_processes waited {waited:.0f} s of its 300 s for zombies to disappear"
+        assert parent.poll() is None  # only the listed processes were killed
+    finally:
+        parent.kill()
+        parent.wait()
