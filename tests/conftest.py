@@ -36,8 +36,9 @@ def pytest_unconfigure(config):
 # --no-loadscope-reorder) starts them at once on different workers: the browser on one, the graded
 # class (built by test_adversarial's first test) on the other. The sandbox tests follow the browser
 # while the class is still being graded, so test_grading finds it built; the files of a minute or
-# less fill in behind. Left in collection order, test_sandbox (about 220 s of 1,100 worker-seconds
-# on a quiet machine) started last and ran alone for minutes: about 640 s in all instead of 540.
+# less fill in behind. Left in collection order, test_sandbox (about 220 of 1,100 worker-seconds
+# on a quiet machine) started last and ran alone for minutes: 636 s in all, against 502-523 s
+# in this order (bench/README.md).
 LONG_FIRST = ("tests/test_browser.py", "tests/test_adversarial.py", "tests/test_sandbox.py", "tests/test_grading.py",
               "tests/test_cli.py", "tests/test_postgres.py", "tests/test_fork_server.py", "tests/test_release.py")
 
