@@ -15,8 +15,14 @@ and whatever runs inside bubblewrap), and the machine's
 busy CPU time over the run from /proc/stat (everything, including whatever else the
 shared machine ran), against what the cores could give (nproc x wall): near 100 %, the
 suite is CPU-bound and only less work makes it faster.
-Printed last: wall and CPU seconds of the run, worker seconds per phase, the slowest
-tests, and pytest's result line; saved to build/bench/test_suite_phases.json.
+xdist's ``--dist loadfile`` gives each test file to one worker, so no order of the files can
+end before the schedule floor: the longest file, or half the files' worker time on two
+workers, whichever is more. A wall time well above the floor means a worker sat idle (a
+long file started last, as test_sandbox once did); near it, only less work makes the suite
+faster.
+Printed last: wall and CPU seconds of the run, worker seconds per phase and per file (the
+longest), the schedule floor, the slowest tests, and pytest's result line; saved to
+build/bench/test_suite_phases.json.
 Not a test: it runs the tests.
 """
 
@@ -45,6 +51,7 @@ PHASES = {
                 "tests/test_fork_server.py", "tests/test_extensions.py", "tests/test_postgres.py"],
     "browser": ["tests/test_browser.py"],
 }
+LONGEST_FILES = 8
 RESULT_LINE = re.compile(r"=+ (.*(?:passed|failed|error|skipped|no tests ran).*) =+\s*$")
 SLOWEST = 8
 
@@ -64,6 +71,31 @@ def test_times(junit: Path) -> list[tuple[str, float, str]]:
         path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
         cases.append((path, float(case.get("time", 0.0)), f"{path}::{case.get('name')}"))
     return cases
+
+
+def xdist_workers() -> int:
+    """The number of xdist workers pytest.ini's addopts ask for (-n N)."""
+    import configparser
+
+    ini = configparser.ConfigParser()
+    ini.read(ROOT / "pytest.ini", encoding="utf-8")
+    match = re.search(r"(?:^|\s)-n\s*(\d+)\b", ini.get("pytest", "addopts", fallback=""))
+    if match is None or int(match.group(1)) < 1:
+        die(f"{ROOT / 'pytest.ini'}: addopts has no '-n N' with N >= 1; expected the number of xdist workers")
+    return int(match.group(1))
+
+
+def file_seconds(cases: list[tuple[str, float, str]]) -> dict[str, float]:
+    """Worker seconds per test file (every test's setup + call + teardown), longest first."""
+    sums = defaultdict(float)
+    for path, seconds, _name in cases:
+        sums[path] += seconds
+    return dict(sorted(sums.items(), key=lambda item: -item[1]))
+
+
+def schedule_floor(per_file: dict[str, float], workers: int) -> float:
+    """Seconds before which no order of whole files on `workers` workers can end: the longest file, or the mean load."""
+    return max(max(per_file.values(), default=0.0), sum(per_file.values()) / workers)
 
 
 def children_cpu() -> float:
@@ -104,10 +136,12 @@ def main() -> None:
     if args.reps < 1:
         die(f"--reps must be >= 1, got {args.reps}")
     info = machine()
+    workers = xdist_workers()
     logs = ROOT / "build" / "bench" / "test-suite-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    walls, cpus, busy, busy_share, per_phase, results = [], [], [], [], defaultdict(list), []
+    walls, cpus, busy, busy_share, per_phase, results, floors = [], [], [], [], defaultdict(list), [], []
     slowest: list[tuple[float, str]] = []
+    per_file: dict[str, float] = {}
     for rep in range(args.reps):
         print(f"run {rep + 1}/{args.reps}: pytest (pytest.ini's options)", flush=True)
         junit = logs / f"junit-{rep}.xml"
@@ -119,24 +153,30 @@ def main() -> None:
         results.append({"line": line, "exit_code": rc, "machine_cpu": used})
         print(f"  {wall:.1f} s wall, {cpu:.1f} s CPU reaped by pytest, machine busy {used['busy']:.0f} s "
               f"({busy_share[-1]:.0f} % of {info['nproc']} cores), steal {used['steal']:.0f} s: {line}", flush=True)
-        sums = defaultdict(float)
         cases = test_times(junit) if junit.exists() else []
-        for path, seconds, _name in cases:
+        per_file = file_seconds(cases)
+        sums = defaultdict(float)
+        for path, seconds in per_file.items():
             sums[phase_of(path)] += seconds
         for name in list(PHASES) + ["other"]:
             if name in sums:
                 per_phase[name].append(sums[name])
+        if per_file:
+            floors.append(schedule_floor(per_file, workers))
         if rep == args.reps - 1:
             slowest = sorted(((s, n) for _p, s, n in cases), reverse=True)[:SLOWEST]
     info["load_at_end"] = [round(x, 2) for x in load()]
     worker_total = sum(describe(v)["median"] for v in per_phase.values())
     rows = [[n, fmt(describe(v), 1, " s"), f"{100 * describe(v)['median'] / worker_total:.0f} %"]
             for n, v in per_phase.items()]
-    rows.append(["all phases (two workers)", f"{worker_total:.1f} s", "100 %"])
+    rows.append([f"all phases ({workers} workers)", f"{worker_total:.1f} s", "100 %"])
+    file_rows = [[name, f"{seconds:.1f} s", f"{100 * seconds / sum(per_file.values()):.0f} %"]
+                 for name, seconds in list(per_file.items())[:LONGEST_FILES]]
     result = {"machine": info, "reps": args.reps, "phases": PHASES, "wall": describe(walls), "cpu": describe(cpus),
               "machine_busy_cpu": describe(busy), "machine_busy_percent": describe(busy_share),
               "worker_seconds": {n: describe(v) for n, v in per_phase.items()}, "results": results,
-              "slowest": [[n, s] for s, n in slowest]}
+              "slowest": [[n, s] for s, n in slowest], "xdist_workers": workers,
+              "file_seconds_last_run": per_file, "schedule_floor": describe(floors) if floors else None}
     path = save("test_suite_phases", result)
     print()
     print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
@@ -146,6 +186,11 @@ def main() -> None:
           f"{fmt(describe(busy_share), 0, ' %')} of what {info['nproc']} cores give in that wall time; "
           f"pytest: {results[-1]['line']}")
     print(table(["phase", "worker time (setup + call + teardown)", "share"], rows))
+    print(table(["longest files (last run)", "worker time", "share"], file_rows))
+    if floors:
+        ratio = describe([w / f for w, f in zip(walls, floors)])
+        print(f"schedule floor (the longest file, or the worker time over {workers} workers): "
+              f"{fmt(describe(floors), 1, ' s')}; wall / floor {fmt(ratio, 2)} (near 1: no file order would be faster)")
     print("slowest tests (last run): " + "; ".join(f"{n} {s:.0f} s" for s, n in slowest))
     print(f"target: whole suite <= 240 s wall on 2 cores; logs in {logs.relative_to(ROOT)}; saved {path.relative_to(ROOT)}")
     sys.exit(1 if any(r["exit_code"] != 0 for r in results) else 0)
