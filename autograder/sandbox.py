@@ -53,8 +53,8 @@ namespace, so the import cost (nothing, when forked) lands in the kernel's start
 than in the first cell's timeout.
 
 A cell that forks without end is stopped by the grader (``ProcessWatch``): once more than
-``max_cell_processes`` (64) processes run in the kernel's sandbox beside the kernel (and a fork
-server's own kernels) - counted from the namespace's PID 1, so a bomb of orphans counts too,
+``max_cell_processes`` (64) live processes run in the kernel's sandbox beside the kernel (and a fork
+server's own kernels; zombies, which a kernel never reaps, are not counted) - counted from the namespace's PID 1, so a bomb of orphans counts too,
 while the cell runs and, while what it left keeps growing, after it returned - the namespace's
 PID 1 is killed, which ends every process in it at once (the next kernel gets a new sandbox),
 and the kernel is restarted as after any death; without a sandbox the kernel's own tree is
@@ -690,15 +690,26 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
+def has_ended(pid: int) -> bool:
+    """True when pid is a zombie (ended, not reaped yet by its parent) or gone, from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
 def count_descendants(pid: int, limit: int, skip: frozenset[int] | set[int] = frozenset()) -> int:
-    """How many processes are below pid, those in skip not counted (their children are), up to limit + 1.
+    """How many live processes are below pid, those in skip not counted (their children are), up to limit + 1.
 
     Reads /proc along the tree, so the cost follows the kernel's processes, not the machine's
-    (psutil's children() reads every process): cheap enough to poll while a cell runs.
+    (psutil's children() reads every process): cheap enough to poll while a cell runs. Zombies are
+    not counted: a kernel never reaps what its cells forked, and those that ended (or were killed
+    after a failed cell) use no CPU and fork nothing, however many a notebook leaves.
     """
     count, queue = 0, [pid]
     while queue and count <= limit:
-        children = child_pids(queue.pop())
+        children = [child for child in child_pids(queue.pop()) if not has_ended(child)]
         count += sum(1 for child in children if child not in skip)
         queue += children
     return min(count, limit + 1)
@@ -749,9 +760,10 @@ def _running_unstopped(proc) -> bool:
 class ProcessWatch:
     """While a cell runs, stops its kernel once more than `limit` processes run beside it (a fork bomb).
 
-    Counted are the processes in the kernel's sandbox but the kernel (and a fork server and the
+    Counted are the live processes in the kernel's sandbox but the kernel (and a fork server and the
     kernels it forked): from the namespace's PID 1, so also those whose parent exited (a bomb that
     forks and exits leaves orphans, which PID 1 adopts); without a sandbox, those below the kernel.
+    Zombies are not counted (count_descendants).
     A thread counts every `interval` seconds while the cell runs, and once more when it ends: a
     cell that returns at once may leave a bomb behind, so while what it left keeps growing the
     count goes on, for up to `settle` seconds. Past the limit the sandbox's PID 1 is killed,

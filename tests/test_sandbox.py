@@ -590,6 +590,32 @@ def test_processes_a_cell_leaves_running_without_growing_do_not_stop_it(tmp_path
     assert texts == ["", "3", "others 3"], texts
 
 
+# children that end at once and are never reaped: the kernel is left holding zombies
+ZOMBIES = ("import os, time\nkernel_pid = os.getpid()\nfor _ in range(8):\n    if os.fork() == 0:\n        os._exit(0)\n"
+           "time.sleep(1)\nprint('forked')")
+COUNT_ZOMBIES = ("import os\nkids = [int(c) for t in os.listdir('/proc/self/task')\n"
+                 "        for c in open(f'/proc/self/task/{t}/children').read().split()]\n"
+                 "print('zombies', sum(open(f'/proc/{c}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z' for c in kids))")
+
+
+@pytest.mark.parametrize("mode", ["no sandbox", "fork server"])
+def test_zombies_a_cell_left_do_not_count_as_a_fork_bomb(tmp_path, mode):
+    """The process watch counts processes that run: ended children the kernel never reaped hold no CPU and fork
+    nothing, so more of them than max_cell_processes neither stop the cell nor the cells after it."""
+    tmp_path.chmod(0o755)
+    cells = [ZOMBIES, COUNT_ZOMBIES, "print('same kernel', os.getpid() == kernel_pid)"]
+    if mode == "fork server":
+        config = Config()
+        config.GradingExecute.max_cell_processes = 4
+        nb = execute_sandboxed(cells, tmp_path, SandboxLimits(), config=config, timeout=60, fork_server=True)
+    else:
+        nb = new_notebook(cells=[new_code_cell(c) for c in cells],
+                          metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+        nb, _ = GradingExecute(timeout=60, preload_modules=[], max_cell_processes=4).preprocess(
+            nb, {"metadata": {"path": str(tmp_path)}})
+    assert cell_texts(nb) == ["forked", "zombies 8", "same kernel True"], cell_texts(nb)
+
+
 def test_a_cell_that_ends_its_kernel_only_on_replay_costs_no_other_cell(tmp_path):
     """After a kernel death, a replayed cell that ends the new kernel is skipped from then on: the kernel is
     restarted again, and the next cell runs in it instead of being failed for a death it did not cause."""
