@@ -53,18 +53,19 @@ namespace, so the import cost (nothing, when forked) lands in the kernel's start
 than in the first cell's timeout.
 
 A cell that forks without end is stopped by the grader (``ProcessWatch``): once more than
-``max_cell_processes`` (64) live processes run in the kernel's sandbox beside the kernel (and a fork
-server's own kernels; zombies, which a kernel never reaps, are not counted) - counted from the namespace's PID 1, so a bomb of orphans counts too,
-while the cell runs and, while what it left keeps growing, after it returned - the namespace's
-PID 1 is killed, which ends every process in it at once (the next kernel gets a new sandbox),
-and the kernel is restarted as after any death; without a sandbox the kernel's own tree is
-frozen (SIGSTOP) and killed, and orphans escape. Residual: CPU time is
-limited per process, not per sandbox, so until then (the watch polls four times a second), or
-in a bomb that stays under that count, the processes burn CPU beside other submissions'
-kernels; cgroups would bound that, but need privileges the grader does not assume. What the allow-list shows is
-readable in full: all of ``/usr`` (nothing secret belongs in ``/usr/local``), the venv and the
-base interpreter's prefix (``configure_sandbox`` refuses a bound tree that holds the repository
-or the course); ``/proc/self/mountinfo`` names the host paths that are bound.
+``max_cell_processes`` (64) live processes run in the kernel's sandbox beside the kernel (and a
+fork server's own kernels; zombies, which a kernel never reaps, are not counted) - counted from
+the namespace's PID 1, so a bomb of orphans counts too, while the cell runs and, while what it
+left keeps growing, after it returned - the namespace's PID 1 is killed, which ends every
+process in it at once (the next kernel gets a new sandbox), and the kernel is restarted as after
+any death; without a sandbox the kernel's own tree is frozen (SIGSTOP) and killed, and orphans
+escape. Residual: CPU time is limited per process, not per sandbox, so until then (the watch
+polls four times a second), or in a bomb that stays under that count, the processes burn CPU
+beside other submissions' kernels; cgroups would bound that, but need privileges the grader does
+not assume. What the allow-list shows is readable in full: all of ``/usr`` (nothing secret
+belongs in ``/usr/local``), the venv and the base interpreter's prefix (``configure_sandbox``
+refuses a bound tree that holds the repository or the course); ``/proc/self/mountinfo`` names
+the host paths that are bound.
 
 Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
 (``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``, ``close_fork_servers()``.
