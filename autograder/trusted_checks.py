@@ -49,8 +49,10 @@ Residual threats, honestly:
 - Blinded checks compare with the instructor's values, so hidden inputs must not depend on
   state the student can change (use a local seeded generator in the test cell, as the
   notebooks do), or honest students fail.
-- In-kernel guards written by notebook authors (e.g. replacing ``torch.softmax`` while the
-  student's function runs) remain in-kernel and can be undone by student code.
+- The guard that an exercise is solved without the function it re-implements
+  (``checks.forbidden_calls``: spies on ``pp.softmax``, ``torch.softmax``… while the student's
+  function runs) lives in the kernel and reports through ``check_true``: student code can undo it
+  (keep a reference taken before the test cell, patch the spy back), as in plain nbgrader.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, describe, die, fmt, load, machine, save, table  # noqa: E402
 
 PHASES = {
-    "unit": ["tests/test_reference.py", "tests/test_reference_chunked.py", "tests/test_arithmetic_data.py",
+    "unit": ["tests/test_reference.py", "tests/test_reference_chunked.py", "tests/test_arithmetic_data.py", "tests/test_checks.py",
              "tests/test_notebook_format.py", "tests/test_cli.py", "tests/test_collect.py", "tests/test_feedback_text.py"],
     "notebooks (nbval)": ["notebooks/part-ii"],
     "release": ["tests/test_release.py"],

@@ -4,6 +4,9 @@ Every graded check goes through this module, so that the comparison can be moved
 of the student's process by the grader without touching a notebook. A failed check
 raises ``AssertionError`` whose message says what was checked and what differed;
 hidden checks pass ``reveal=False`` so the message never shows the expected value.
+``forbidden_calls`` guards that an exercise is solved without the function it re-implements
+(``pp.perplexity``, ``F.softmax``…): it watches those calls while the student's function runs
+and reports through ``check_true``.
 Nothing here writes to stderr (nbgrader scores a test cell 0 when it does).
 
 Record mode (set by the grader: ``PART_II_CHECKS=record`` in the kernel's environment):
@@ -18,13 +21,14 @@ functions as below (``close_failure``, ``equal_failure``) on the decoded values
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 
 import numpy as np
 
-__all__ = ["check_close", "check_equal", "check_true", "check_raises"]
+__all__ = ["check_close", "check_equal", "check_true", "check_raises", "forbidden_calls", "calls_watched"]
 
 RTOL = 1e-9
 ATOL = 1e-12
@@ -142,6 +146,83 @@ def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
         _emit("raises", label, raised=None, ok=False)
         return ""
     raise AssertionError(f"{label}: expected {exc_type.__name__} to be raised, but the call returned normally")
+
+
+# --- guards: solved without the library function it re-implements -----------------------
+SHORT_MODULE_NAMES = {"probability_practice": "pp", "torch.nn.functional": "F"}  # as the notebooks import them
+
+
+@contextlib.contextmanager
+def forbidden_calls(user: str, *targets):
+    """Check that the block (a call of the student's function `user`) calls none of targets, (owner, name) pairs.
+
+    Each target is replaced by a spy that notes the call and passes it on, so the block's results stay
+    real; afterwards one check_true names what the exercise must do without. An in-kernel guard,
+    as strong as plain nbgrader (autograder/trusted_checks.py).
+    """
+    if not isinstance(user, str) or not user:
+        raise ValueError("forbidden_calls needs the name of the student's function it guards, e.g. 'stable_softmax'")
+    with calls_watched(*targets) as called:
+        yield
+    names = ", ".join(_display_name(owner, name) for owner, name in targets)
+    check_true(f"{user} works without calling {names}", not called, f"it called {', '.join(called)}")
+
+
+@contextlib.contextmanager
+def calls_watched(*targets):
+    """Within the block, note which targets - (module, class or namespace dict, name) pairs - are called;
+    yields the list of their names, in the order of first call. A name missing from a dict is skipped."""
+    if not targets:
+        raise ValueError("calls_watched needs at least one (owner, name) pair to watch")
+    called: list[str] = []
+    saved = []  # (owner, name, original, whether the owner itself held it)
+    try:
+        for target in targets:
+            owner, name = _checked_target(target)
+            if isinstance(owner, dict):
+                if name not in owner:
+                    continue
+                saved.append((owner, name, owner[name], True))
+                owner[name] = _spy(owner[name], _display_name(owner, name), called)
+            else:
+                saved.append((owner, name, getattr(owner, name), name in vars(owner)))
+                setattr(owner, name, _spy(getattr(owner, name), _display_name(owner, name), called))
+        yield called
+    finally:
+        for owner, name, original, own in reversed(saved):
+            if isinstance(owner, dict):
+                owner[name] = original
+            elif own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)  # it was inherited (e.g. Tensor.softmax): leave no copy on the subclass
+
+
+def _checked_target(target) -> tuple:
+    """(owner, name) of a target, or ValueError saying what a target must be."""
+    if not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[1], str)) or isinstance(target[0], str):
+        raise ValueError(f"targets must be (owner, name) pairs such as (pp, 'softmax') or (globals(), 'helper'), got {target!r}")
+    owner, name = target
+    if not isinstance(owner, dict) and not hasattr(owner, name):
+        raise ValueError(f"{_display_name(owner, name)} does not exist, so there is nothing to watch")
+    return owner, name
+
+
+def _display_name(owner, name: str) -> str:
+    """How a notebook spells the target: pp.softmax, F.kl_div, torch.softmax, Tensor.softmax, or a global's bare name."""
+    if isinstance(owner, dict):
+        return name
+    prefix = getattr(owner, "__name__", type(owner).__name__)
+    return f"{SHORT_MODULE_NAMES.get(prefix, prefix)}.{name}"
+
+
+def _spy(original, label: str, called: list):
+    """A stand-in for original that notes label in called (once) and returns what original returns."""
+    def spy(*args, **kwargs):
+        if label not in called:
+            called.append(label)
+        return original(*args, **kwargs)
+    return spy
 
 
 # --- record mode -------------------------------------------------------------------------
