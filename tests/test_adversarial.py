@@ -104,6 +104,15 @@ def test_escape_probes_are_blocked(graded_class):
     assert not (graded_class["base"] / "escaped.txt").exists()
 
 
+def test_a_solution_that_calls_the_reference_is_told_which_call_cost_the_points(graded_class):
+    """Solutions that call the pp function an exercise re-implements score 0 on its test (the manifest's `failing`);
+    the student's feedback page names, for each, the functions the exercise must do without."""
+    course = graded_class["course"]
+    page = (course.step_dir("feedback", "reference-shortcut") / f"{NOTEBOOK}.html").read_text(encoding="utf-8")
+    for line in ENTRIES["reference-shortcut"]["probes"]:
+        assert line in page, line
+
+
 def test_no_hidden_source_or_expected_value_leaks(graded_class):
     """No feedback file and no CLI output holds a hidden-test line or a hidden expected value."""
     from autograder.feedback import hidden_lines

@@ -157,3 +157,61 @@ def test_autograded_cells_were_executed_cleanly(name):
     for i, cell, meta in _graded_cells(nb):
         if _role(cell, meta) == "test":
             assert cell.execution_count is not None, f"{name}: test cell {meta['grade_id']!r} was not executed before committing"
+
+
+# --- what an exercise forbids, its hidden tests enforce ------------------------------------------
+BAN_SENTENCE = re.compile(r"[^。；—]*(?:不要调用|不要用|不能用)[^。；—]*")  # "do not call / use", up to the clause's end
+QUOTED_NAME = re.compile(r"`((?:pp|F|torch)\.[A-Za-z_]\w*|[A-Za-z_]\w*)`")
+OWNER_PREFIX = {"pp": "pp.", "F": "F.", "torch": "torch.", "torch.Tensor": "Tensor.", "torch.autograd": "torch.autograd.",
+                "globals()": ""}  # how checks.forbidden_calls names each owner in its verdict
+
+
+def _forbidden_names(markdown: str, defined: set[str]) -> set[str]:
+    """Names a markdown cell tells students not to call: pp./F./torch. names, and the notebook's own functions."""
+    names = {n for sentence in BAN_SENTENCE.findall(markdown) for n in QUOTED_NAME.findall(sentence)}
+    return {n for n in names if "." in n or n in defined}
+
+
+def _guarded_names(test_source: str) -> set[str]:
+    """Names the forbidden_calls guards of a test cell watch, spelled as the notebooks spell them."""
+    guarded = set()
+    for node in ast.walk(ast.parse(test_source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "forbidden_calls":
+            for target in node.args[1:]:
+                owner, name = ast.unparse(target.elts[0]), target.elts[1].value
+                assert owner in OWNER_PREFIX, f"a guard on an owner this test cannot name: {owner}"
+                guarded.add(OWNER_PREFIX[owner] + name)
+    return guarded
+
+
+def _exercises(nb) -> tuple[str, list[tuple[str, str, set[str]]]]:
+    """(the exercise section's opening text, [(heading, exercise text, names its test cells guard)])."""
+    intro, exercises = "", []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "markdown" and cell.source.startswith("## 练习"):
+            intro = cell.source
+        elif cell.cell_type == "markdown" and cell.source.startswith("### 练习"):
+            exercises.append((cell.source.splitlines()[0], cell.source, set()))
+        elif cell.cell_type == "markdown" and cell.source.startswith("## "):
+            exercises.append(("", "", set()))  # a new section: later test cells belong to no exercise
+        elif exercises and meta and _role(cell, meta) == "test":
+            exercises[-1][2].update(_guarded_names(cell.source))
+    return intro, [e for e in exercises if e[0]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_function_an_exercise_forbids_is_guarded_by_its_hidden_tests(name):
+    """A ban in an exercise's text ("不要调用 `pp.perplexity`") that no hidden test checks is a free point for
+    calling the reference; each must be watched by checks.forbidden_calls in that exercise's test cells
+    (a ban in the section's opening text, in at least one of them)."""
+    nb = _read(name)
+    defined = {node.name for cell in nb.cells if cell.cell_type == "code"
+               for node in ast.walk(ast.parse(HIDDEN.sub("", cell.source))) if isinstance(node, ast.FunctionDef)}
+    intro, exercises = _exercises(nb)
+    every_guard = set().union(*(guarded for _, _, guarded in exercises)) if exercises else set()
+    for heading, text, guarded in exercises:
+        missing = _forbidden_names(text, defined) - guarded
+        assert not missing, f"{name}: {heading} forbids {sorted(missing)}, but no forbidden_calls in its test cells watches them"
+    missing = _forbidden_names(intro, defined) - every_guard
+    assert not missing, f"{name}: the exercises' opening text forbids {sorted(missing)}, but no test cell watches them"
