@@ -766,10 +766,12 @@ class ProcessWatch:
     forks and exits leaves orphans, which PID 1 adopts); without a sandbox, those below the kernel.
     Zombies are not counted (count_descendants).
     A thread counts every `interval` seconds while the cell runs, and once more when it ends: a
-    cell that returns at once may leave a bomb behind, so while what it left keeps growing the
-    count goes on, for up to `settle` seconds. Past the limit the sandbox's PID 1 is killed,
-    which ends every process of its namespace at once (without a sandbox the kernel and its tree
-    are frozen and killed), and `stopped_at` says how many processes it found. Without the watch
+    cell that returns at once may leave a bomb behind, so while processes the cell left run, the
+    count goes on for `settle` seconds (a pool of workers left running costs that once), and
+    after that while they keep growing (the limit bounds that).
+    Past the limit the sandbox's PID 1 is killed, which ends every process of its namespace at
+    once (without a sandbox the kernel and its tree are frozen and killed), and `stopped_at`
+    says how many processes it found. Without the watch
     a fork bomb spins at the sandbox's process limit until the cell timeout, taking the CPU from
     the kernels grading other submissions beside it.
     """
@@ -813,12 +815,17 @@ class ProcessWatch:
             self._after()
 
     def _after(self) -> None:
-        """The count when the cell has ended: while what the cell left running grows, count again."""
+        """The count when the cell has ended: while processes the cell left run, count again until `settle` is up,
+        and after that for as long as they keep growing."""
         deadline, previous = time.monotonic() + self.settle, self._before
         while self.kernel.is_running():
             found = self._count_or_stop()
-            if found is None or found <= previous or time.monotonic() >= deadline:
-                return  # stopped; or nothing new, or what the cell left (a pool of workers) has stopped growing
+            if found is None or found <= self._before:
+                return  # stopped; or the cell left nothing running
+            # once this count ends, the next cell is blamed for a bomb: on a busy machine a bomb's first copy may
+            # not run for an interval or two, and copies of a kernel that preloaded torch fork slowly
+            if found <= previous and time.monotonic() >= deadline:
+                return  # what the cell left (a pool of workers) has stopped growing
             previous = found
             time.sleep(self.interval)
 

@@ -542,9 +542,20 @@ ORPHAN_BOMB = ("import os, time\nif os.fork() == 0:\n    if os.fork() == 0:\n   
                "            except OSError:\n                pass\n    os._exit(0)\nos.wait()\ntime.sleep(20)")
 
 
+# as a busy machine may run BACKGROUND_BOMB: its first copy does nothing for two of the watch's intervals, then forks
+DELAYED_BOMB = ("import os, time\nif os.fork() == 0:\n    time.sleep(0.6)\n    while True:\n        try:\n"
+                "            os.fork()\n        except OSError:\n            pass")
+
+
+# as copies of a kernel that preloaded torch may fork on a loaded machine: about 3 s to pass the limit, past the settle time
+SLOW_BOMB = ("import os, time\nif os.fork() == 0:\n    while True:\n        time.sleep(0.05)\n        try:\n"
+             "            if os.fork() == 0:\n                time.sleep(3600)\n        except OSError:\n            pass")
+
+
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("bomb", [BACKGROUND_BOMB, ORPHAN_BOMB], ids=["left running by a cell that returns",
-                                                                       "of orphans"])
+@pytest.mark.parametrize("bomb", [BACKGROUND_BOMB, ORPHAN_BOMB, DELAYED_BOMB, SLOW_BOMB],
+                         ids=["left running by a cell that returns", "of orphans", "whose first copy waits",
+                              "that grows slowly"])
 def test_a_fork_bomb_outside_the_cell_or_the_kernel_s_tree_is_stopped_and_blamed_on_its_cell(tmp_path, mode, bomb):
     """A bomb the cell leaves behind is found when the cell ends, one of orphans by counting the whole sandbox:
     its own cell gets the error, and the next cells run as if it had never been."""
