@@ -200,7 +200,8 @@ def calls_watched(*targets):
 
 def _checked_target(target) -> tuple:
     """(owner, name) of a target, or ValueError saying what a target must be."""
-    if not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[1], str)) or isinstance(target[0], str):
+    pair = isinstance(target, tuple) and len(target) == 2
+    if not (pair and not isinstance(target[0], str) and isinstance(target[1], str)):
         raise ValueError(f"targets must be (owner, name) pairs such as (pp, 'softmax') or (globals(), 'helper'), got {target!r}")
     owner, name = target
     if not isinstance(owner, dict) and not hasattr(owner, name):
