@@ -51,8 +51,11 @@ Residual threats, honestly:
   notebooks do), or honest students fail.
 - The guard that an exercise is solved without the function it re-implements
   (``checks.forbidden_calls``: spies on ``pp.softmax``, ``torch.softmax``… while the student's
-  function runs) lives in the kernel and reports through ``check_true``: student code can undo it
-  (keep a reference taken before the test cell, patch the spy back), as in plain nbgrader.
+  function runs, and a search of what that function holds: aliases, defaults, closures, dicts and
+  lists of functions, followed through the student's own functions) lives in the kernel and reports
+  through ``check_true``. Student code can still undo it (patch the spy back, hide a reference in an
+  object's attribute or two containers deep, fetch the function at call time from somewhere the spy
+  does not replace, such as ``gc``), as in plain nbgrader.
 """
 
 from __future__ import annotations

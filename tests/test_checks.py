@@ -117,3 +117,93 @@ def test_forbidden_calls_needs_the_name_of_the_function_it_guards():
     with pytest.raises(ValueError, match="the name of the student's function"):
         with checks.forbidden_calls("", (pp, "softmax")):
             pass
+
+
+# --- references held before the guard: a spy on pp.x never sees a call through them -----------
+def run_cell(source: str, namespace: dict) -> None:
+    """Run source as a notebook cell would: module-level code in the namespace the student's functions read."""
+    exec(source, namespace)
+
+
+def guarded_namespace(definitions: str) -> dict:
+    """A notebook namespace with pp, F, torch and checks' guard imported, then the student's definitions run."""
+    namespace = {"__name__": "__main__"}
+    run_cell("import probability_practice as pp\nimport torch\nimport torch.nn.functional as F\n"
+             "from checks import forbidden_calls\n" + definitions, namespace)
+    return namespace
+
+
+GUARDED_CALL = ("with forbidden_calls('perplexity_from_loss', (pp, 'perplexity')):\n"
+                "    result = perplexity_from_loss(2.0, 'nats')\n")
+
+
+@pytest.mark.parametrize("definitions, spelled", [
+    ("p = pp.perplexity\ndef perplexity_from_loss(loss, unit):\n    return p(loss, unit)\n", "p"),
+    ("from probability_practice import perplexity as ppl\n"
+     "def perplexity_from_loss(loss, unit):\n    return ppl(loss, unit)\n", "ppl"),
+    ("def perplexity_from_loss(loss, unit, _p=pp.perplexity):\n    return _p(loss, unit)\n",
+     "a default of perplexity_from_loss"),
+    ("def perplexity_from_loss(loss, unit, *, _p=pp.perplexity):\n    return _p(loss, unit)\n",
+     "a default of perplexity_from_loss"),
+    ("def make():\n    p = pp.perplexity\n    def perplexity_from_loss(loss, unit):\n        return p(loss, unit)\n"
+     "    return perplexity_from_loss\nperplexity_from_loss = make()\n", "p"),
+    ("perplexity_from_loss = pp.perplexity\n", "perplexity_from_loss"),
+    ("import functools\nperplexity_from_loss = functools.partial(pp.perplexity)\n", "perplexity_from_loss"),
+    ("TOOLS = {'ppl': pp.perplexity}\ndef perplexity_from_loss(loss, unit):\n    return TOOLS['ppl'](loss, unit)\n",
+     "TOOLS"),
+    ("TOOLS = [pp.perplexity]\nhelper = lambda loss, unit: TOOLS[0](loss, unit)\n"
+     "def perplexity_from_loss(loss, unit):\n    return helper(loss, unit)\n", "TOOLS"),
+    ("p = pp.perplexity\ndef perplexity_from_loss(loss, unit):\n    return (lambda: [p(loss, unit) for _ in (0,)][0])()\n",
+     "p"),
+])
+def test_a_reference_taken_before_the_guard_fails_it_and_the_hint_says_through_what(definitions, spelled):
+    namespace = guarded_namespace(definitions)
+    with pytest.raises(AssertionError) as err:
+        run_cell(GUARDED_CALL, namespace)
+    assert namespace["result"] == pytest.approx(np.exp(2.0)), "the guard must not change what the function returns"
+    assert str(err.value) == ("perplexity_from_loss works without calling pp.perplexity: property does not hold "
+                              f"(it reaches pp.perplexity through {spelled})")
+
+
+@pytest.mark.parametrize("definitions", [
+    # the forbidden function imported, used only by a function the guarded one never reaches
+    "from probability_practice import perplexity\n"
+    "def perplexity_from_loss(loss, unit):\n    base = {'nats': np.e, 'bits': 2.0}\n    return base[unit] ** loss\n"
+    "def unused(x):\n    return perplexity(x)\n",
+    # an attribute spelled like a global that holds the forbidden function is not that global
+    "from probability_practice import perplexity\nimport types\n"
+    "def perplexity_from_loss(loss, unit):\n"
+    "    r = types.SimpleNamespace(perplexity=float(np.exp(loss)) if unit == 'nats' else 2.0 ** loss)\n"
+    "    return r.perplexity\n",
+    # a function of the student's own named like the reference one
+    "def perplexity(loss, unit):\n    return (np.e if unit == 'nats' else 2.0) ** loss\n"
+    "def perplexity_from_loss(loss, unit):\n    return perplexity(loss, unit)\n",
+    # the module itself and an allowed function of it
+    "def perplexity_from_loss(loss, unit):\n    pp.entropy\n    return float(np.exp(loss)) if unit == 'nats' else 2.0 ** loss\n",
+])
+def test_names_that_are_not_a_forbidden_function_pass(definitions):
+    namespace = guarded_namespace("import numpy as np\n" + definitions)
+    run_cell(GUARDED_CALL, namespace)
+    assert namespace["result"] == pytest.approx(np.exp(2.0))
+
+
+def test_a_call_and_a_reference_are_both_named():
+    namespace = guarded_namespace("p = pp.perplexity\ndef perplexity_from_loss(loss, unit):\n"
+                                  "    pp.perplexity(loss, unit)\n    return p(loss, unit)\n")
+    with pytest.raises(AssertionError, match=r"\(it called pp\.perplexity; it reaches pp\.perplexity through p\)$"):
+        run_cell(GUARDED_CALL, namespace)
+
+
+def test_a_tensor_method_taken_from_the_class_is_caught():
+    namespace = guarded_namespace("sm = torch.Tensor.softmax\n"
+                                  "def stable(x):\n    return sm(torch.as_tensor(x, dtype=torch.float64), -1)\n")
+    with pytest.raises(AssertionError, match=r"\(it reaches Tensor\.softmax through sm\)$"):
+        run_cell("with forbidden_calls('stable', (torch.Tensor, 'softmax')):\n    stable([0.0, 1.0])\n", namespace)
+
+
+def test_a_notebook_global_the_spy_replaces_is_reported_as_called_not_as_held():
+    namespace = guarded_namespace("def helper(x):\n    return x + 1\n\ndef solution(x):\n    return helper(x) * 2\n")
+    with pytest.raises(AssertionError) as err:
+        run_cell("with forbidden_calls('solution', (globals(), 'helper')):\n    result = solution(1)\n", namespace)
+    assert namespace["result"] == 4
+    assert str(err.value).endswith("(it called helper)")

@@ -5,8 +5,8 @@ of the student's process by the grader without touching a notebook. A failed che
 raises ``AssertionError`` whose message says what was checked and what differed;
 hidden checks pass ``reveal=False`` so the message never shows the expected value.
 ``forbidden_calls`` guards that an exercise is solved without the function it re-implements
-(``pp.perplexity``, ``F.softmax``…): it watches those calls while the student's function runs
-and reports through ``check_true``.
+(``pp.perplexity``, ``F.softmax``…): it watches those calls while the student's function runs,
+looks for references to them the function already holds, and reports through ``check_true``.
 Nothing here writes to stderr (nbgrader scores a test cell 0 when it does).
 
 Record mode (set by the grader: ``PART_II_CHECKS=record`` in the kernel's environment):
@@ -22,9 +22,14 @@ functions as below (``close_failure``, ``equal_failure``) on the decoded values
 from __future__ import annotations
 
 import contextlib
+import dis
+import functools
+import itertools
 import json
 import math
 import os
+import sys
+import types
 
 import numpy as np
 
@@ -152,20 +157,31 @@ def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
 SHORT_MODULE_NAMES = {"probability_practice": "pp", "torch.nn.functional": "F"}  # as the notebooks import them
 
 
+MAX_HELD_ITEMS = 1000  # items of one dict, list, tuple or set searched for a forbidden function
+
+
 @contextlib.contextmanager
 def forbidden_calls(user: str, *targets):
     """Check that the block (a call of the student's function `user`) calls none of targets, (owner, name) pairs.
 
     Each target is replaced by a spy that notes the call and passes it on, so the block's results stay
-    real; afterwards one check_true names what the exercise must do without. An in-kernel guard,
-    as strong as plain nbgrader (autograder/trusted_checks.py).
+    real. A spy cannot see a call through a reference the student's code took before the guard
+    (`p = pp.perplexity`, `from probability_practice import perplexity`, a default argument, a closure,
+    a dict or list of functions, or the forbidden function itself bound to the exercise's name), so the
+    function `user` of the calling namespace is searched for those too, following the student's own
+    functions it reads. Afterwards one check_true names what the exercise must do without. An in-kernel
+    guard, as strong as plain nbgrader (autograder/trusted_checks.py).
     """
     if not isinstance(user, str) or not user:
         raise ValueError("forbidden_calls needs the name of the student's function it guards, e.g. 'stable_softmax'")
+    namespace = _caller_globals()
+    held = _held_references(user, namespace.get(user), namespace, targets)
     with calls_watched(*targets) as called:
         yield
     names = ", ".join(_display_name(owner, name) for owner, name in targets)
-    check_true(f"{user} works without calling {names}", not called, f"it called {', '.join(called)}")
+    why = ([f"it called {', '.join(called)}"] if called else []) + \
+        [f"it reaches {label} through {spelled}" for label, spelled in held.items()]
+    check_true(f"{user} works without calling {names}", not why, "; ".join(why))
 
 
 @contextlib.contextmanager
@@ -215,6 +231,79 @@ def _display_name(owner, name: str) -> str:
         return name
     prefix = getattr(owner, "__name__", type(owner).__name__)
     return f"{SHORT_MODULE_NAMES.get(prefix, prefix)}.{name}"
+
+
+def _caller_globals() -> dict:
+    """The global namespace of the code that entered the guard (a notebook's), past this module and contextlib."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") in (__name__, "contextlib"):
+        frame = frame.f_back
+    return frame.f_globals if frame is not None else {}
+
+
+def _held_references(user: str, func, namespace: dict, targets) -> dict[str, str]:
+    """{label: spelling} of each target that func (namespace[user]) holds other than through the name the spy replaces.
+
+    Followed: func itself, the globals it and the code inside it read, its defaults and closure cells, one
+    level into a partial, a bound method or a container among those, and the student's own functions
+    (those whose globals are namespace) reached so. A name missing from a dict owner has nothing to hold.
+    """
+    originals, patched = {}, set()
+    for target in targets:
+        owner, name = _checked_target(target)
+        if isinstance(owner, dict) and name not in owner:
+            continue
+        original = owner[name] if isinstance(owner, dict) else getattr(owner, name)
+        originals[id(original)] = (original, _display_name(owner, name))
+        patched.add((id(owner), name))
+    found: dict[str, str] = {}
+    seen: set[int] = set()
+    todo: list[types.FunctionType] = []
+
+    def visit(value, spelled: str) -> None:
+        """Note value (or what it wraps or holds) when it is a target; queue the student's functions among them."""
+        for item in _unpacked(value):
+            if id(item) in originals:
+                found.setdefault(originals[id(item)][1], spelled)
+            elif isinstance(item, types.FunctionType) and item.__globals__ is namespace and id(item) not in seen:
+                seen.add(id(item))
+                todo.append(item)
+
+    visit(func, user)
+    while todo:
+        func = todo.pop()
+        for name in sorted(_global_names(func.__code__)):
+            if name in func.__globals__ and (id(func.__globals__), name) not in patched:
+                visit(func.__globals__[name], name)
+        for value in (*(func.__defaults__ or ()), *(func.__kwdefaults__ or {}).values()):
+            visit(value, f"a default of {func.__name__}")
+        for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+            with contextlib.suppress(ValueError):  # a cell not filled yet holds nothing
+                visit(cell.cell_contents, name)
+    return found
+
+
+def _unpacked(value) -> list:
+    """value, and what it wraps or holds one level down: a partial's or a bound method's function, a container's items."""
+    if isinstance(value, functools.partial):
+        return [value, value.func]
+    if isinstance(value, types.MethodType):
+        return [value, value.__func__]
+    if isinstance(value, dict):
+        return [value, *itertools.islice(value.values(), MAX_HELD_ITEMS)]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [value, *itertools.islice(value, MAX_HELD_ITEMS)]
+    return [value]
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names code reads as globals, with those of the functions, lambdas and comprehensions defined in it
+    (attribute names, which code.co_names lists too, are not globals)."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
 
 
 def _spy(original, label: str, called: list):
