@@ -51,11 +51,11 @@ Residual threats, honestly:
   notebooks do), or honest students fail.
 - The guard that an exercise is solved without the function it re-implements
   (``checks.forbidden_calls``: spies on ``pp.softmax``, ``torch.softmax``… while the student's
-  function runs, and a search of what that function holds: aliases, defaults, closures, dicts and
-  lists of functions, followed through the student's own functions) lives in the kernel and reports
-  through ``check_true``. Student code can still undo it (patch the spy back, hide a reference in an
-  object's attribute or two containers deep, fetch the function at call time from somewhere the spy
-  does not replace, such as ``gc``), as in plain nbgrader.
+  function runs, also where that function and the student's own functions it reaches hold them:
+  aliases, defaults, closures, containers, partials, decorated copies) lives in the kernel and
+  reports through ``check_true``. Student code can still undo it (patch the spy back, hide a
+  reference in an object's attribute, a class or two containers deep, fetch the function at call
+  time from somewhere no spy sits, such as ``gc``), as in plain nbgrader.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ raises ``AssertionError`` whose message says what was checked and what differed;
 hidden checks pass ``reveal=False`` so the message never shows the expected value.
 ``forbidden_calls`` guards that an exercise is solved without the function it re-implements
 (``pp.perplexity``, ``F.softmax``…): it watches those calls while the student's function runs,
-looks for references to them the function already holds, and reports through ``check_true``.
+also through references to them the student's code already holds, and reports through ``check_true``.
 Nothing here writes to stderr (nbgrader scores a test cell 0 when it does).
 
 Record mode (set by the grader: ``PART_II_CHECKS=record`` in the kernel's environment):
@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dis
 import functools
-import itertools
 import json
 import math
 import os
@@ -157,7 +156,8 @@ def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
 SHORT_MODULE_NAMES = {"probability_practice": "pp", "torch.nn.functional": "F"}  # as the notebooks import them
 
 
-MAX_HELD_ITEMS = 1000  # items of one dict, list, tuple or set searched for a forbidden function
+MAX_HELD_ITEMS = 1000  # a dict, list, tuple or set with more items is not searched for a forbidden function
+MAX_WRAPPERS = 8  # wrappers (partial, bound method, a decorator's __wrapped__) looked through for a forbidden function
 
 
 @contextlib.contextmanager
@@ -165,23 +165,21 @@ def forbidden_calls(user: str, *targets):
     """Check that the block (a call of the student's function `user`) calls none of targets, (owner, name) pairs.
 
     Each target is replaced by a spy that notes the call and passes it on, so the block's results stay
-    real. A spy cannot see a call through a reference the student's code took before the guard
-    (`p = pp.perplexity`, `from probability_practice import perplexity`, a default argument, a closure,
-    a dict or list of functions, or the forbidden function itself bound to the exercise's name), so the
-    function `user` of the calling namespace is searched for those too, following the student's own
-    functions it reads. Afterwards one check_true names what the exercise must do without. An in-kernel
-    guard, as strong as plain nbgrader (autograder/trusted_checks.py).
+    real. A reference the student's code took before the guard (`p = pp.perplexity`, an import under
+    another name, a default argument, a closure, a dict or list of functions, a partial or a decorated
+    copy, or the forbidden function itself bound to the exercise's name) never meets those spies, so
+    the places where the function `user` of the calling namespace holds a target get spies too
+    (_held_references_watched). Afterwards one check_true names what the exercise must do without.
+    An in-kernel guard, as strong as plain nbgrader (autograder/trusted_checks.py).
     """
     if not isinstance(user, str) or not user:
         raise ValueError("forbidden_calls needs the name of the student's function it guards, e.g. 'stable_softmax'")
     namespace = _caller_globals()
-    held = _held_references(user, namespace.get(user), namespace, targets)
-    with calls_watched(*targets) as called:
+    with _held_references_watched(user, namespace, targets) as called_through, calls_watched(*targets) as called:
         yield
     names = ", ".join(_display_name(owner, name) for owner, name in targets)
-    why = ([f"it called {', '.join(called)}"] if called else []) + \
-        [f"it reaches {label} through {spelled}" for label, spelled in held.items()]
-    check_true(f"{user} works without calling {names}", not why, "; ".join(why))
+    called += [label for label in called_through if label not in called]
+    check_true(f"{user} works without calling {names}", not called, f"it called {', '.join(called)}")
 
 
 @contextlib.contextmanager
@@ -241,68 +239,142 @@ def _caller_globals() -> dict:
     return frame.f_globals if frame is not None else {}
 
 
-def _held_references(user: str, func, namespace: dict, targets) -> dict[str, str]:
-    """{label: spelling} of each target that func (namespace[user]) holds other than through the name the spy replaces.
+@contextlib.contextmanager
+def _held_references_watched(user: str, namespace: dict, targets):
+    """Within the block, spies where namespace[user] holds a target other than through the names calls_watched replaces.
 
-    Followed: func itself, the globals it and the code inside it read, its defaults and closure cells, one
-    level into a partial, a bound method or a container among those, and the student's own functions
-    (those whose globals are namespace) reached so. A name missing from a dict owner has nothing to hold.
+    Searched: the global `user` itself, the globals read by it and by the student's own functions it
+    reaches (functions whose globals are namespace, also behind a decorator's __wrapped__), their
+    defaults and closure cells. A place holding a target - directly, through a wrapper, or as an item
+    of a dict, list, tuple, set or partial held there - gets a copy that calls a spy first, and its
+    value back afterwards. Yields the labels of the targets called through them. Nothing is searched
+    when `user` is not a global of the namespace the guard was entered from.
     """
-    originals, patched = {}, set()
+    originals = {}  # id -> (object, label); the object is kept so that no other object can take its id
     for target in targets:
         owner, name = _checked_target(target)
-        if isinstance(owner, dict) and name not in owner:
-            continue
-        original = owner[name] if isinstance(owner, dict) else getattr(owner, name)
-        originals[id(original)] = (original, _display_name(owner, name))
-        patched.add((id(owner), name))
-    found: dict[str, str] = {}
-    seen: set[int] = set()
+        if not isinstance(owner, dict) or name in owner:
+            original = owner[name] if isinstance(owner, dict) else getattr(owner, name)
+            originals[id(original)] = (original, _display_name(owner, name))
+    spied_names = {name for owner, name in targets if owner is namespace}  # calls_watched puts spies there
+    called: list[str] = []
+    restore: list = []
+    try:
+        if originals and user in namespace:
+            _spy_held(user, namespace, spied_names, originals, called, restore)
+        yield called
+    finally:
+        for put_back in reversed(restore):
+            put_back()
+
+
+def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, called: list, restore: list) -> None:
+    """Put spies where namespace[user] and the student's functions it reaches hold a target; note how to undo each."""
     todo: list[types.FunctionType] = []
+    seen: set[int] = set()
+    searched: set[str] = set()
 
-    def visit(value, spelled: str) -> None:
-        """Note value (or what it wraps or holds) when it is a target; queue the student's functions among them."""
-        for item in _unpacked(value):
-            if id(item) in originals:
-                found.setdefault(originals[id(item)][1], spelled)
-            elif isinstance(item, types.FunctionType) and item.__globals__ is namespace and id(item) not in seen:
-                seen.add(id(item))
-                todo.append(item)
+    def place(get, put) -> None:
+        """Replace the value at one place by a copy with spies when it holds a target; queue the student's functions in it."""
+        try:
+            value = get()
+            spied = _with_spies(value, originals, called)
+            if spied is not value:
+                put(spied)
+                restore.append(lambda: put(value))
+            for item in _parts(value):
+                if isinstance(item, types.FunctionType) and item.__globals__ is namespace and id(item) not in seen:
+                    seen.add(id(item))
+                    todo.append(item)
+        except Exception:  # noqa: BLE001 - a value that cannot be searched (an empty cell, an odd object) holds nothing seen
+            return
 
-    visit(func, user)
+    def global_place(name: str) -> None:
+        """Search the global `name` of the namespace once."""
+        if name in namespace and name not in spied_names and name not in searched:
+            searched.add(name)
+            place(lambda: namespace[name], lambda value: namespace.__setitem__(name, value))
+
+    global_place(user)
     while todo:
         func = todo.pop()
         for name in sorted(_global_names(func.__code__)):
-            if name in func.__globals__ and (id(func.__globals__), name) not in patched:
-                visit(func.__globals__[name], name)
-        for value in (*(func.__defaults__ or ()), *(func.__kwdefaults__ or {}).values()):
-            visit(value, f"a default of {func.__name__}")
-        for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
-            with contextlib.suppress(ValueError):  # a cell not filled yet holds nothing
-                visit(cell.cell_contents, name)
-    return found
+            global_place(name)
+        place(lambda f=func: f.__defaults__, lambda value, f=func: setattr(f, "__defaults__", value))
+        place(lambda f=func: f.__kwdefaults__, lambda value, f=func: setattr(f, "__kwdefaults__", value))
+        for cell in func.__closure__ or ():
+            place(lambda c=cell: c.cell_contents, lambda value, c=cell: setattr(c, "cell_contents", value))
 
 
-def _unpacked(value) -> list:
-    """value, and what it wraps or holds one level down: a partial's or a bound method's function, a container's items."""
+def _target_label(value, originals: dict) -> str | None:
+    """The label of the target value is or wraps (a partial's function, a bound method's, a decorator's __wrapped__)."""
+    for _ in range(MAX_WRAPPERS):
+        if id(value) in originals:
+            return originals[id(value)][1]
+        if isinstance(value, functools.partial):
+            value = value.func
+        elif isinstance(value, types.MethodType):
+            value = value.__func__
+        elif callable(value) and hasattr(value, "__wrapped__"):
+            value = value.__wrapped__
+        else:
+            return None
+    return None
+
+
+def _with_spies(value, originals: dict, called: list, depth: int = 1):
+    """value itself when it holds no target, else a copy that calls a spy first: the value as a whole when it is
+    or wraps a target, else (depth levels down) a dict, list, tuple, set or partial with its targets spied."""
+    label = _target_label(value, originals)
+    if label is not None:
+        return _spy(value, label, called)
+    if depth == 0:
+        return value
+    if type(value) in (list, tuple, set, frozenset) and len(value) <= MAX_HELD_ITEMS:
+        items = [_with_spies(item, originals, called, depth - 1) for item in value]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
+    if type(value) is dict and len(value) <= MAX_HELD_ITEMS:
+        items = {key: _with_spies(item, originals, called, depth - 1) for key, item in value.items()}
+        return items if any(items[key] is not item for key, item in value.items()) else value
     if isinstance(value, functools.partial):
-        return [value, value.func]
-    if isinstance(value, types.MethodType):
-        return [value, value.__func__]
-    if isinstance(value, dict):
-        return [value, *itertools.islice(value.values(), MAX_HELD_ITEMS)]
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [value, *itertools.islice(value, MAX_HELD_ITEMS)]
-    return [value]
+        args = _with_spies(value.args, originals, called, depth)
+        keywords = _with_spies(value.keywords, originals, called, depth)
+        if args is not value.args or keywords is not value.keywords:
+            return functools.partial(value.func, *args, **keywords)
+    return value
+
+
+def _parts(value) -> list:
+    """value and what it wraps or holds one level down (wrapped functions, a partial's arguments, a container's items)."""
+    parts, inner = [value], value
+    for _ in range(MAX_WRAPPERS):
+        if isinstance(inner, functools.partial):
+            parts += [inner.func, *inner.args, *inner.keywords.values()]
+            inner = inner.func
+        elif isinstance(inner, types.MethodType):
+            inner = inner.__func__
+            parts.append(inner)
+        elif callable(inner) and hasattr(inner, "__wrapped__"):
+            inner = inner.__wrapped__
+            parts.append(inner)
+        else:
+            break
+    if type(value) is dict and len(value) <= MAX_HELD_ITEMS:
+        parts += value.values()
+    elif type(value) in (list, tuple, set, frozenset) and len(value) <= MAX_HELD_ITEMS:
+        parts += value
+    return parts
 
 
 def _global_names(code: types.CodeType) -> set[str]:
-    """The names code reads as globals, with those of the functions, lambdas and comprehensions defined in it
-    (attribute names, which code.co_names lists too, are not globals)."""
-    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
+    """The names code reads as globals, with those of the functions, lambdas, comprehensions and class bodies
+    defined in it (attribute names, which code.co_names lists too, are not globals)."""
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        names |= {ins.argval for ins in dis.get_instructions(current) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+        stack += [const for const in current.co_consts if isinstance(const, types.CodeType)]
     return names
 
 

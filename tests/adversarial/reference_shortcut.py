@@ -3,10 +3,10 @@
 Each shortcut gives the right numbers (pp is the course's own reference path), so the value
 checks cannot tell. One calls pp by attribute, which the spies of the hidden tests' guard
 (checks.forbidden_calls) see; the other four hold a reference taken before the test cell runs,
-which no spy sees: an alias imported under another name, the reference function bound to the
-exercise's own name, a default argument, and a closure. The guard finds those by following what
-the student's function holds. The five test cells score 0 with a verdict naming what the
-exercise must do without.
+which the spies on pp's attributes never see: an alias imported under another name, the reference
+function bound to the exercise's own name, a default argument, and a closure. The guard puts spies
+in those places too. The five test cells score 0 with a verdict naming what the exercise must do
+without.
 """
 
 INJECT = [
