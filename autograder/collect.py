@@ -112,6 +112,7 @@ class Filed:
     notebook: str
     nb: nbformat.NotebookNode
     note: str = ""
+    named: str | None = None  # the notebook its file name gave, when its exercises are another notebook's
 
 
 @dataclass
@@ -135,6 +136,7 @@ class StudentReport:
     notes: list[str] = field(default_factory=list)
     timestamp: str | None = None
     replaced: str | None = None  # where the hand-in this one replaced was kept
+    moved: dict[str, str] = field(default_factory=dict)  # file -> notebook, for files named after another notebook
 
 
 @dataclass
@@ -623,10 +625,16 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             rejected.append(Record(str(e.path), "cannot tell whose file this is: put it in a folder named after the "
                                                  "student or start the file name with the student id"))
             continue
+        named = None
         try:
             nb, note = read_notebook(e.data)
             if e.size > MAX_NOTEBOOK_BYTES:
                 nb, note = without_outputs(nb, e.size, note)
+            if (held := exercises_notebook(nb, notebook, release_cells or {})) != notebook:
+                named, notebook = notebook, held
+                moved = (f"named {named}.ipynb, but it holds the exercises of {held} and none of {named}'s: "
+                         f"filed as {held}.ipynb")
+                note = f"{note}; {moved}" if note else moved
             if restored := restore_metadata(nb, (release_cells or {}).get(notebook, {})):
                 again = (f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the "
                          "release (the editor dropped it; matched by cell id)")
@@ -634,8 +642,20 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
         except NotANotebook as exc:
             rejected.append(Record(str(e.path), str(exc), student))
             continue
-        filed.append(Filed(Entry(e.path, e.data, timestamp or e.mtime), student, notebook, nb, note))
+        filed.append(Filed(Entry(e.path, e.data, timestamp or e.mtime), student, notebook, nb, note, named))
     return filed, rejected, ignored, seen
+
+
+def exercises_notebook(nb: nbformat.NotebookNode, named: str, release_cells: dict[str, dict[str, tuple[str, dict]]]) -> str:
+    """The notebook whose exercises nb holds: named, unless nb holds none of named's released grade ids and some
+    of another notebook's (then the one it holds most of). A file saved under a sibling's name is graded as what it is."""
+    ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells} - {None}
+    held = {name: len(ids & {meta.get("grade_id") for _type, meta in cells.values()})
+            for name, cells in sorted(release_cells.items())}
+    best = max(held, key=held.get, default=None)
+    if best is None or held.get(named) or not held[best]:
+        return named
+    return best
 
 
 def split_shared_ids(filed: list[Filed], seen: dict[str, set[str]]) -> tuple[list[Filed], list[Record]]:
@@ -654,18 +674,22 @@ def split_shared_ids(filed: list[Filed], seen: dict[str, set[str]]) -> tuple[lis
 
 
 def drop_duplicates(filed: list[Filed]) -> tuple[list[Filed], list[Record]]:
-    """Keep one file per (student, notebook): the newest; at equal times the highest-numbered copy."""
+    """Keep one file per (student, notebook): a file named after it over one filed there for its exercises
+    (exercises_notebook), then the newest, and at equal times the highest-numbered copy."""
     groups: dict[tuple[str, str], list[Filed]] = {}
     for f in filed:
         groups.setdefault((f.student, f.notebook), []).append(f)
     kept, rejected = [], []
     for (student, notebook), group in sorted(groups.items()):
-        # a browser names a later download of the same file 'NAME (1)', an LMS resubmission 'NAME-1'
-        group.sort(key=lambda f: (f.entry.mtime, copy_number(f.entry.path.stem), str(f.entry.path)))
+        # the file named after its notebook first; a browser names a later download of the same file 'NAME (1)',
+        # an LMS resubmission 'NAME-1'
+        group.sort(key=lambda f: (f.named is None, f.entry.mtime, copy_number(f.entry.path.stem), str(f.entry.path)))
         winner = group[-1]
         kept.append(winner)
         for loser in group[:-1]:
-            if loser.entry.mtime < winner.entry.mtime:
+            if loser.named is not None and winner.named is None:
+                why = f"kept {winner.entry.path}, the file named after it; this one is named {loser.named}.ipynb"
+            elif loser.entry.mtime < winner.entry.mtime:
                 why = f"kept the newer {winner.entry.path}"
             elif copy_number(loser.entry.path.stem) < copy_number(winner.entry.path.stem):
                 why = (f"both have the same time; kept {winner.entry.path}, the higher-numbered copy (a browser numbers "
@@ -859,6 +883,7 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
     before = filed_notebooks(course, student)
     rec = StudentReport(student, "unchanged" if before else "no valid notebook")
     rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note] + notes
+    rec.moved = {str(f.entry.path): f.notebook for f in files if f.named}
     if files:
         rec.status, rec.timestamp, kept = write_submission(course, student, files)
         rec.replaced = str(kept) if kept else None
@@ -882,6 +907,11 @@ def print_report(report: CollectReport) -> None:
     for s, r in sorted(report.students.items()):
         missing = ", ".join(r.missing) if r.missing else "-"
         print(f"  {s:<{width}}  {r.status:<17}  {len(r.notebooks):>9}  {missing}")
+    moved = [(file, nb) for _s, r in sorted(report.students.items()) for file, nb in sorted(r.moved.items())]
+    if moved:
+        print(f"filed as the notebook whose exercises they hold, not as their names say ({len(moved)}):")
+        for file, nb in moved:
+            print(f"  {file} -> {nb}.ipynb")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")

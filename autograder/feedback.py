@@ -273,8 +273,14 @@ def _generate_safely(course: Course, student: str, mathjax_url: str | None) -> t
 def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, job: dict | None) -> dict[str, str]:
     """{notebook: why it scored 0 without being graded} for one student, from collect's report and the job."""
     reasons = {}
-    for nb in collect_log["students"].get(student, {}).get("missing", []):
+    filed = collect_log["students"].get(student, {})
+    for nb in filed.get("missing", []):
         reasons[nb] = f"Not handed in: your hand-in has no notebook named {nb}.ipynb, so it scored 0."
+    for nb, file in sorted(filed.get("notebooks", {}).items()):  # a file named after a sibling, filed as what it holds
+        hit = match_notebook(Path(file).stem, notebooks)
+        if hit and hit[0] != nb and hit[0] in reasons:
+            reasons[hit[0]] = (f"Your file {file} holds the exercises of {nb}, not of {hit[0]}, so it was graded as "
+                               f"{nb}. No file you handed in held the exercises of {hit[0]}, so it scored 0.")
     for r in collect_log["rejected"]:
         hit = match_notebook(Path(r["file"]).stem, notebooks) if r.get("student") == student else None
         if hit and hit[0] in reasons:

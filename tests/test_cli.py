@@ -291,7 +291,7 @@ def test_check_lists_each_graded_cell_under_its_exercise_heading_as_the_feedback
         assert expected and tests == expected, path.name
 
 
-def test_check_fails_a_file_that_grading_would_score_0_by_its_name_and_refuses_a_foreign_notebook(tmp_path, monkeypatch,
+def test_check_fails_a_file_named_after_another_notebook_or_not_collectable_and_refuses_a_foreign_notebook(tmp_path, monkeypatch,
                                                                                                   capsys):
     import nbformat
 
@@ -304,7 +304,8 @@ def test_check_fails_a_file_that_grading_would_score_0_by_its_name_and_refuses_a
         nbformat.write(nb, tmp_path / folder / name)
     code, _, out = run(["check", str(tmp_path / "misnamed" / f"{other}.ipynb")], capsys)
     assert code == 1, out
-    assert f"holds the exercises of {path.stem}: grading would score it as {other}, 0 points" in out, out
+    assert (f"holds the exercises of {path.stem}: collect files it as {path.stem}, and {other} counts as not handed in. "
+            f"Save it as {path.name}") in out, out
     code, _, out = run(["check", str(tmp_path / "renamed" / cases["renamed"])], capsys)
     assert code == 1 and f"save this notebook as {path.name}" in out, out
     code, _, out = run(["check", str(tmp_path / "copy" / cases["copy"])], capsys)  # collect files a 'Copy of' name

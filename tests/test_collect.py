@@ -665,3 +665,55 @@ def test_nbgrader_metadata_an_editor_dropped_is_put_back_from_the_release_by_cel
     job = {"course_root": str(course.root), "student": "kim", "db_url": course.db_url, "course_id": course.course_id}
     assert lost_cells_reason(job, "02-shapes-and-loss") is None
     assert "lacks 1 of its 1 answer cells (ex_a)" in lost_cells_reason({**job, "student": "lou"}, "02-shapes-and-loss")
+
+
+def graded_notebook(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
+    """A notebook of (grade id, kind) cells, kind 'answer' or 'test', with nbgrader metadata as a release has it."""
+    nb = nbformat.v4.new_notebook()
+    for grade_id, kind in cells:
+        cell = nbformat.v4.new_code_cell("pass", id=grade_id)
+        answer = kind == "answer"
+        cell.metadata["nbgrader"] = {"grade": not answer, "solution": answer, "locked": not answer,
+                                     "grade_id": grade_id, "schema_version": 3, **({} if answer else {"points": 1})}
+        nb.cells.append(cell)
+    return nb
+
+
+def test_a_notebook_saved_under_a_sibling_s_name_is_filed_as_the_one_it_holds_and_its_page_says_so(course, tmp_path,
+                                                                                                     capsys):
+    from autograder.collect import load_collect_log, print_report
+    from autograder.feedback import not_graded_reasons
+
+    releases = {"00-vectors-shapes-and-gradients": graded_notebook([("ex_shape", "answer"), ("test_shape", "test")]),
+                "02-shapes-and-loss": graded_notebook([("ex_softmax", "answer"), ("test_softmax", "test")])}
+    for name, nb in releases.items():
+        nbformat.write(nb, course.release_dir / f"{name}.ipynb")
+    holds_02 = nbformat.writes(releases["02-shapes-and-loss"]).encode()
+    own_02 = nbformat.writes(graded_notebook([("ex_softmax", "answer"), ("test_softmax", "test"), ("mine", "answer")])).encode()
+    download = write_tree(tmp_path / "d", {
+        "ann/00-vectors-shapes-and-gradients.ipynb": holds_02,         # 02's work under 00's name
+        "bo/00-vectors-shapes-and-gradients.ipynb": holds_02,          # the same, and 02 handed in too
+        "bo/02-shapes-and-loss.ipynb": own_02,
+        "cy/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("no graded cells at all"),
+    })
+    os.utime(download / "bo/00-vectors-shapes-and-gradients.ipynb", (2e9, 2e9))  # the newer one: still not kept
+    report = collect(course, download)
+
+    assert submitted(course, "ann") == {"02-shapes-and-loss.ipynb": holds_02}
+    assert report.students["ann"].missing == ["00-vectors-shapes-and-gradients"]
+    assert report.students["ann"].moved == {"ann/00-vectors-shapes-and-gradients.ipynb": "02-shapes-and-loss"}
+    assert any("holds the exercises of 02-shapes-and-loss and none of 00-vectors-shapes-and-gradients's: filed as "
+               "02-shapes-and-loss.ipynb" in n for n in report.students["ann"].notes)
+    assert submitted(course, "bo") == {"02-shapes-and-loss.ipynb": own_02}
+    duplicate = {r.file: r.reason for r in report.rejected}["bo/00-vectors-shapes-and-gradients.ipynb"]
+    assert duplicate.startswith("duplicate: bo handed in 02-shapes-and-loss.ipynb more than once; kept "
+                                "bo/02-shapes-and-loss.ipynb, the file named after it"), duplicate
+    assert set(submitted(course, "cy")) == {"00-vectors-shapes-and-gradients.ipynb"}, "no exercises at all: kept by name"
+
+    print_report(report)
+    assert "ann/00-vectors-shapes-and-gradients.ipynb -> 02-shapes-and-loss.ipynb" in capsys.readouterr().out
+    reasons = not_graded_reasons("ann", list(releases), load_collect_log(course), None)
+    assert reasons == {"00-vectors-shapes-and-gradients": (
+        "Your file ann/00-vectors-shapes-and-gradients.ipynb holds the exercises of 02-shapes-and-loss, not of "
+        "00-vectors-shapes-and-gradients, so it was graded as 02-shapes-and-loss. No file you handed in held the "
+        "exercises of 00-vectors-shapes-and-gradients, so it scored 0.")}
