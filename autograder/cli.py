@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from .course import AutograderError, Course
+from .course import AutograderError, Course, gradebook_error, load_config
 
 
 def _positive_int(text: str) -> int:
@@ -270,6 +270,14 @@ def _run(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)
 
 
+def _gradebook_url(args: argparse.Namespace) -> str:
+    """The gradebook URL of the command's course (the configured one; '?' when even that cannot be read)."""
+    try:
+        return load_config(getattr(args, "build", None)).CourseDirectory.db_url
+    except Exception:  # noqa: BLE001 - only for the message of an error already being reported
+        return os.environ.get("PART_II_DB_URL", "?")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse argv, run the command, turn known errors into a message and an exit code."""
     parser = build_parser()
@@ -279,6 +287,19 @@ def main(argv: list[str] | None = None) -> int:
     except AutograderError as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:
+        from nbgrader.api import MissingEntry
+        from sqlalchemy.exc import DBAPIError
+
+        if isinstance(exc, DBAPIError):  # the database refused: unreachable, not a database, read-only...
+            message = gradebook_error(_gradebook_url(args), exc)
+        elif isinstance(exc, MissingEntry) and "assignment" in str(exc):
+            message = (f"the gradebook {_gradebook_url(args)} does not know the assignment ({exc}): it was replaced "
+                       "or emptied after the release; run `python -m autograder release` first")
+        else:
+            raise
+        print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -99,9 +99,29 @@ def check_db_url(url: str) -> None:
     try:
         dialect.import_dbapi()
     except ImportError as exc:
+        package = DRIVER_PACKAGES.get(exc.name or "", exc.name)
         raise AutograderError(f"the gradebook URL {url!r} needs the Python database driver {exc.name!r}, which is "
-                              f"not installed; install it into the venv (e.g. `.venv/bin/pip install {exc.name}`) "
+                              f"not installed; install it into the venv (e.g. `.venv/bin/pip install {package}`) "
                               "or unset $PART_II_DB_URL to use the SQLite gradebook") from None
+
+
+# the pip package of a driver module whose name differs from it
+DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL", "psycopg2": "psycopg2-binary",
+                   "psycopg": "'psycopg[binary]'", "cx_Oracle": "cx-Oracle", "pyodbc": "pyodbc"}
+
+
+def gradebook_error(url: str, exc: Exception) -> str:
+    """A message for a database error of the gradebook at url (its password hidden): what failed, what was expected."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparseable URL is refused before any database is opened
+        shown = url
+    cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    return (f"cannot use the gradebook {shown}: {cause}; expected a database this machine can open and write: "
+            "for SQLite a gradebook file (or none yet) in a folder that exists, for a server a running one that "
+            "holds that database (set by $PART_II_DB_URL, else build/course/gradebook.db)")
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,8 @@ def test_check_flags_an_edited_test_cell_even_when_the_edit_makes_it_pass(tmp_pa
     ("foo", "is not a database URL; expected a SQLAlchemy URL such as sqlite:////"),
     ("nosuchdb://host/x", "names an unknown database kind"),
     ("mysql+pymysql://localhost:1/x", "needs the Python database driver 'pymysql', which is not installed"),
+    ("mysql://localhost:1/x", "driver 'MySQLdb', which is not installed; install it into the venv (e.g. "
+                              "`.venv/bin/pip install mysqlclient`)"),  # the module's pip package has another name
 ])
 def test_a_bad_gradebook_url_is_reported_before_anything_runs(db_url, words, empty_build, monkeypatch, capsys):
     if db_url.startswith("mysql"):  # psycopg (PostgreSQL) comes with the venv: a driver it does not have
@@ -186,6 +188,46 @@ def test_a_bad_gradebook_url_is_reported_before_anything_runs(db_url, words, emp
     code, err, _ = run(["export", "--build", empty_build], capsys)
     assert code == 2
     assert "export: error: the gradebook URL" in err and words in err, err
+
+
+def test_a_gradebook_that_cannot_be_opened_is_reported_without_a_traceback(tmp_path, empty_build, monkeypatch, capsys):
+    """A damaged SQLite file, a folder that does not exist, a server that does not answer: exit 2, what failed, no password."""
+    damaged = tmp_path / "build" / "course" / "gradebook.db"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"these bytes are not a database " * 200)
+    for command in (["release"], ["extend"]):
+        code, err, _ = run([*command, "--build", empty_build], capsys)
+        assert code == 2, err
+        assert (f"{command[0]}: error: cannot use the gradebook sqlite:///{damaged}: file is not a database; expected a "
+                "database this machine can open and write") in err, err
+        assert "Traceback" not in err
+    for url, cause in [(f"sqlite:///{tmp_path}/no/such/folder/gradebook.db", "unable to open database file"),
+                       ("postgresql+psycopg://grader:s3cret@127.0.0.1:1/course", "Connection refused")]:
+        monkeypatch.setenv("PART_II_DB_URL", url)
+        code, err, _ = run(["release", "--build", str(tmp_path / "other")], capsys)
+        assert code == 2 and "release: error: cannot use the gradebook" in err and cause in err, err
+        assert "s3cret" not in err and "Traceback" not in err, err
+
+
+def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from shared_builds import released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    (build / "course" / "gradebook.db").unlink()  # a fresh, empty one is made on first use
+    reports = build / "course" / "reports"  # a student collected before the gradebook went
+    reports.mkdir(exist_ok=True)
+    (reports / "collect.json").write_text('{"students": {"ann": {"missing": [], "notebooks": {}}}, "rejected": [], '
+                                          '"ignored": []}', encoding="utf-8")
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    code, err, _ = run(["feedback", "--build", str(build)], capsys)
+    assert code == 2, err
+    assert "feedback: error: the gradebook sqlite:///" in err, err
+    assert ("does not know the assignment (No such assignment: part-ii): it was replaced or emptied after the release; "
+            "run `python -m autograder release` first") in err, err
 
 
 def test_a_build_path_that_is_a_file_is_reported(tmp_path, empty_build, capsys):
