@@ -20,7 +20,9 @@ import json
 import re
 import shutil
 import struct
+import unicodedata
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -78,6 +80,8 @@ MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a larger notebook is filed with its out
 MAX_READ_BYTES = 512 * 1024 * 1024  # a larger file is not read: rejected, with a copy kept
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
 UNIX_TIME_FIELD, NTFS_TIME_FIELD = 0x5455, 0x000A  # zip extra fields that hold UTC times
+UNICODE_PATH_FIELD = 0x7075  # Info-ZIP's extra field with the UTF-8 name (version 1, CRC-32 of the stored name, name)
+UTF8_NAME_FLAG = 0x800  # general purpose bit 11: the stored name is UTF-8
 NTFS_EPOCH = dt.datetime(1601, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -164,9 +168,9 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
         for info in zf.infolist():
             if info.is_dir():
                 continue
-            name = PurePosixPath(info.filename.replace("\\", "/"))
+            name = PurePosixPath(member_name(info).replace("\\", "/"))
             if name.is_absolute() or ".." in name.parts:
-                rejected.append(Record(info.filename, "unsafe path inside the zip (absolute or with '..'); not extracted"))
+                rejected.append(Record(str(name), "unsafe path inside the zip (absolute or with '..'); not extracted"))
                 continue
             mtime = zip_member_time(info, zip_time)
             if info.file_size > MAX_READ_BYTES:
@@ -175,6 +179,28 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                 continue
             entries.append(Entry(name, zf.read(info), mtime))
     return entries, rejected
+
+
+def member_name(info: zipfile.ZipInfo) -> str:
+    """A zip member's name as its zipper meant it.
+
+    Flagged UTF-8, or given in an Info-ZIP Unicode Path field, it is that. Otherwise zipfile read it
+    as IBM 437, the zip standard's code page, but zippers write their system's code page: UTF-8
+    on macOS and Linux, GBK on Windows in a Chinese locale (Explorer's "Compressed folder"), where
+    学生/李四 would arrive as mojibake and merge students. The bytes are read as UTF-8 when they are
+    that, else as GB18030 (GBK's superset), else left as IBM 437.
+    """
+    if info.flag_bits & UTF8_NAME_FLAG:
+        return info.filename
+    raw = info.filename.encode("cp437")
+    for tag, data in _extra_fields(info.extra):
+        if tag == UNICODE_PATH_FIELD and len(data) > 5 and data[0] == 1 and struct.unpack_from("<I", data, 1)[0] == zlib.crc32(raw):
+            with contextlib.suppress(UnicodeDecodeError):
+                return data[5:].decode("utf-8")
+    for encoding in ("utf-8", "gb18030"):
+        with contextlib.suppress(UnicodeDecodeError):
+            return raw.decode(encoding)
+    return info.filename
 
 
 def zip_member_time(info: zipfile.ZipInfo, fallback: dt.datetime) -> dt.datetime:
@@ -897,16 +923,21 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
     return rec
 
 
+def display_width(text: str) -> int:
+    """Terminal columns text takes: two for each wide (CJK) character, one for the others."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
 def print_report(report: CollectReport) -> None:
     """A readable summary: one line per student, then every rejected and ignored file with its reason."""
     print(f"collected {report.source}")
     for folder in report.unwrapped:
         print(f"  (dropped the wrapping folder {folder}: the students are inside it)")
-    width = max([len(s) for s in report.students] + [7])
+    width = max([display_width(s) for s in report.students] + [7])
     print(f"  {'student':<{width}}  {'status':<17}  notebooks  missing")
     for s, r in sorted(report.students.items()):
         missing = ", ".join(r.missing) if r.missing else "-"
-        print(f"  {s:<{width}}  {r.status:<17}  {len(r.notebooks):>9}  {missing}")
+        print(f"  {s}{' ' * (width - display_width(s))}  {r.status:<17}  {len(r.notebooks):>9}  {missing}")
     moved = [(file, nb) for _s, r in sorted(report.students.items()) for file, nb in sorted(r.moved.items())]
     if moved:
         print(f"filed as the notebook whose exercises they hold, not as their names say ({len(moved)}):")

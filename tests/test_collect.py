@@ -8,6 +8,7 @@ import os
 import struct
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import nbformat
@@ -717,3 +718,36 @@ def test_a_notebook_saved_under_a_sibling_s_name_is_filed_as_the_one_it_holds_an
         "Your file ann/00-vectors-shapes-and-gradients.ipynb holds the exercises of 02-shapes-and-loss, not of "
         "00-vectors-shapes-and-gradients, so it was graded as 02-shapes-and-loss. No file you handed in held the "
         "exercises of 00-vectors-shapes-and-gradients, so it scored 0.")}
+
+
+def zip_with_raw_names(path: Path, members: dict[bytes, bytes], extra: dict[bytes, bytes] | None = None) -> Path:
+    """A zip whose member names are the given bytes, not flagged UTF-8 (as Windows' zipper writes its code page)."""
+    placeholders = {raw: chr(ord("A") + i) * len(raw) for i, raw in enumerate(members)}
+    with zipfile.ZipFile(path, "w") as zf:
+        for raw, data in members.items():
+            info = zipfile.ZipInfo(placeholders[raw], date_time=(2026, 3, 1, 10, 0, 0))
+            info.extra = (extra or {}).get(raw, b"")
+            zf.writestr(info, data)
+    blob = path.read_bytes()
+    for raw, placeholder in placeholders.items():
+        assert blob.count(placeholder.encode()) == 2, "the placeholder must appear once in each header"
+        blob = blob.replace(placeholder.encode(), raw)
+    path.write_bytes(blob)
+    return path
+
+
+def test_zip_names_in_the_windows_chinese_code_page_or_unflagged_utf8_keep_their_students_apart(course, tmp_path):
+    """Explorer's "Compressed folder" on a Chinese Windows writes GBK names without the UTF-8 flag; zipfile reads them
+    as IBM 437, which turned 李四, 李娜 and 李强 into one mojibake student and rejected two as duplicates."""
+    names = {"李四": "gbk", "李娜": "gbk", "李强": "gbk", "王五": "utf-8"}
+    members = {f"{who}/02-shapes-and-loss.ipynb".encode(enc): notebook_bytes(who) for who, enc in names.items()}
+    unicode_field = "赵六/02-shapes-and-loss.ipynb".encode()  # a name only its Info-ZIP Unicode Path field gives right
+    stored = "zhao6/02-shapes-and-loss.ipynb".encode()
+    members[stored] = notebook_bytes("赵六")
+    field = struct.pack("<BI", 1, zlib.crc32(stored)) + unicode_field
+    extra = {stored: struct.pack("<HH", 0x7075, len(field)) + field}
+    report = collect(course, zip_with_raw_names(tmp_path / "class.zip", members, extra))
+    assert sorted(report.students) == sorted([*names, "赵六"]), sorted(report.students)
+    assert not report.rejected, report.rejected
+    for who in [*names, "赵六"]:
+        assert submitted(course, who) == {"02-shapes-and-loss.ipynb": notebook_bytes(who)}
