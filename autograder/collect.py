@@ -374,10 +374,12 @@ def file_owner(name: str, notebooks: list[str]) -> tuple[str | None, dt.datetime
     return student_from_prefix(prefix)
 
 
-def _layout_signals(inner: list[PurePosixPath], notebooks: list[str]) -> tuple[list[str], list[str]]:
-    """Why the folder holding inner looks like a wrapper of several students, and why like one student's folder."""
+def _layout_signals(inner: list[PurePosixPath], notebooks: list[str], bundled: frozenset[str] = frozenset()
+                    ) -> tuple[list[str], list[str]]:
+    """Why the folder holding inner looks like a wrapper of several students, and why like one student's folder
+    (folders named in bundled, the student download's own code/ and data/, are no students)."""
     files = [p.name for p in inner if len(p.parts) == 1]
-    folders = sorted({p.parts[0] for p in inner if len(p.parts) > 1})
+    folders = sorted({p.parts[0] for p in inner if len(p.parts) > 1} - bundled)
     named = sorted({s for s in (file_owner(f, notebooks)[0] for f in files) if s})
     lms = [f for f in files if lms_prefix(f)]
     plain = [f for f in files if f.lower().endswith(".ipynb") and (hit := match_notebook(PurePosixPath(f).stem, notebooks))
@@ -398,14 +400,16 @@ def _layout_signals(inner: list[PurePosixPath], notebooks: list[str]) -> tuple[l
     return wrapper, student
 
 
-def unwrap(entries: list[Entry], notebooks: list[str], known: frozenset[str] = frozenset()) -> tuple[list[Entry], list[str]]:
+def unwrap(entries: list[Entry], notebooks: list[str], known: frozenset[str] = frozenset(),
+           bundled: frozenset[str] = frozenset()) -> tuple[list[Entry], list[str]]:
     """Drop the folders above the student level; return (entries, dropped folders). Raise when that is ambiguous.
 
     Folders that hold only one folder form a chain. A Moodle student folder in the chain is the
     student. Otherwise, when the last folder holds several students' folders or files, the whole
     chain is dropped; else the student is the one folder of the chain not named after the
     assignment or a notebook, or, where there are several such folders, the one that names a
-    student in known (see _student_in_chain).
+    student in known (see _student_in_chain). Folders named in bundled (the student download's code/
+    and data/, which a student may hand back beside the notebooks) are not students.
     """
     real = [e.path for e in entries if not _is_system(e.path)]
     chain: list[str] = []
@@ -417,12 +421,13 @@ def unwrap(entries: list[Entry], notebooks: list[str], known: frozenset[str] = f
     if moodle:
         depth = moodle[0]
     else:
-        wrapper, student = _layout_signals([PurePosixPath(*p.parts[len(chain):]) for p in real], notebooks)
+        wrapper, student = _layout_signals([PurePosixPath(*p.parts[len(chain):]) for p in real], notebooks, bundled)
         where = "/".join(chain) + "/"
         if wrapper and student:
             raise AutograderError(f"cannot tell whether {where} is one student's folder or a folder of several students: "
                                   f"it holds {' and '.join(wrapper)}, but also {' and '.join(student)}; "
-                                  f"arrange the download in one of the accepted layouts\n{LAYOUTS_HELP}")
+                                  "when they are one student's files, say whose with `collect PATH --student ID`, "
+                                  f"else arrange the download in one of the accepted layouts\n{LAYOUTS_HELP}")
         if wrapper:
             depth = len(chain)
         else:
@@ -875,7 +880,8 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     known = known_students(course)
     unwrapped = []
     if student is None:
-        entries, unwrapped = unwrap(entries, notebooks, known)
+        bundled = frozenset(p.name for p in course.bundle_dir.iterdir() if p.is_dir()) if course.bundle_dir.is_dir() else frozenset()
+        entries, unwrapped = unwrap(entries, notebooks, known, bundled)
     elif shared := shared_notebooks(entries, notebooks, known):
         nb, who = next(iter(shared.items()))
         listed = ", ".join(who[:5]) + (", …" if len(who) > 5 else "")

@@ -468,6 +468,7 @@ def test_a_folder_that_looks_like_both_layouts_is_refused(course, tmp_path):
                                               r"accepted layouts") as info:
         collect(course, download)
     assert "02-shapes-and-loss.ipynb" in str(info.value) and "gina" in str(info.value)
+    assert "say whose with `collect PATH --student ID`" in str(info.value)
     assert course.submitted_students() == []
 
 
@@ -751,3 +752,21 @@ def test_zip_names_in_the_windows_chinese_code_page_or_unflagged_utf8_keep_their
     assert not report.rejected, report.rejected
     for who in [*names, "赵六"]:
         assert submitted(course, who) == {"02-shapes-and-loss.ipynb": notebook_bytes(who)}
+
+
+def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(course, tmp_path):
+    """The student zip unpacks to part-ii/ with the notebooks, code/ and data/: zipped back whole inside the student's
+    folder, code/ and data/ are the course's folders, not two more students."""
+    bundle = course.bundle_dir
+    write_tree(bundle, {"code/part-ii/probability_practice.py": b"# the reference\n", "data/part-ii/cases.json": b"{}\n"})
+    download = write_tree(tmp_path / "d", {
+        "olga/part-ii/02-shapes-and-loss.ipynb": notebook_bytes("olga 02"),
+        "olga/part-ii/code/part-ii/probability_practice.py": b"# the reference\n",
+        "olga/part-ii/data/part-ii/cases.json": b"{}\n"})
+    report = collect(course, download)
+    assert sorted(report.students) == ["olga"], report
+    assert report.students["olga"].notebooks == {"02-shapes-and-loss": "olga/part-ii/02-shapes-and-loss.ipynb"}
+    assert submitted(course, "olga") == {"02-shapes-and-loss.ipynb": notebook_bytes("olga 02")}
+    assert not report.rejected and {r.reason for r in report.ignored} == {
+        "unchanged copy of the released course file code/part-ii/probability_practice.py",
+        "unchanged copy of the released course file data/part-ii/cases.json"}, (report.rejected, report.ignored)
