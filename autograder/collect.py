@@ -875,8 +875,11 @@ def shared_notebooks(entries: list[Entry], notebooks: list[str], known: frozense
 def collect(course: Course, path: Path, student: str | None = None) -> CollectReport:
     """File the download at path as submissions (all of them student's, when given); register its students in the gradebook."""
     path = Path(path)
-    entries, unreadable = read_download(path)
     notebooks = course.notebook_names()
+    if student is not None and is_assignment_name(student, notebooks):
+        raise AutograderError(f"--student {student}: that is the name of the assignment or of one of its notebooks, "
+                              "not a student id; give the id of the student whose files these are")
+    entries, unreadable = read_download(path)
     known = known_students(course)
     unwrapped = []
     if student is None:
@@ -893,7 +896,7 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     filed, duplicates = drop_duplicates(filed)
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
-        raise AutograderError(f"found no student files in {path}\n{LAYOUTS_HELP}")
+        raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         keep_rejected_copies(course, entries, rejected)
@@ -907,6 +910,17 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
             report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
         save_report(course, report)
     return report
+
+
+def no_student_files(path: Path, entries: list[Entry], rejected: list[Record], ignored: list[Record]) -> str:
+    """Why a download gave no student anything: no files, only ignored ones, or files no student could be told for."""
+    if not entries and not rejected:
+        return f"found no files in {path}"
+    if rejected:
+        shown = "; ".join(f"{r.file}: {r.reason}" for r in rejected[:3]) + ("; …" if len(rejected) > 3 else "")
+        return f"no file in {path} could be filed for a student ({len(rejected)} rejected: {shown})"
+    return (f"found no student files in {path}: its {len(ignored)} {'file is' if len(ignored) == 1 else 'files are'} "
+            "system files or unchanged copies of the course's own files")
 
 
 def file_student(course: Course, student: str, files: list[Filed], notes: list[str], notebooks: list[str],

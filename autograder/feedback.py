@@ -322,6 +322,7 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         _feedback_config(course, mathjax_url)  # a bad MathJax address (given or configured) stops here, once
     except (TypeError, ValueError) as exc:
         raise AutograderError(str(exc)) from None
+    notebooks = course.notebook_names()  # nothing released: say that first
     graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}")
                     if p.is_dir())
     collect_log = load_collect_log(course)
@@ -343,11 +344,17 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     result = FeedbackResult()
     from .grade import job_rows, needs_regrade
 
-    jobs = {s: row for s, row in job_rows(course.db_url).items() if s in graded}  # hash only these hand-ins
+    every_job = job_rows(course.db_url)
+    jobs = {s: row for s, row in every_job.items() if s in graded}  # hash only these hand-ins
     for student in sorted(needs_regrade(course, jobs)):
         result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
                                   "run `python -m autograder grade` first")
         graded.remove(student)
+    for student in (s for s in known if s not in graded and any(course.step_dir("submitted", s).glob("*.ipynb"))):
+        row = every_job.get(student) or {}
+        result.errors[student] = (f"grading failed ({row.get('error')}): no feedback written; see `grade`'s summary"
+                                  if row.get("state") == "error" else
+                                  "collected but not graded yet: no feedback written; run `python -m autograder grade` first")
     for student in sorted(s for s, row in jobs.items() if row["state"] in ("pending", "running") and s in graded):
         result.errors[student] = "grading pending (e.g. after a release with new tests): no feedback written; " \
                                  "run `python -m autograder grade` first"
@@ -356,7 +363,6 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     graded = [s for s in graded if any(course.step_dir("autograded", s).glob("*.ipynb"))]
     if graded:
         render(course, graded, signatures, workers, result, mathjax_url)
-    notebooks = course.notebook_names()
     for student in (s for s in known if s not in result.errors):  # after nbgrader, which rewrites the folder
         reasons = not_graded_reasons(student, notebooks, collect_log, jobs.get(student))
         rendered = {p.stem for p in result.written if p.parent.parent.name == student}

@@ -358,3 +358,24 @@ def test_check_fails_a_file_named_after_another_notebook_or_not_collectable_and_
     nbformat.write(foreign, tmp_path / path.name)
     code, err, out = run(["check", str(tmp_path / path.name)], capsys)
     assert code == 2 and "is not a notebook of this course" in err + out and "q1" in err + out, err + out
+
+
+def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, capsys, monkeypatch):
+    """Export warns about them and exits 1; feedback did neither, printing "wrote 0 feedback files"."""
+    import shutil
+
+    from shared_builds import released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    download = tmp_path / "download" / "carol"
+    download.mkdir(parents=True)
+    shutil.copy(build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb", download)
+    code, err, out = run(["collect", str(download.parent), "--build", str(build)], capsys)
+    assert code == 0, err + out
+    code, err, out = run(["feedback", "--build", str(build)], capsys)
+    assert code == 1, err + out
+    assert "carol: ERROR collected but not graded yet: no feedback written; run `python -m autograder grade` first" in out
+    assert not (build / "course" / "feedback" / "carol").exists(), "no page before grading"

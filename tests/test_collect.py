@@ -256,7 +256,33 @@ def test_collect_exits_0_when_all_is_filed_1_when_a_file_is_rejected_2_when_noth
     assert "judy/02-shapes-and-loss.ipynb: invalid JSON" in out, out
     (tmp_path / "nothing").mkdir()  # refused, nothing filed: 2, as for bad arguments
     assert main(["collect", str(tmp_path / "nothing")]) == 2
-    assert "collect: error: found no student files in" in capsys.readouterr().err
+    assert f"collect: error: found no files in {tmp_path / 'nothing'}\n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("files, words", [
+    ({"02-shapes-and-loss.ipynb": notebook_bytes("whose?"), "00-vectors-shapes-and-gradients.ipynb": notebook_bytes("?")},
+     "no file in {path} could be filed for a student (2 rejected: 00-vectors-shapes-and-gradients.ipynb: cannot tell "
+     "whose file this is: put it in a folder named after the student or start the file name with the student id; "),
+    ({"__MACOSX/._x": b"\0", ".DS_Store": b"\0"},
+     "found no student files in {path}: its 2 files are system files or unchanged copies of the course's own files"),
+])
+def test_a_download_that_gives_no_student_anything_says_what_it_held(course, tmp_path, capsys, files, words):
+    from autograder.cli import main
+
+    download = write_tree(tmp_path / "d", files)
+    assert main(["collect", str(download)]) == 2
+    assert words.format(path=download) in capsys.readouterr().err
+
+
+def test_student_option_refuses_the_name_of_the_assignment_or_a_notebook(course, tmp_path, capsys):
+    from autograder.cli import main
+
+    download = write_tree(tmp_path / "d", {"02-shapes-and-loss.ipynb": notebook_bytes("x")})
+    for name in ("part-ii", "02-shapes-and-loss"):
+        assert main(["collect", str(download), "--student", name]) == 2
+        assert f"--student {name}: that is the name of the assignment or of one of its notebooks, not a student id" in \
+            capsys.readouterr().err
+    assert course.submitted_students() == []
 
 
 def test_unsafe_zip_member_is_rejected_not_extracted(course, tmp_path):
@@ -285,7 +311,7 @@ def test_bad_paths_raise_clear_errors(course, tmp_path):
         with pytest.raises(AutograderError, match="damaged or incomplete zip file.*re-download"):
             collect(course, tmp_path / name)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(AutograderError, match="no student files"):
+    with pytest.raises(AutograderError, match="found no files in"):
         collect(course, tmp_path / "empty")
 
 
@@ -446,7 +472,8 @@ def test_a_folder_named_after_the_assignment_is_never_a_student(course, tmp_path
     reason = next(r.reason for r in report.rejected if r.file == "part-ii/02-shapes-and-loss.ipynb")
     assert "named after the assignment" in reason
     alone = write_tree(tmp_path / "alone", {"part-ii/02-shapes-and-loss.ipynb": notebook_bytes("whose")})
-    with pytest.raises(AutograderError, match="no student files"):
+    with pytest.raises(AutograderError, match="could be filed for a student .1 rejected: 02-shapes-and-loss.ipynb: cannot "
+                                              "tell whose file this is"):
         collect(course, alone)
 
 
