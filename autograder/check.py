@@ -10,10 +10,10 @@ grading puts the released cell back, so what the edited cell did here does not c
 released test cell missing from the notebook is named too: grading puts it back and scores
 it, which this check cannot do.
 The notebook is also checked against the course's notebooks as grading will see it: a file
-whose graded cells belong to no notebook of this course is refused, and a file named so that
-collect rejects it (grading would score it 0), or named after another notebook than the one its
-exercises belong to (collect files it as the notebook it holds, so the notebook it is named
-after counts as not handed in), fails with what to rename it to.
+whose graded cells belong to no notebook of this course is refused, and a file named after no
+notebook (collect files it by its exercises only from a student's folder), or after another
+notebook than the one its exercises belong to (collect files it as the notebook it holds, so the
+notebook it is named after counts as not handed in), fails with what to rename it to.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
 deleted, or the file name is wrong as above (an edited read-only cell that is not a test is
 only listed), 2 when the notebook cannot be read or is not a notebook of this course.
@@ -74,8 +74,9 @@ def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) ->
     """What is wrong with the name of this file, holding the exercises of notebook best (None when it is named so)."""
     hit = match_notebook(path.stem, list(course))
     if hit is None:
-        return (f"✘ collect will not accept the file name {path.name}: save this notebook as {best}.ipynb "
-                "(the notebook its exercises belong to), or it is not graded at all")
+        return (f"✘ {path.name} is not the name of a notebook of this course: save this notebook as {best}.ipynb "
+                "(the notebook its exercises belong to); collect files a file so named by its exercises only when it "
+                "sits in a folder named after you, and rejects it otherwise")
     if hit[0] != best:
         return (f"✘ this file is named {hit[0]}.ipynb but holds the exercises of {best}: collect files it as {best}, "
                 f"and {hit[0]} counts as not handed in. Save it as {best}.ipynb")

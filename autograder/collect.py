@@ -646,40 +646,49 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
             continue
         hit = match_notebook(e.path.stem, notebooks)
+        wrong_name = None
         if hit is None:
             close = difflib.get_close_matches(e.path.stem, notebooks, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}.ipynb?" if close else ""
-            rejected.append(Record(str(e.path), f"wrong name: not a notebook of {ASSIGNMENT} (expected one of {expected}){hint}", student))
-            continue
-        notebook = hit[0]
-        if student is None:
+            wrong_name = f"wrong name: not a notebook of {ASSIGNMENT} (expected one of {expected}){hint}"
+            if student is None:
+                rejected.append(Record(str(e.path), wrong_name, student))
+                continue
+        elif student is None:
             rejected.append(Record(str(e.path), "cannot tell whose file this is: put it in a folder named after the "
                                                  "student or start the file name with the student id"))
             continue
+        notebook = hit[0] if hit else None
         named = None
         try:
             nb, note = read_notebook(e.data)
             if e.size > MAX_NOTEBOOK_BYTES:
                 nb, note = without_outputs(nb, e.size, note)
-            if (held := exercises_notebook(nb, notebook, release_cells or {})) != notebook:
-                named, notebook = notebook, held
-                moved = (f"named {named}.ipynb, but it holds the exercises of {held} and none of {named}'s: "
-                         f"filed as {held}.ipynb")
+            held = exercises_notebook(nb, notebook, release_cells or {})
+            if held is None:  # a name collect does not know, and none of the course's exercises inside
+                rejected.append(Record(str(e.path), wrong_name, student))
+                continue
+            if held != notebook:
+                others = f" and none of {notebook}'s" if hit else ""
+                named, notebook = notebook or e.path.stem, held
+                moved = f"named {e.path.name}, but it holds the exercises of {held}{others}: filed as {held}.ipynb"
                 note = f"{note}; {moved}" if note else moved
             if restored := restore_metadata(nb, (release_cells or {}).get(notebook, {})):
                 again = (f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the "
                          "release (the editor dropped it; matched by cell id)")
                 note = f"{note}; {again}" if note else again
         except NotANotebook as exc:
-            rejected.append(Record(str(e.path), str(exc), student))
+            rejected.append(Record(str(e.path), wrong_name or str(exc), student))
             continue
         filed.append(Filed(Entry(e.path, e.data, timestamp or e.mtime), student, notebook, nb, note, named))
     return filed, rejected, ignored, seen
 
 
-def exercises_notebook(nb: nbformat.NotebookNode, named: str, release_cells: dict[str, dict[str, tuple[str, dict]]]) -> str:
-    """The notebook whose exercises nb holds: named, unless nb holds none of named's released grade ids and some
-    of another notebook's (then the one it holds most of). A file saved under a sibling's name is graded as what it is."""
+def exercises_notebook(nb: nbformat.NotebookNode, named: str | None,
+                       release_cells: dict[str, dict[str, tuple[str, dict]]]) -> str | None:
+    """The notebook whose exercises nb holds: named (None for a name that is no notebook's), unless nb holds none of
+    named's released grade ids and some of another notebook's (then the one it holds most of). A file saved under
+    a sibling's name, or under a name of its own, is graded as what it is."""
     ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells} - {None}
     held = {name: len(ids & {meta.get("grade_id") for _type, meta in cells.values()})
             for name, cells in sorted(release_cells.items())}

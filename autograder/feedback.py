@@ -281,10 +281,18 @@ def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, jo
         if hit and hit[0] != nb and hit[0] in reasons:
             reasons[hit[0]] = (f"Your file {file} holds the exercises of {nb}, not of {hit[0]}, so it was graded as "
                                f"{nb}. No file you handed in held the exercises of {hit[0]}, so it scored 0.")
+    unmatched = []  # rejected files of the student that no notebook's name gives (notes.txt, 04-mywork.ipynb)
     for r in collect_log["rejected"]:
-        hit = match_notebook(Path(r["file"]).stem, notebooks) if r.get("student") == student else None
+        if r.get("student") != student:
+            continue
+        hit = match_notebook(Path(r["file"]).stem, notebooks)
         if hit and hit[0] in reasons:
             reasons[hit[0]] = f"Your file {r['file']} was not accepted: {r['reason']}. The notebook scored 0."
+        elif not hit:
+            unmatched.append(f"{r['file']} ({r['reason']})")
+    if unmatched:
+        also = f" Files you handed in that were not accepted: {'; '.join(unmatched[:5])}{'; …' if len(unmatched) > 5 else ''}."
+        reasons = {nb: why + also if why.startswith("Not handed in") else why for nb, why in reasons.items()}
     for nb, r in sorted(json.loads((job or {}).get("notebooks") or "{}").items()):
         if r.get("status") == "error":
             reasons[nb] = f"Handed in, but it could not be graded, so it scored 0: {r.get('error')}"

@@ -797,3 +797,28 @@ def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(cou
     assert not report.rejected and {r.reason for r in report.ignored} == {
         "unchanged copy of the released course file code/part-ii/probability_practice.py",
         "unchanged copy of the released course file data/part-ii/cases.json"}, (report.rejected, report.ignored)
+
+
+def test_a_notebook_under_a_name_of_its_own_is_filed_by_its_exercises_and_other_rejects_reach_the_student(course, tmp_path):
+    from autograder.collect import load_collect_log
+    from autograder.feedback import not_graded_reasons
+
+    releases = {"00-vectors-shapes-and-gradients": graded_notebook([("ex_shape", "answer"), ("test_shape", "test")]),
+                "02-shapes-and-loss": graded_notebook([("ex_softmax", "answer"), ("test_softmax", "test")])}
+    for name, nb in releases.items():
+        nbformat.write(nb, course.release_dir / f"{name}.ipynb")
+    holds_02 = nbformat.writes(releases["02-shapes-and-loss"]).encode()
+    download = write_tree(tmp_path / "d", {"bob/02-mywork.ipynb": holds_02, "bob/scratch.ipynb": notebook_bytes("mine"),
+                                           "bob/notes.txt": b"to do", "02-mine.ipynb": holds_02})
+    report = collect(course, download)
+    assert submitted(course, "bob") == {"02-shapes-and-loss.ipynb": holds_02}
+    assert "bob/02-mywork.ipynb: named 02-mywork.ipynb, but it holds the exercises of 02-shapes-and-loss: filed as " \
+           "02-shapes-and-loss.ipynb" in report.students["bob"].notes
+    rejected = {r.file: (r.student, r.reason) for r in report.rejected}
+    assert rejected["bob/scratch.ipynb"][0] == "bob" and rejected["bob/scratch.ipynb"][1].startswith("wrong name: not a notebook")
+    assert rejected["02-mine.ipynb"][0] is None, "whose it is cannot be told, whatever it holds"
+    reasons = not_graded_reasons("bob", list(releases), load_collect_log(course), None)
+    assert list(reasons) == ["00-vectors-shapes-and-gradients"]
+    page = reasons["00-vectors-shapes-and-gradients"]
+    assert page.startswith("Not handed in: your hand-in has no notebook named 00-vectors-shapes-and-gradients.ipynb")
+    assert "Files you handed in that were not accepted: bob/notes.txt (" in page and "bob/scratch.ipynb (wrong name" in page
