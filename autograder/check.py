@@ -14,9 +14,12 @@ whose graded cells belong to no notebook of this course is refused, and a file n
 notebook (collect files it by its exercises only from a student's folder), or after another
 notebook than the one its exercises belong to (collect files it as the notebook it holds, so the
 notebook it is named after counts as not handed in), fails with what to rename it to.
+A cell that runs past the time limit (grading's default cell timeout unless --timeout says
+otherwise) is interrupted, as grading interrupts it, and named.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
-deleted, or the file name is wrong as above (an edited read-only cell that is not a test is
-only listed), 2 when the notebook cannot be read or is not a notebook of this course.
+deleted, a cell ran out of time, or the file name is wrong as above (an edited read-only cell
+that is not a test is only listed), 2 when the notebook cannot be read or is not a notebook of
+this course.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 from .cells import (WARNING_PATTERN, graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta,
                     outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
-from .course import ASSIGNMENT, AutograderError, load_config
+from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
 
 def read_for_check(path: Path):
@@ -104,6 +107,17 @@ def run_notebook(nb, folder: Path, timeout: float):
         client.execute()
     IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
     return nb
+
+
+def timed_out_cells(nb) -> list[str]:
+    """'cell N (first line)' for each code cell other than a test cell that was interrupted at the time limit."""
+    out = []
+    for number, cell in enumerate(nb.cells, 1):
+        names = [o.get("ename") for o in cell.get("outputs", []) if o.output_type == "error"]
+        if cell.cell_type == "code" and not is_test_cell(cell) and set(names) & {"KeyboardInterrupt", "CellTimeoutError"}:
+            first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+            out.append(f"cell {number} ({first[:60]})")
+    return out
 
 
 def cell_error(cell, number: int) -> str | None:
@@ -185,7 +199,7 @@ def print_table(path: Path, rows) -> None:
     print("hidden tests run only when your notebook is graded, so the final score can be lower.")
 
 
-def check(path: Path, timeout: float = 120) -> int:
+def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     """Run the notebook at path, print the table; 0 when every visible test passes, else 1."""
     nb = read_for_check(path)
     rows_before = exercise_rows(nb)
@@ -208,6 +222,10 @@ def check(path: Path, timeout: float = 120) -> int:
         print(f"✘ test cells missing from this notebook: {', '.join(deleted)}; grading puts the released cells back "
               "and scores them, so this check cannot say whether they pass. Copy them back from a fresh copy "
               "of the notebook and run the check again.")
+    if slow := timed_out_cells(nb):
+        print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
+              f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "
+              "notebook has a time budget: make it finish sooner.")
     if problem:
         print(problem)
-    return 0 if all(r[4] is not False for r in rows) and not problem and not deleted else 1
+    return 0 if all(r[4] is not False for r in rows) and not problem and not deleted and not slow else 1

@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from .course import AutograderError, Course, gradebook_error, load_config
+from .course import DEFAULT_CELL_TIMEOUT, AutograderError, Course, gradebook_error, load_config
 
 
 def _positive_int(text: str) -> int:
@@ -160,10 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="student self-check of one notebook",
                        description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
-                                   "whether its visible tests pass and the points at stake. Exits 1 when a test fails.")
+                                   "whether its visible tests pass and the points at stake. Exits 1 when a test fails, a "
+                                   "test cell was edited or deleted, a cell ran out of time, or the file name would "
+                                   "not be graded as this notebook; 2 when the file is not a notebook of this course.")
     p.add_argument("notebook", type=Path, help="the .ipynb file to check")
-    p.add_argument("--timeout", type=_positive_seconds, default=120, metavar="SECONDS",
-                   help="per-cell timeout (default %(default)s)")
+    p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
+                   help="a cell running longer is interrupted and reported, as grading does (default %(default)g, "
+                        "grading's default cell timeout)")
 
     p = sub.add_parser("demo", parents=[common], help="the whole cycle on a generated sample class",
                        description="Release, generate a sample class (perfect, blank, partial, broken file, edited "

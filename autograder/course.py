@@ -105,6 +105,9 @@ def check_db_url(url: str) -> None:
                               "or unset $PART_II_DB_URL to use the SQLite gradebook") from None
 
 
+DEFAULT_CELL_TIMEOUT = 60.0  # seconds a cell may run when graded (grade --cell-timeout), and in check
+
+
 # the pip package of a driver module whose name differs from it
 DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL", "psycopg2": "psycopg2-binary",
                    "psycopg": "'psycopg[binary]'", "cx_Oracle": "cx-Oracle", "pyodbc": "pyodbc"}

@@ -379,3 +379,19 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     assert code == 1, err + out
     assert "carol: ERROR collected but not graded yet: no feedback written; run `python -m autograder grade` first" in out
     assert not (build / "course" / "feedback" / "carol").exists(), "no page before grading"
+
+
+def test_check_names_a_cell_that_ran_out_of_time_and_fails(tmp_path, monkeypatch, capsys):
+    """A student's own cell that never ends is interrupted, as grading interrupts it; every test may still pass."""
+    import nbformat
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(setup + 1, nbformat.v4.new_code_cell("import time\nwhile True:  # my experiment\n    time.sleep(0.05)"))
+    looping = tmp_path / path.name
+    nbformat.write(nb, looping)
+    code, _, out = run(["check", str(looping), "--timeout", "20"], capsys)
+    assert code == 1, out
+    assert f"✘ did not finish within 20 s and was interrupted: cell {setup + 2} (import time)" in out, out
+    assert "✘" not in "".join(line for line in out.splitlines() if "test_" in line), "the tests themselves passed"
