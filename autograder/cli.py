@@ -198,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "extend" and (args.student is None) != (args.until is None):
         raise AutograderError("--student ID and --until WHEN go together (without either, extend lists "
                               "the extensions)")
-    course = Course.load(args.build)
+    course = Course.load(args.build, create=args.command == "release")  # the others need a released course
     if args.command == "extend":
         from .extensions import describe, extensions, grant
 

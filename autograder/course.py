@@ -66,15 +66,21 @@ def fast_new_gradebooks() -> None:
     nbgrader.api.get_alembic_version = alembic_head
 
 
-def check_build_folder(root: Path) -> None:
+def check_build_folder(root: Path, create: bool = True) -> None:
     """Raise AutograderError when a file stands where the course root or one of its folders must be, or the
-    course root cannot be created (a read-only place, /proc, a missing drive)."""
+    course root cannot be created (a read-only place, /proc, a missing drive); without create, when it is missing."""
     for path in [root, *root.parents]:
         if path.exists():
             if not path.is_dir():
                 raise AutograderError(f"{path} is a file, but the course needs a folder there ({root}); "
                                       "--build (or $PART_II_BUILD) must name a folder, the one that holds course/")
             break
+    if not create and not root.is_dir():
+        inside = root.parent / "release" / ASSIGNMENT
+        hint = (f"; {root.parent} is a course folder itself: give --build {root.parent.parent}" if inside.is_dir() else
+                "; --build (or $PART_II_BUILD) names the folder that holds course/")
+        raise AutograderError(f"there is no course in {root.parent} ({root} does not exist): run "
+                              f"`python -m autograder release` first{hint}")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -134,11 +140,12 @@ class Course:
     config: Config
 
     @classmethod
-    def load(cls, build: Path | None = None) -> "Course":
-        """The course configured by nbgrader_config.py (optionally in another build folder)."""
+    def load(cls, build: Path | None = None, create: bool = True) -> "Course":
+        """The course configured by nbgrader_config.py (optionally in another build folder); without create, a
+        course folder that does not exist yet is an AutograderError instead of being made."""
         config = load_config(build)
-        check_build_folder(Path(config.CourseDirectory.root))
         check_db_url(config.CourseDirectory.db_url)
+        check_build_folder(Path(config.CourseDirectory.root), create)
         return cls(config)
 
     @property

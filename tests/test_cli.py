@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,7 +51,8 @@ def empty_build(tmp_path, monkeypatch):
     (["grade", "--notebook-timeout", "inf", "--build", "{build}"], "finite number of seconds"),
     (["grade", "--student", "bad id!", "--build", "{build}"], "student id"),
     (["grade", "--build", "{build}"], "run `python -m autograder release` first"),
-    (["feedback", "--build", "{build}"], "no graded submissions"),
+    (["feedback", "--build", "{build}"], "there is no course in {build} ({build}/course does not exist): run "
+                                         "`python -m autograder release` first"),
     (["feedback", "--student", "x/y", "--build", "{build}"], "student id"),
     (["feedback", "--mathjax-url", "javascript:alert(1)", "--build", "{build}"],
      "cannot load MathJax from 'javascript:alert(1)': its scheme is 'javascript'; expected an http:// or https://"),
@@ -76,7 +78,9 @@ def empty_build(tmp_path, monkeypatch):
 def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, capsys):
     code, err, _ = run([a.replace("{build}", empty_build) for a in argv], capsys)
     assert code == 2  # nothing done
-    assert "error" in err and words in err, err
+    assert "error" in err and words.replace("{build}", empty_build) in err, err
+    if argv and argv[0] != "release":
+        assert not Path(empty_build, "course").exists(), "a command that did nothing made the course folder"
 
 
 def test_a_due_date_is_read_in_the_zone_it_names_or_else_in_local_time(monkeypatch):
@@ -395,3 +399,14 @@ def test_check_names_a_cell_that_ran_out_of_time_and_fails(tmp_path, monkeypatch
     assert code == 1, out
     assert f"✘ did not finish within 20 s and was interrupted: cell {setup + 2} (import time)" in out, out
     assert "✘" not in "".join(line for line in out.splitlines() if "test_" in line), "the tests themselves passed"
+
+
+def test_a_course_folder_given_as_build_gets_a_hint_and_no_folder_is_made(tmp_path, empty_build, capsys):
+    course = tmp_path / "b" / "course"
+    (course / "release" / "part-ii").mkdir(parents=True)
+    for command in ("grade", "feedback", "export"):
+        code, err, _ = run([command, "--build", str(course)], capsys)
+        assert code == 2, err
+        assert f"there is no course in {course} ({course}/course does not exist)" in err, err
+        assert f"{course} is a course folder itself: give --build {course.parent}" in err, err
+    assert sorted(p.name for p in course.iterdir()) == ["release"]
