@@ -284,7 +284,10 @@ def _gradebook_url(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse argv, run the command, turn known errors into a message and an exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, so the usage shown is the command's
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return _run(args)
     except AutograderError as exc:

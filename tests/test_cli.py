@@ -42,7 +42,10 @@ def empty_build(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv, words", [
     ([], "required"),
-    (["release", "--bogus"], "unrecognized arguments"),
+    (["release", "--bogus"], "python -m autograder release: error: unrecognized arguments: --bogus"),
+    (["export", "--student", "alice", "--build", "{build}"],
+     "usage: python -m autograder export [-h] [--build DIR]\npython -m autograder export: error: unrecognized arguments: "
+     "--student alice"),
     (["collect"], "required: path"),
     (["collect", "/no/such/download.zip", "--build", "{build}"], "does not exist"),
     (["grade", "--workers", "0", "--build", "{build}"], "whole number >= 1"),
