@@ -37,7 +37,7 @@ def read_for_check(path: Path):
     path = Path(path)
     if not path.is_file():
         raise AutograderError(f"{path} is not a file; expected a Jupyter notebook (.ipynb)")
-    if path.suffix != ".ipynb":
+    if path.suffix.lower() != ".ipynb":  # as collect accepts 02-shapes-and-loss.IPYNB
         raise AutograderError(f"{path} is not a .ipynb file; expected a Jupyter notebook")
     try:
         nb, _ = read_notebook(path.read_bytes())

@@ -208,7 +208,8 @@ def _run(args: argparse.Namespace) -> int:
                 print("no extensions (extend --student ID --until WHEN gives one)")
         else:
             named = list(dict.fromkeys(args.student))
-            now = {ext.student: ext for ext in grant(course, named, args.until[0])}
+            with course.lock("extend"):  # not while grade reads the extensions into the gradebook
+                now = {ext.student: ext for ext in grant(course, named, args.until[0])}
             shown = [now[s] for s in named if s in now]  # empty after --until none
             if args.until[0] is None:
                 for student in named:
@@ -246,13 +247,15 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "feedback":
         from .feedback import feedback, print_feedback
 
-        result = feedback(course, students=args.student, workers=args.workers, mathjax_url=args.mathjax_url)
+        with course.lock("feedback"):  # not from a gradebook that grade is still writing
+            result = feedback(course, students=args.student, workers=args.workers, mathjax_url=args.mathjax_url)
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":
         from .export import export, not_graded, waiting_for_a_grader
 
-        written = export(course)
+        with course.lock("export"):
+            written = export(course)
         for path in written:
             print(f"wrote {path}")
         waiting = waiting_for_a_grader(written[0])

@@ -111,6 +111,13 @@ def check_db_url(url: str) -> None:
                               "or unset $PART_II_DB_URL to use the SQLite gradebook") from None
 
 
+def case_hint(unknown: list[str], known: list[str]) -> str:
+    """' (ids are case-sensitive: did you mean alice?)' for unknown ids that differ from a known one only in case, else ''."""
+    lowered = {k.lower(): k for k in known}
+    meant = [lowered[u.lower()] for u in unknown if u.lower() in lowered]
+    return f" (ids are case-sensitive: did you mean {', '.join(meant)}?)" if meant else ""
+
+
 DEFAULT_CELL_TIMEOUT = 60.0  # seconds a cell may run when graded (grade --cell-timeout), and in check
 
 

@@ -44,7 +44,7 @@ from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, last_heading, nbgrader_meta,
                     outcome_message, visible_source)
 from .collect import load_collect_log, match_notebook
-from .course import ASSIGNMENT, AutograderError, Course, quiet_nbgrader_logs
+from .course import ASSIGNMENT, AutograderError, Course, case_hint, quiet_nbgrader_logs
 from .export import late_by
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -338,7 +338,7 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     if students:
         unknown = sorted(set(students) - set(known))
         if unknown:
-            raise AutograderError(f"no graded or collected submission for {', '.join(unknown)}; "
+            raise AutograderError(f"no graded or collected submission for {', '.join(unknown)}{case_hint(unknown, known)}; "
                                   f"graded: {', '.join(graded) or 'none'}")
         known = [s for s in known if s in students]
         graded = [s for s in graded if s in students]

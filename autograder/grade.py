@@ -39,8 +39,8 @@ import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .collect import _digest
-from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, Course, abandon, fast_new_gradebooks,
-                     one_transaction)
+from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, Course, abandon, case_hint,
+                     fast_new_gradebooks, one_transaction)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 DEFAULT_NOTEBOOK_TIMEOUT = 600.0
@@ -759,7 +759,7 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
     if options.students:
         unknown = sorted(set(options.students) - set(students))
         if unknown:
-            raise AutograderError(f"no collected submission for student(s) {', '.join(unknown)}; "
+            raise AutograderError(f"no collected submission for student(s) {', '.join(unknown)}{case_hint(unknown, students)}; "
                                   f"collected: {', '.join(students) or 'none'}")
         students = [s for s in students if s in options.students]
     if not students:

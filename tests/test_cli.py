@@ -413,3 +413,37 @@ def test_a_course_folder_given_as_build_gets_a_hint_and_no_folder_is_made(tmp_pa
         assert f"there is no course in {course} ({course}/course does not exist)" in err, err
         assert f"{course} is a course folder itself: give --build {course.parent}" in err, err
     assert sorted(p.name for p in course.iterdir()) == ["release"]
+
+
+def test_every_command_that_writes_the_course_waits_for_no_one_and_says_who_holds_it(tmp_path, capsys, monkeypatch):
+    import os
+    import shutil
+
+    from autograder.course import Course
+    from shared_builds import released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    (tmp_path / "download" / "ann").mkdir(parents=True)
+    shutil.copy(build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb", tmp_path / "download" / "ann")
+    assert run(["collect", str(tmp_path / "download"), "--build", str(build)], capsys)[0] == 0
+    with Course.load(build).lock("grade"):
+        for argv in (["release"], ["collect", str(tmp_path / "download")], ["grade"], ["feedback"], ["export"],
+                     ["extend", "--student", "ann", "--until", "2026-03-02 00:00 UTC"]):
+            code, err, _ = run([*argv, "--build", str(build)], capsys)
+            assert code == 2, (argv, err)
+            assert f"is busy (`grade` running as pid {os.getpid()}); wait for it to finish" in err, (argv, err)
+    code, _, out = run(["extend", "--build", str(build)], capsys)  # listing changes nothing: no lock needed
+    assert code == 0 and "no extensions" in out, out
+    for command in ("grade", "feedback"):
+        code, err, _ = run([command, "--student", "ANN", "--build", str(build)], capsys)
+        assert code == 2 and "ANN (ids are case-sensitive: did you mean ann?)" in err, err
+
+
+def test_check_reads_an_upper_case_suffix_as_collect_does(tmp_path, capsys):
+    shouted = tmp_path / "02-shapes-and-loss.IPYNB"
+    shouted.write_text("not json")
+    code, err, _ = run(["check", str(shouted)], capsys)
+    assert code == 2 and "cannot be checked" in err and "not a .ipynb file" not in err, err
