@@ -354,15 +354,15 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
 
     every_job = job_rows(course.db_url)
     jobs = {s: row for s, row in every_job.items() if s in graded}  # hash only these hand-ins
-    for student in sorted(needs_regrade(course, jobs)):
-        result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
-                                  "run `python -m autograder grade` first")
-        graded.remove(student)
     for student in (s for s in known if s not in graded and any(course.step_dir("submitted", s).glob("*.ipynb"))):
         row = every_job.get(student) or {}
         result.errors[student] = (f"grading failed ({row.get('error')}): no feedback written; see `grade`'s summary"
                                   if row.get("state") == "error" else
                                   "collected but not graded yet: no feedback written; run `python -m autograder grade` first")
+    for student in sorted(needs_regrade(course, jobs)):
+        result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
+                                  "run `python -m autograder grade` first")
+        graded.remove(student)
     for student in sorted(s for s, row in jobs.items() if row["state"] in ("pending", "running") and s in graded):
         result.errors[student] = "grading pending (e.g. after a release with new tests): no feedback written; " \
                                  "run `python -m autograder grade` first"
