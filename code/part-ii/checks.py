@@ -191,16 +191,14 @@ def calls_watched(*targets):
     called: list[str] = []
     saved = []  # (owner, name, original, whether the owner itself held it)
     try:
-        for target in targets:
-            owner, name = _checked_target(target)
+        for owner, name, original in _originals(targets):
+            spy = _spy(original, _display_name(owner, name), called)
             if isinstance(owner, dict):
-                if name not in owner:
-                    continue
-                saved.append((owner, name, owner[name], True))
-                owner[name] = _spy(owner[name], _display_name(owner, name), called)
+                saved.append((owner, name, original, True))
+                owner[name] = spy
             else:
-                saved.append((owner, name, getattr(owner, name), name in vars(owner)))
-                setattr(owner, name, _spy(getattr(owner, name), _display_name(owner, name), called))
+                saved.append((owner, name, original, name in vars(owner)))
+                setattr(owner, name, spy)
         yield called
     finally:
         for owner, name, original, own in reversed(saved):
@@ -210,6 +208,18 @@ def calls_watched(*targets):
                 setattr(owner, name, original)
             else:
                 delattr(owner, name)  # it was inherited (e.g. Tensor.softmax): leave no copy on the subclass
+
+
+def _originals(targets) -> list[tuple]:
+    """(owner, name, the function there) of each target; a name missing from a dict owner is skipped."""
+    found = []
+    for target in targets:
+        owner, name = _checked_target(target)
+        if not isinstance(owner, dict):
+            found.append((owner, name, getattr(owner, name)))
+        elif name in owner:
+            found.append((owner, name, owner[name]))
+    return found
 
 
 def _checked_target(target) -> tuple:
@@ -250,12 +260,8 @@ def _held_references_watched(user: str, namespace: dict, targets):
     value back afterwards. Yields the labels of the targets called through them. Nothing is searched
     when `user` is not a global of the namespace the guard was entered from.
     """
-    originals = {}  # id -> (object, label); the object is kept so that no other object can take its id
-    for target in targets:
-        owner, name = _checked_target(target)
-        if not isinstance(owner, dict) or name in owner:
-            original = owner[name] if isinstance(owner, dict) else getattr(owner, name)
-            originals[id(original)] = (original, _display_name(owner, name))
+    # id -> (object, label); the object is kept so that no other object can take its id
+    originals = {id(original): (original, _display_name(owner, name)) for owner, name, original in _originals(targets)}
     spied_names = {name for owner, name in targets if owner is namespace}  # calls_watched puts spies there
     called: list[str] = []
     restore: list = []
