@@ -109,12 +109,15 @@ def run_notebook(nb, folder: Path, timeout: float):
     return nb
 
 
+TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error names of a cell stopped at the time limit
+
+
 def timed_out_cells(nb) -> list[str]:
     """'cell N (first line)' for each code cell other than a test cell that was interrupted at the time limit."""
     out = []
     for number, cell in enumerate(nb.cells, 1):
         names = [o.get("ename") for o in cell.get("outputs", []) if o.output_type == "error"]
-        if cell.cell_type == "code" and not is_test_cell(cell) and set(names) & {"KeyboardInterrupt", "CellTimeoutError"}:
+        if cell.cell_type == "code" and not is_test_cell(cell) and TIMED_OUT.intersection(names):
             first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
             out.append(f"cell {number} ({first[:60]})")
     return out
@@ -127,7 +130,7 @@ def cell_error(cell, number: int) -> str | None:
         return None
     name = nbgrader_meta(cell).get("grade_id") or f"cell {number}"
     ename = errors[0].get("ename", "Error")
-    if ename in ("KeyboardInterrupt", "CellTimeoutError"):
+    if ename in TIMED_OUT:
         return f"{name}, which did not finish within the time limit"
     evalue = (str(errors[0].get("evalue", "")).strip().splitlines() or [""])[0][:160]
     return f"{name}, {ename}: {evalue}" if evalue else f"{name}, {ename}"

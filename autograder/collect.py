@@ -891,15 +891,16 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     entries, unreadable = read_download(path)
     known = known_students(course)
     unwrapped = []
+    released = released_files(course)
     if student is None:
-        bundled = frozenset(p.name for p in course.bundle_dir.iterdir() if p.is_dir()) if course.bundle_dir.is_dir() else frozenset()
+        bundled = frozenset(PurePosixPath(p).parts[0] for p in released.values() if "/" in p)  # code/, data/
         entries, unwrapped = unwrap(entries, notebooks, known, bundled)
     elif shared := shared_notebooks(entries, notebooks, known):
         nb, who = next(iter(shared.items()))
         listed = ", ".join(who[:5]) + (", …" if len(who) > 5 else "")
         raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed}); "
                               "--student is for a download of one student's files")
-    filed, rejected, ignored, seen = classify(entries, notebooks, released_files(course), owner=student,
+    filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
                                               release_cells=graded_release_cells(course))
     filed, shared = split_shared_ids(filed, seen)
     filed, duplicates = drop_duplicates(filed)

@@ -354,7 +354,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
 
     every_job = job_rows(course.db_url)
     jobs = {s: row for s, row in every_job.items() if s in graded}  # hash only these hand-ins
-    for student in (s for s in known if s not in graded and any(course.step_dir("submitted", s).glob("*.ipynb"))):
+    collected = set(course.submitted_students())  # what grade would grade
+    for student in (s for s in known if s not in graded and s in collected):
         row = every_job.get(student) or {}
         result.errors[student] = (f"grading failed ({row.get('error')}): no feedback written; see `grade`'s summary"
                                   if row.get("state") == "error" else
