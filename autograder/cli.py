@@ -55,12 +55,12 @@ def _positive_seconds(text: str) -> float:
 
 
 def _moment(what: str, none_means: str):
-    """An argparse type for a time in parse_due_date's forms, worded as `what` (naive UTC, or None for 'none')."""
-    from .release import parse_due_date
+    """An argparse type for a time in parse_moment's forms, worded as `what` (aware as given, or None for 'none')."""
+    from .release import parse_moment
 
     def parse(text: str):
         try:
-            return (parse_due_date(text, what=what, none_means=none_means),)  # a 1-tuple: (None,) is not "not given"
+            return (parse_moment(text, what=what, none_means=none_means),)  # a 1-tuple: (None,) is not "not given"
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -201,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     course = Course.load(args.build, create=args.command == "release")  # the others need a released course
     if args.command == "extend":
         from .extensions import describe, extensions, grant
+        from .release import as_given, naive_utc
 
         if args.student is None:
             shown = extensions(course)
@@ -208,22 +209,25 @@ def _run(args: argparse.Namespace) -> int:
                 print("no extensions (extend --student ID --until WHEN gives one)")
         else:
             named = list(dict.fromkeys(args.student))
+            until = args.until[0]
             with course.lock("extend"):  # not while grade reads the extensions into the gradebook
-                now = {ext.student: ext for ext in grant(course, named, args.until[0])}
+                now = {ext.student: ext for ext in grant(course, named, until and naive_utc(until))}
             shown = [now[s] for s in named if s in now]  # empty after --until none
-            if args.until[0] is None:
+            if until is None:
                 for student in named:
                     print(f"{student}: no extension (the assignment's due date applies)")
         for ext in shown:
-            print(describe(ext))
+            print(describe(ext, as_given(args.until[0]) if args.student else ""))
         return 1 if any(not ext.known for ext in shown) else 0  # an id no hand-in has: a typo?
     if args.command == "release":
-        from .release import KEEP, release
+        from .release import KEEP, as_given, naive_utc, release
 
-        result = release(course, due_date=KEEP if args.due_date is None else args.due_date[0])
+        given = KEEP if args.due_date is None else args.due_date[0]
+        result = release(course, due_date=given if given is KEEP or given is None else naive_utc(given))
         print(f"released {len(result.notebooks)} notebooks to {course.release_dir}")
         print(f"student zip: {result.zip_path}")
-        print(f"due date: {result.due_date:%Y-%m-%d %H:%M:%S} UTC" if result.due_date else
+        print(f"due date: {result.due_date:%Y-%m-%d %H:%M:%S} UTC{as_given(None if given is KEEP else given)}"
+              if result.due_date else
               "no due date (release --due-date WHEN records one; export then says who handed in late)")
         if result.changed:
             from .grade import listed_cells

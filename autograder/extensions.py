@@ -163,11 +163,12 @@ def extensions(course: Course) -> list[Extension]:
                 for student, until in sorted(extension_ends(gb.db).items())]
 
 
-def describe(ext: Extension) -> str:
-    """One line on an extension for the terminal, e.g. '10001: until 2026-03-04 15:59 UTC (3 d after the due date)'."""
+def describe(ext: Extension, given: str = "") -> str:
+    """One line on an extension for the terminal, e.g. '10001: until 2026-03-04 15:59 UTC (3 d after the due date)'
+    (given: release.as_given's note on the time as the instructor wrote it, put after the UTC time)."""
     from .export import late_by
 
-    line = f"{ext.student}: until {utc_time(ext.until)}"
+    line = f"{ext.student}: until {utc_time(ext.until)}{given}"
     if ext.due_date is None:
         line += " (the assignment has no due date now, so it gives no extra time)"
     elif ext.interval is None:

@@ -44,9 +44,10 @@ class Release:
     due_date: dt.datetime | None = None  # the assignment's due date after the release (naive UTC, as nbgrader keeps it)
 
 
-def parse_due_date(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
-    """A due date as naive UTC (nbgrader's convention); None for 'none'. ValueError naming the accepted forms
-    (what: the kind of time in the messages, e.g. 'end of the extension'; none_means: what 'none' does)."""
+def parse_moment(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
+    """A time as written, made aware (its zone, its offset, or this machine's zone); None for 'none'.
+    ValueError naming the accepted forms (what: the kind of time in the messages, e.g. 'end of the extension';
+    none_means: what 'none' does)."""
     forms = DUE_DATE_FORMS.format(none_means)
     if text.strip().lower() == "none":
         return None
@@ -65,8 +66,30 @@ def parse_due_date(text: str, what: str = "due date", none_means: str = "no due 
     if tz is not None:
         if moment.tzinfo is not None:
             raise ValueError(f"{what} {text!r} gives both an offset and a time zone; expected {forms}")
-        moment = moment.replace(tzinfo=tz)
-    return moment.astimezone(dt.timezone.utc).replace(tzinfo=None)  # a naive moment is local time
+        return moment.replace(tzinfo=tz)
+    return moment if moment.tzinfo is not None else moment.astimezone()  # a naive moment is local time
+
+
+def parse_due_date(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
+    """A due date as naive UTC (nbgrader's convention); None for 'none'. ValueError as parse_moment."""
+    moment = parse_moment(text, what, none_means)
+    return None if moment is None else naive_utc(moment)
+
+
+def naive_utc(moment: dt.datetime) -> dt.datetime:
+    """An aware time as naive UTC, the form nbgrader and the gradebook keep."""
+    return moment.astimezone(dt.timezone.utc).replace(tzinfo=None)
+
+
+def as_given(moment: dt.datetime | None) -> str:
+    """' (2026-03-01 23:59 Asia/Shanghai as given)' for a time given off UTC; '' for one given in UTC or None."""
+    if moment is None or moment.utcoffset() == dt.timedelta(0):
+        return ""
+    zone = getattr(moment.tzinfo, "key", None) or moment.strftime("%z")  # Asia/Shanghai, else +0800
+    if zone[:1] in "+-" and len(zone) == 5:
+        zone = f"{zone[:3]}:{zone[3:]}"
+    seconds = f":{moment:%S}" if moment.second else ""
+    return f" ({moment:%Y-%m-%d %H:%M}{seconds} {zone} as given)"
 
 
 def set_due_date(course: Course, due_date: dt.datetime | None) -> None:

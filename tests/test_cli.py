@@ -107,6 +107,28 @@ def test_a_due_date_is_read_in_the_zone_it_names_or_else_in_local_time(monkeypat
         time.tzset()
 
 
+def test_a_time_given_off_utc_is_echoed_as_given_beside_its_utc_time(monkeypatch):
+    """release and extend print the stored UTC time; the instructor also sees the time they typed, in their zone."""
+    import datetime as dt
+    import time
+
+    from autograder.release import as_given, naive_utc, parse_moment
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        shanghai = parse_moment("2026-03-01 23:59 Asia/Shanghai")
+        assert naive_utc(shanghai) == dt.datetime(2026, 3, 1, 15, 59)
+        assert as_given(shanghai) == " (2026-03-01 23:59 Asia/Shanghai as given)"
+        assert as_given(parse_moment("2026-03-01 23:59:30+08:00")) == " (2026-03-01 23:59:30 +08:00 as given)"
+        assert as_given(parse_moment("2026-07-01 09:00")) == " (2026-07-01 09:00 +02:00 as given)"  # Berlin, summer
+        assert as_given(parse_moment("2026-03-01 15:59 UTC")) == as_given(parse_moment("2026-03-01T15:59Z")) == ""
+        assert as_given(None) == "" and parse_moment("none") is None
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_the_module_entry_point_reports_errors_too():
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade", "--workers", "0"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)

@@ -173,10 +173,12 @@ def test_the_command_grants_lists_and_removes(course, capsys):
     assert main(["extend", "--student", "ann", "--student", "zed", "--until", "2026-03-03 23:59 Asia/Shanghai",
                  "--build", build]) == 1  # zed has no hand-in: a typo?
     out = capsys.readouterr().out
-    assert "ann: until 2026-03-03 15:59 UTC (2 d after the due date)\n" in out
-    assert "zed: until 2026-03-03 15:59 UTC (2 d after the due date); not in the gradebook yet" in out
-    assert main(["extend", "--build", build]) == 1
-    assert capsys.readouterr().out.count(" until 2026-03-03 15:59 UTC") == 2
+    given = " (2026-03-03 23:59 Asia/Shanghai as given)"  # the instructor's own time beside the UTC one
+    assert f"ann: until 2026-03-03 15:59 UTC{given} (2 d after the due date)\n" in out
+    assert f"zed: until 2026-03-03 15:59 UTC{given} (2 d after the due date); not in the gradebook yet" in out
+    assert main(["extend", "--build", build]) == 1  # the list has only the UTC time: the zone given is not kept
+    listed = capsys.readouterr().out
+    assert listed.count(" until 2026-03-03 15:59 UTC (2 d after") == 2 and "as given" not in listed, listed
     assert main(["extend", "--student", "zed", "--until", "none", "--build", build]) == 0
     assert capsys.readouterr().out == "zed: no extension (the assignment's due date applies)\n"
     assert lateness(course)["ann"] == (dt.datetime(2026, 3, 3, 15, 59), 0)

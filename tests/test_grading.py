@@ -975,8 +975,10 @@ def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_r
         due = stamps["perfect"] - dt.timedelta(hours=2, minutes=3)
         before = read_grades(graded["course"])
         with build_env(build):
-            assert main(["release", "--due-date", f"{due.isoformat(sep=' ')}+00:00", "--build", str(build)]) == 0
-            assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC" in capsys.readouterr().out
+            shanghai = due + dt.timedelta(hours=8)  # as an instructor in China types it
+            assert main(["release", "--due-date", f"{shanghai.isoformat(sep=' ')} Asia/Shanghai", "--build", str(build)]) == 0
+            typed = f"{shanghai:%Y-%m-%d %H:%M}" + (f":{shanghai:%S}" if shanghai.second else "")  # ':00' left out
+            assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC ({typed} Asia/Shanghai as given)" in capsys.readouterr().out
             assert main(["release", "--build", str(build)]) == 0  # no --due-date: the recorded one stays
             assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC" in capsys.readouterr().out
             export(course)
