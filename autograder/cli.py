@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "plot the totals and print a summary. Uses DIR/demo (default build/demo), wiped "
                                    "first, with a SQLite gradebook.")
     _add_grading_options(p)
+    for command in sub.choices.values():  # main reports an argument the command does not know with its usage
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -293,8 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command's own parser, so the usage shown is the command's
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-        commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return _run(args)
     except AutograderError as exc:
