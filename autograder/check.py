@@ -78,8 +78,8 @@ def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) ->
     hit = match_notebook(path.stem, list(course))
     if hit is None:
         return (f"✘ {path.name} is not the name of a notebook of this course: save this notebook as {best}.ipynb "
-                "(the notebook its exercises belong to); collect files a file so named by its exercises only when it "
-                "sits in a folder named after you, and rejects it otherwise")
+                "(the notebook its exercises belong to); when you hand it in, a file so named is graded by its "
+                "exercises only inside a folder named with your student id, and is not accepted otherwise")
     if hit[0] != best:
         return (f"✘ this file is named {hit[0]}.ipynb but holds the exercises of {best}: collect files it as {best}, "
                 f"and {hit[0]} counts as not handed in. Save it as {best}.ipynb")
