@@ -76,12 +76,12 @@ def late_by(seconds: float) -> str:
     return " ".join(p for p in parts if p)
 
 
-def tampered_tests(course: Course, student: str, released_tests: dict[str, set[str]]) -> list[str]:
-    """Notes naming the test cells a student's hand-in changed or deleted (grading used the released ones).
+def tampered_cells(course: Course, student: str, released_tests: dict[str, set[str]]) -> dict[str, tuple[list, list]]:
+    """{notebook: (grade ids of test cells the student changed, of those they deleted)} for the notebooks with either.
 
-    released_tests: {notebook: grade ids of its test cells in the release}.
+    released_tests: {notebook: grade ids of its test cells in the release}. Grading used the released cells.
     """
-    notes = []
+    tampered = {}
     for path in sorted(course.step_dir("submitted", student).glob("*.ipynb")):
         try:
             cells = nbformat.read(path, as_version=4).cells
@@ -95,10 +95,24 @@ def tampered_tests(course: Course, student: str, released_tests: dict[str, set[s
         edited = sorted(g for g in released & carrying.keys()
                         if any(not is_test_cell(c) or is_edited(c) for c in carrying[g]))
         deleted = sorted(released - carrying.keys())
+        if edited or deleted:
+            tampered[path.stem] = (edited, deleted)
+    return tampered
+
+
+def released_test_ids(course: Course) -> dict[str, set[str]]:
+    """{notebook: grade ids of its autograded test cells in the release}."""
+    return {stem: {g for g, test in cells.items() if test} for stem, cells in graded_cells(course.release_dir).items()}
+
+
+def tampered_tests(course: Course, student: str, released_tests: dict[str, set[str]]) -> list[str]:
+    """Notes for the instructor naming the test cells a student's hand-in changed or deleted."""
+    notes = []
+    for notebook, (edited, deleted) in tampered_cells(course, student, released_tests).items():
         if edited:
-            notes.append(f"{path.stem}: test cells changed by the student, graded as released: {', '.join(edited)}")
+            notes.append(f"{notebook}: test cells changed by the student, graded as released: {', '.join(edited)}")
         if deleted:
-            notes.append(f"{path.stem}: test cells deleted by the student, put back for grading: {', '.join(deleted)}")
+            notes.append(f"{notebook}: test cells deleted by the student, put back for grading: {', '.join(deleted)}")
     return notes
 
 
@@ -141,8 +155,7 @@ def export(course: Course) -> list[Path]:
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
         sync_now(gb)  # the due date may have moved in formgrader since the last sync
         extended = extension_ends(gb.db)
-        released_tests = {stem: {g for g, test in cells.items() if test}
-                          for stem, cells in graded_cells(course.release_dir).items()}
+        released_tests = released_test_ids(course)
         for student in sorted(gb.students, key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale)
             if tampered := tampered_tests(course, student.id, released_tests):

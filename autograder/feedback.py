@@ -40,12 +40,13 @@ from nbconvert.exporters import HTMLExporter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
+from traitlets import Dict
 
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, last_heading, nbgrader_meta,
                     outcome_message, visible_source)
 from .collect import load_collect_log, match_notebook
 from .course import ASSIGNMENT, AutograderError, Course, case_hint, quiet_nbgrader_logs
-from .export import late_by
+from .export import late_by, released_test_ids, tampered_cells
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
@@ -94,12 +95,18 @@ def template_config(config) -> None:
 
 
 class GetGradesNotingPending(GetGrades):
-    """nbgrader's GetGrades, plus a note wherever a grade still waits for a human grader."""
+    """nbgrader's GetGrades, plus a note wherever a grade still waits for a human grader, and on test cells the
+    student changed or deleted (grading ran the released ones)."""
+
+    tampered = Dict(help="{notebook: [grade ids of test cells changed, of those deleted]} of this student"
+                    ).tag(config=True)
 
     def preprocess(self, nb, resources):
-        """Scores and comments from the gradebook; a provisional-score note first when grades are pending."""
+        """Scores and comments from the gradebook; notes first: late, provisional score, test cells put back."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
+        if self.notebook_id in self.tampered:
+            nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
         pending = resources["nbgrader"]["pending"]
         if pending:
             nb.cells.insert(0, new_markdown_cell(provisional_note(pending)))
@@ -135,6 +142,18 @@ def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = F
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
     return (f"**Handed in late.** Your hand-in is dated {handed_in:%Y-%m-%d %H:%M} UTC, {late_by(seconds)} after "
             f"{'your extended' if extended else 'the'} due date ({due:%Y-%m-%d %H:%M} UTC). {cost}")
+
+
+def tampered_note(edited: list[str], deleted: list[str]) -> str:
+    """The note opening a page whose hand-in changed or deleted test cells: grading ran the released ones."""
+    parts = []
+    if edited:
+        parts.append(f"You changed the test cell{'s' if len(edited) > 1 else ''} {', '.join(edited)}: grading ran "
+                     f"{'them' if len(edited) > 1 else 'it'} as released, so your edits do not count.")
+    if deleted:
+        parts.append(f"You deleted the test cell{'s' if len(deleted) > 1 else ''} {', '.join(deleted)}: "
+                     f"{'they were' if len(deleted) > 1 else 'it was'} put back and run for grading.")
+    return f"**Test cells put back.** {' '.join(parts)} The test cells below are the released ones."
 
 
 def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:
@@ -255,6 +274,8 @@ def generate_for(course: Course, student: str, mathjax_url: str | None = None) -
     from nbgrader.converters import GenerateFeedback
 
     config = _feedback_config(course, mathjax_url)
+    config.GetGradesNotingPending.tampered = {nb: [edited, deleted] for nb, (edited, deleted)
+                                              in tampered_cells(course, student, released_test_ids(course)).items()}
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()

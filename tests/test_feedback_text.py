@@ -129,6 +129,19 @@ def test_the_provisional_note_counts_answers_and_points_and_says_what_can_still_
     assert "not been graded yet" not in review and "2 hand-scored answers (answer_c, answer_d) are to be reviewed" in review
 
 
+def test_the_note_on_test_cells_put_back_names_each_and_says_what_grading_ran():
+    from autograder.feedback import tampered_note
+
+    both = tampered_note(["test_a", "test_b"], ["test_c"])
+    assert both == ("**Test cells put back.** You changed the test cells test_a, test_b: grading ran them as released, "
+                    "so your edits do not count. You deleted the test cell test_c: it was put back and run for grading. "
+                    "The test cells below are the released ones.")
+    edited_only = tampered_note(["test_a"], [])
+    assert "You changed the test cell test_a: grading ran it as released" in edited_only and "deleted" not in edited_only
+    deleted_only = tampered_note([], ["test_c", "test_d"])
+    assert "You deleted the test cells test_c, test_d: they were put back" in deleted_only and "changed" not in deleted_only
+
+
 def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
     """Missing, rejected by collect (the reason and the file named), not gradable (the grader's reason); graded ones not."""
     import json

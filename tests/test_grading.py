@@ -215,6 +215,17 @@ def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
     assert "02-shapes-and-loss: test cells deleted by the student, put back for grading: test_stable_softmax" in tampered
     flagged = {s for s, r in rows.items() if "by the student" in r["notes"]}
     assert flagged == {"edited-tests", "tampered-test-cells", "duplicate-grade-ids"}, flagged
+    # and the student, on that notebook's feedback page only: their edits did not count, the deleted cell came back
+    pages = {f.parent.parent.name + "/" + f.stem: page_text(f.read_text(encoding="utf-8"))
+             for f in (course.root / "feedback").rglob("*.html")}
+    page = pages[f"edited-tests/{partial_nb}"]
+    assert "Test cells put back." in page, page[:2000]
+    assert f"You changed the test cell{'s' if len(partial_tests) > 1 else ''} {', '.join(sorted(partial_tests))}: grading ran" \
+        in page, page[:2000]
+    assert f"You deleted the test cell {deleted[0]}: it was put back and run for grading." in page, page[:2000]
+    noted = {name for name, text in pages.items() if "Test cells put back." in text}
+    assert {name.split("/")[0] for name in noted} == {"edited-tests", "tampered-test-cells", "duplicate-grade-ids"}, noted
+    assert sum(name.startswith("edited-tests/") for name in noted) == 1, noted
 
 
 def test_broken_file_is_reported_and_kept_not_lost(graded):
