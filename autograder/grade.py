@@ -30,6 +30,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -707,11 +708,14 @@ class Scheduler:
         queue = deque(todo)
         bar = tqdm(total=len(todo), unit="submission", desc=f"grading ({self.result.mode})", file=sys.stderr,
                    disable=not self.options.progress, dynamic_ncols=True)
+        previous = self._note_interrupts()
         try:
             while queue or self.running:
                 while queue and len(self.running) < self.options.workers:
                     self.start(queue.popleft())
                 time.sleep(POLL_SECONDS)
+                if self.interrupted:  # its KeyboardInterrupt was raised where Python drops it (a weakref callback)
+                    raise KeyboardInterrupt
                 for student, run in list(self.running.items()):
                     rc = run.proc.exitcode
                     timed_out = rc is None and time.monotonic() - run.started > run.budget
@@ -732,8 +736,31 @@ class Scheduler:
             raise AutograderError(f"interrupted: {len(self.result.graded)} submissions graded in this run, {left} not; "
                                   "run `python -m autograder grade` again to resume", 130) from None
         finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             bar.close()
         return self.result
+
+    interrupted = False
+
+    def _note_interrupts(self) -> dict:
+        """Handle Ctrl-C (unless ignored, as in a background job) and SIGTERM by noting the interrupt, then raising
+        KeyboardInterrupt; return the handlers replaced. A noted interrupt stops the run at the next poll even when
+        the exception itself was raised inside a callback that swallows it."""
+        def handler(signum, frame):
+            self.interrupted = True
+            raise KeyboardInterrupt
+
+        previous = {}
+        if threading.current_thread() is not threading.main_thread():
+            return previous
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            current = signal.getsignal(signum)
+            if current is signal.SIG_IGN or current is None:
+                continue
+            previous[signum] = current
+            signal.signal(signum, handler)
+        return previous
 
 
 @contextlib.contextmanager
