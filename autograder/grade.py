@@ -630,6 +630,7 @@ class Scheduler:
         self.result = GradeResult(mode="sandbox" if sandboxed else "no sandbox")
         self.ctx = worker_context()
         self.budget = len(notebooks) * ((options.notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT) + 60) + 120
+        self.interrupted = False  # set by the run's signal handler (see _note_interrupts)
 
     def start(self, student: str) -> None:
         """Prepare and start a job, recording it as running."""
@@ -740,8 +741,6 @@ class Scheduler:
                 signal.signal(signum, handler)
             bar.close()
         return self.result
-
-    interrupted = False
 
     def _note_interrupts(self) -> dict:
         """Handle Ctrl-C (unless ignored, as in a background job) and SIGTERM by noting the interrupt, then raising
