@@ -269,24 +269,29 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
     return config
 
 
-def generate_for(course: Course, student: str, mathjax_url: str | None = None) -> list[Path]:
-    """Run nbgrader's GenerateFeedback for one student; return the HTML files."""
+def generate_for(course: Course, student: str, mathjax_url: str | None = None,
+                 released_tests: dict[str, set[str]] | None = None) -> list[Path]:
+    """Run nbgrader's GenerateFeedback for one student; return the HTML files.
+    released_tests: released_test_ids(course), passed in when many students are rendered (read here otherwise)."""
     from nbgrader.converters import GenerateFeedback
 
     config = _feedback_config(course, mathjax_url)
+    if released_tests is None:
+        released_tests = released_test_ids(course)
     config.GetGradesNotingPending.tampered = {nb: [edited, deleted] for nb, (edited, deleted)
-                                              in tampered_cells(course, student, released_test_ids(course)).items()}
+                                              in tampered_cells(course, student, released_tests).items()}
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()
     return sorted(course.step_dir("feedback", student).glob("*.html"))
 
 
-def _generate_safely(course: Course, student: str, mathjax_url: str | None) -> tuple[list[Path], str | None]:
+def _generate_safely(course: Course, student: str, mathjax_url: str | None,
+                     released_tests: dict[str, set[str]]) -> tuple[list[Path], str | None]:
     """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
     quiet_nbgrader_logs()
     try:
-        return generate_for(course, student, mathjax_url), None
+        return generate_for(course, student, mathjax_url, released_tests), None
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
         return [], f"{type(exc).__name__}: {exc}"
 
@@ -413,8 +418,10 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("forkserver")  # nbgrader's converters chdir: processes, not threads
-    with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(graded)), mp_context=ctx) as pool:
-        outcomes = list(pool.map(_generate_safely, [course] * len(graded), graded, [mathjax_url] * len(graded)))
+    released_tests = released_test_ids(course)  # read the release once, not once per student
+    n = len(graded)
+    with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx) as pool:
+        outcomes = list(pool.map(_generate_safely, [course] * n, graded, [mathjax_url] * n, [released_tests] * n))
     for student, (files, error) in zip(graded, outcomes):
         if error:
             result.errors[student] = error
