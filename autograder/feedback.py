@@ -13,9 +13,11 @@ before grading, so a line there (e.g. ``with np.errstate(all="ignore"):``, an id
 notebooks teach) is theirs, not a leak; any further copy came from the grading run.
 
 Feedback written before the free-text answers are graded in formgrader would show each of
-them as 0 / N. Such a page opens with a note that its score is provisional, and each answer
-still waiting for a grader says so under it; feedback run again after manual grading drops
-both.
+them as 0 / N. Such a page opens with a note that its score is provisional, its score and the
+contents entry of each answer still waiting for a grader say so too, and the answer says so under
+it; feedback run again after manual grading drops all of it. An answer cell handed in as released
+gets nbgrader's automatic comment "No response.", which reads like the grader's silence: the
+page says "No answer: ..." instead.
 
 The page's table of contents names each graded cell after the exercise heading above it
 (e.g. "练习 2.1（3 分）… · test test_stable_softmax"), where nbgrader's template lists only
@@ -53,6 +55,8 @@ MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean any
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "feedback_part_ii"  # nbgrader's feedback template with a table of contents by exercise
 TEMPLATE_FILE = "page.html.j2"
+NBGRADER_NO_RESPONSE = "No response."  # nbgrader's automatic comment on an answer cell left as released
+UNANSWERED = "No answer: you handed this cell in as it was released."
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -119,6 +123,14 @@ class GetGradesNotingPending(GetGrades):
                 nb.cells.insert(0, new_markdown_cell(late_note(submission.timestamp, submission.duedate, late, penalty,
                                                                extended=submission.extension is not None)))
         return nb, resources
+
+    def _get_comment(self, cell, resources):
+        """The grader's comment, or nbgrader's automatic one; its 'No response.' (answer cell handed in as
+        released) is said plainly, as it reads like the grader's silence."""
+        comment = self.gradebook.find_comment(cell.metadata.nbgrader["grade_id"], self.notebook_id, self.assignment_id,
+                                              self.student_id)
+        unanswered = comment.manual_comment is None and comment.auto_comment == NBGRADER_NO_RESPONSE
+        cell.metadata.nbgrader["comment"] = UNANSWERED if unanswered else comment.comment
 
     def _get_score(self, cell, resources):
         """Score and points of a graded cell; a grade waiting for a human grader is noted in its comment."""

@@ -52,7 +52,7 @@ def graded_notebook(folder: Path, answer: str, test_outputs: list, later_outputs
     return path
 
 
-def render(notebook: Path, mathjax_url: str | None = None) -> Path:
+def render(notebook: Path, mathjax_url: str | None = None, pending: dict | None = None) -> Path:
     """The feedback page the course's template makes of the notebook, hidden tests filtered out, cells labelled
     (MathJax loaded from mathjax_url, as `feedback --mathjax-url` sets it, or from nbconvert's default)."""
     config = Config()
@@ -65,6 +65,8 @@ def render(notebook: Path, mathjax_url: str | None = None) -> Path:
     exporter.register_preprocessor(HideHiddenTests(), enabled=True)
     exporter.register_preprocessor(LabelGradedCells(), enabled=True)
     grades = {"notebook": notebook.stem, "score": 0.0, "max_score": 1.0, "late_penalty": 0.0}  # what GetGrades adds
+    if pending is not None:  # what GetGradesNotingPending adds: {grade id: (points, scored by hand before)}
+        grades["pending"] = pending
     body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4), resources={"nbgrader": grades})
     page = notebook.with_suffix(".html")
     page.write_text(body, encoding="utf-8")
@@ -212,6 +214,24 @@ def test_the_contents_name_each_graded_cell_after_the_exercise_heading_above_it(
     anchors = page.read_text(encoding="utf-8")
     assert all(f'href="#{a}"' in anchors and f'name="{a}"' in anchors
                for a in ("test_early", "comment-ex_softmax", "test_softmax", "answer_why"))
+
+
+def test_a_score_waiting_for_a_grader_reads_as_such_in_the_contents_and_the_heading(tmp_path):
+    """0 / 2 for an answer nobody graded yet is not a score: its entry and the page's total say so."""
+    cells = [new_markdown_cell("### 练习 2.5（2 分，人工评分）简答"),
+             (new_markdown_cell("because"), {"grade": True, "solution": True, "grade_id": "answer_why", "points": 2,
+                                             "score": 0.0}),
+             new_markdown_cell("### 练习 2.6（1 分，人工评分）"),
+             (new_markdown_cell("so"), {"grade": True, "solution": True, "grade_id": "answer_so", "score": 0.5}),
+             (new_code_cell("check_true('g', True)"), {"grade": True, "solution": False, "grade_id": "test_g"})]
+    page = render(labelled_notebook(tmp_path, cells), pending={"answer_why": (2.0, False), "answer_so": (1.0, True)})
+    assert contents(page) == ["练习 2.5（2 分，人工评分）简答 · your written answer (not graded yet: 0.0 / 2.0)",
+                              "练习 2.6（1 分，人工评分） · your written answer (to be reviewed: 0.5 / 1.0)",
+                              "练习 2.6（1 分，人工评分） · test test_g (Score: 1.0 / 1.0)"]
+    assert "nb (Score: 0.0 / 1.0, provisional)" in page_text(page.read_text(encoding="utf-8"))
+    graded = render(labelled_notebook(tmp_path, cells), pending={})
+    assert contents(graded)[0].endswith("your written answer (Score: 0.0 / 2.0)")
+    assert "provisional" not in page_text(graded.read_text(encoding="utf-8"))
 
 
 def test_a_heading_typed_into_the_notebook_is_shown_as_text_not_markup(tmp_path):

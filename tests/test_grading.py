@@ -1097,6 +1097,19 @@ def test_an_extension_granted_before_grading_is_what_nbgrader_sees_in_the_worker
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_an_answer_handed_in_as_released_reads_as_no_answer_not_as_the_graders_silence(graded):
+    """nbgrader comments 'No response.' on every answer cell left as released; the page says what it means."""
+    from autograder.feedback import page_text
+
+    course = graded["course"]
+    for path in sorted(course.release_dir.glob("*.ipynb")):
+        answers = sum(1 for c in nbformat.read(path, as_version=4).cells if meta(c).get("solution"))
+        blank = page_text((course.step_dir("feedback", "blank") / f"{path.stem}.html").read_text(encoding="utf-8"))
+        perfect = page_text((course.step_dir("feedback", "perfect") / f"{path.stem}.html").read_text(encoding="utf-8"))
+        assert blank.count("Comments: No answer: you handed this cell in as it was released.") == answers > 0, path.name
+        assert "No response." not in blank and "No answer:" not in perfect, path.name
+
+
 def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_it_once_graded(graded):
     """A written answer not graded yet must not read as a final 0 / N; after manual grading the note goes."""
     from autograder.feedback import feedback, page_text
@@ -1109,7 +1122,8 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         before = page_text(page.read_text(encoding="utf-8"))
         assert "Provisional score. 1 answer worth 2 points (answer_ppl_evidence) has not been graded yet" in before
         assert "Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of 2 points." in before
-        assert "· your written answer (Score: 0.0 / 2.0)" in before
+        assert "· your written answer (not graded yet: 0.0 / 2.0)" in before
+        assert re.search(r"02-shapes-and-loss \(Score: [\d.]+ / [\d.]+, provisional\)", before), before[:500]
 
         def set_grade(manual_score, needs_manual_grade):
             """What formgrader's grade API does (and, for needs_manual_grade=True, a later regrade)."""
@@ -1126,7 +1140,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         assert page in result.written and page not in result.provisional
         assert set(result.provisional) == set(result.written) - {page}  # the other notebooks still wait
         after = page_text(page.read_text(encoding="utf-8"))
-        assert "Provisional score." not in after and "Not graded yet" not in after
+        assert "Provisional score." not in after and "Not graded yet" not in after and "provisional)" not in after
         assert f"(Score: {round(total, 2)} / {round(max_points, 2)})" in after  # nbgrader's header, the 1.5 counted
         assert total > 1.5 and "· your written answer (Score: 1.5 / 2.0)" in after
 
@@ -1153,7 +1167,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         assert "the 1.5 of 2 points shown can change" in review and "Not graded yet" not in review
         comment = review.index("Comments: Names the tokenizer problem; say which evidence would settle it.")
         assert review.index("To be reviewed: your notebook was graded again", comment) > comment  # after it
-        assert "· your written answer (Score: 1.5 / 2.0)" in review
+        assert "· your written answer (to be reviewed: 1.5 / 2.0)" in review and ", provisional)" in review
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
