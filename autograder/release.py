@@ -2,7 +2,9 @@
 
 The zip holds one folder, ``part-ii/``, with the release notebooks at its top and the
 course's ``code/part-ii`` and ``data/part-ii`` beside them (the notebooks' setup cell finds
-``code/part-ii`` by searching the parent folders). Nothing else goes in: no source
+``code/part-ii`` by searching the parent folders), plus a ``README.md`` for the student (what
+each notebook covers and is worth, how to set up, work and hand in) and a ``requirements.txt``
+with the course's pins of the packages the notebooks need. Nothing else goes in: no source
 notebook, no solution, no hidden test, no marking note. The same unpacked folder is what graded kernels
 see as ``PART_II_ROOT``.
 """
@@ -19,8 +21,9 @@ from pathlib import Path
 
 import nbformat
 
-from .course import (ASSIGNMENT, BUNDLE_CONTENT, REPO, AutograderError, Course, fast_new_gradebooks, one_transaction,
-                     quiet_nbgrader_logs)
+from .cells import nbgrader_meta
+from .course import (ASSIGNMENT, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, Course,
+                     fast_new_gradebooks, one_transaction, quiet_nbgrader_logs)
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -28,6 +31,11 @@ MARKING_NOTE_PREFIX = "note_"
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
 SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
 KEEP = object()  # release(due_date=KEEP): the gradebook's due date stays as it is
+STUDENT_README = Path(__file__).parent / "templates" / "student_README.md"
+# what a student installs to run the notebooks: what they and code/part-ii import, JupyterLab and its kernel, and
+# nbgrader for the Validate button (tests/test_release.py checks that the imports are covered)
+STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "sympy", "jsonschema", "ipython", "jupyterlab", "ipykernel",
+                    "nbgrader")
 DUE_DATE_FORMS = ("'2026-03-01 23:59' (this machine's time zone), '2026-03-01 23:59+08:00', "
                   "'2026-03-01 23:59 Asia/Shanghai', or 'none' ({})")
 
@@ -155,22 +163,67 @@ def _bundle_files(course: Course) -> list[tuple[Path, str]]:
     return files
 
 
+def pinned_versions(requirements: Path = REPO / "requirements.txt") -> dict[str, str]:
+    """{distribution name (lower case): version} for every `name==version` line of a requirements file."""
+    pins = {}
+    for line in requirements.read_text(encoding="utf-8").splitlines():
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep:
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def student_requirements(pins: dict[str, str]) -> str:
+    """The student's requirements.txt: the course's pin of each of STUDENT_PACKAGES."""
+    missing = [name for name in STUDENT_PACKAGES if name not in pins]
+    if missing:
+        raise AutograderError(f"requirements.txt pins no version of {', '.join(missing)}; the student bundle's "
+                              "requirements.txt needs an exact pin (name==version) of each")
+    return ("# The versions the course is graded with. On Linux install torch from the CPU index first (README.md).\n"
+            + "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES))
+
+
+def notebook_title(nb) -> str:
+    """The notebook's first heading (its title), without the leading #s; '' when it has none."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
+def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
+    """The student's README.md: a row per release notebook (file, title, points), then set-up, work and hand-in."""
+    rows = []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        points = sum(float(m.get("points", 0)) for c in nb.cells if (m := nbgrader_meta(c)).get("grade"))
+        rows.append(f"| `{path.name}` | {notebook_title(nb) or path.stem} | {points:g} |")
+    return STUDENT_README.read_text(encoding="utf-8").format(
+        notebooks="\n".join(rows), torch_version=pins["torch"], cell_timeout=f"{DEFAULT_CELL_TIMEOUT:g}")
+
+
 def write_bundle(course: Course) -> tuple[Path, Path]:
     """Write the unpacked student bundle and its zip from scratch; return (bundle folder, zip)."""
-    files = _bundle_files(course)
+    pins = pinned_versions()
+    requirements = student_requirements(pins)
+    files = {rel: src.read_bytes() for src, rel in _bundle_files(course)}
+    files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins).encode()
+    files["requirements.txt"] = requirements.encode()
     if course.bundle_dir.exists():
         shutil.rmtree(course.bundle_dir)
     course.bundle_zip.parent.mkdir(parents=True, exist_ok=True)
     tmp_zip = course.bundle_zip.with_suffix(".zip.tmp")
     with zipfile.ZipFile(tmp_zip, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for src, rel in files:
+        for rel, data in sorted(files.items()):
             dest = course.bundle_dir / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
+            dest.write_bytes(data)
             info = zipfile.ZipInfo(f"{ASSIGNMENT}/{rel}", date_time=ZIP_DATE)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, src.read_bytes())
+            zf.writestr(info, data)
     tmp_zip.replace(course.bundle_zip)
     return course.bundle_dir, course.bundle_zip
 

@@ -782,12 +782,16 @@ def test_zip_names_in_the_windows_chinese_code_page_or_unflagged_utf8_keep_their
 
 
 def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(course, tmp_path):
-    """The student zip unpacks to part-ii/ with the notebooks, code/ and data/: zipped back whole inside the student's
-    folder, code/ and data/ are the course's folders, not two more students."""
+    """The student zip unpacks to part-ii/ with the notebooks, code/, data/, README.md and requirements.txt: zipped back
+    whole inside the student's folder, code/ and data/ are the course's folders, not two more students, and the
+    unchanged files are passed over, not rejected."""
     bundle = course.bundle_dir
-    write_tree(bundle, {"code/part-ii/probability_practice.py": b"# the reference\n", "data/part-ii/cases.json": b"{}\n"})
+    write_tree(bundle, {"code/part-ii/probability_practice.py": b"# the reference\n", "data/part-ii/cases.json": b"{}\n",
+                        "README.md": "# 学生版\n".encode(), "requirements.txt": b"numpy==2.4.6\n"})
     download = write_tree(tmp_path / "d", {
         "olga/part-ii/02-shapes-and-loss.ipynb": notebook_bytes("olga 02"),
+        "olga/part-ii/README.md": "# 学生版\n".encode(),
+        "olga/part-ii/requirements.txt": b"numpy==2.4.6\n",
         "olga/part-ii/code/part-ii/probability_practice.py": b"# the reference\n",
         "olga/part-ii/data/part-ii/cases.json": b"{}\n"})
     report = collect(course, download)
@@ -796,7 +800,9 @@ def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(cou
     assert submitted(course, "olga") == {"02-shapes-and-loss.ipynb": notebook_bytes("olga 02")}
     assert not report.rejected and {r.reason for r in report.ignored} == {
         "unchanged copy of the released course file code/part-ii/probability_practice.py",
-        "unchanged copy of the released course file data/part-ii/cases.json"}, (report.rejected, report.ignored)
+        "unchanged copy of the released course file data/part-ii/cases.json",
+        "unchanged copy of the released course file README.md",
+        "unchanged copy of the released course file requirements.txt"}, (report.rejected, report.ignored)
 
 
 def test_a_notebook_under_a_name_of_its_own_is_filed_by_its_exercises_and_other_rejects_reach_the_student(course, tmp_path):

@@ -243,3 +243,71 @@ def test_check_sees_no_edit_in_a_fresh_release_and_a_real_one_in_an_edited_test_
             cell.source = cell.source.rstrip() + "\nassert True"
             assert is_edited(cell), (path.name, cell.metadata["nbgrader"]["grade_id"])
     assert tests >= 7
+
+
+def _imported_modules(source: str) -> set[str]:
+    """Top-level module names a Python source imports (absolute imports only)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_versions(release_dir):
+    """A student with only the zip gets a README naming each notebook with its points and a requirements.txt
+    pinning, at the versions grading runs, every package the notebooks and the bundled code import."""
+    import importlib.metadata as md
+    import sys
+    import zipfile
+
+    from nbgrader.api import Gradebook
+    from packaging.version import Version
+
+    from autograder.course import Course
+    from shared_builds import build_env
+
+    build = release_dir.parent.parent.parent
+    with zipfile.ZipFile(build / "course" / "student" / "part-ii.zip") as zf:
+        readme = zf.read("part-ii/README.md").decode()
+        requirements = zf.read("part-ii/requirements.txt").decode()
+        code = {n: zf.read(n).decode() for n in zf.namelist() if n.startswith("part-ii/code/") and n.endswith(".py")}
+    assert code, "the zip carries no code/part-ii"
+
+    # the pins are the versions installed from the repo's requirements.txt, i.e. the grading environment
+    pins = dict(line.split("==") for line in requirements.splitlines() if line and not line.startswith("#"))
+    assert {name: Version(md.version(name)).public for name in pins} == pins  # 2.13.0+cpu is torch==2.13.0
+    assert {"jupyterlab", "ipykernel"} <= pins.keys()
+    # every third-party import of the release notebooks and of the bundled code is installed by one of the pins
+    sources = list(code.values())
+    for path in sorted(release_dir.glob("*.ipynb")):
+        sources += [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    local = {Path(n).stem for n in code}
+    modules = set().union(*(_imported_modules(s) for s in sources)) - set(sys.stdlib_module_names) - local - {"__future__"}
+    providers = md.packages_distributions()
+    unpinned = {m: providers.get(m) for m in modules if not {d.lower() for d in providers.get(m, [])} & pins.keys()}
+    assert not unpinned, f"imported by the student's notebooks but not in their requirements.txt: {unpinned}"
+    assert f"torch=={pins['torch']} --index-url https://download.pytorch.org/whl/cpu" in readme
+
+    # one row per release notebook: its file and its points, as nbgrader's gradebook records them
+    with build_env(build):
+        course = Course.load(build)
+    gb = Gradebook(course.db_url, course_id=course.course_id)
+    try:
+        for path in sorted(release_dir.glob("*.ipynb")):
+            max_score = gb.find_notebook(path.stem, "part-ii").max_score
+            row = next((ln for ln in readme.splitlines() if ln.startswith(f"| `{path.name}` |")), None)
+            assert row is not None, f"README.md has no row for {path.name}"
+            assert row.endswith(f"| {max_score:g} |"), (row, max_score)
+    finally:
+        gb.close()
+    # the markers it tells students to look for are the ones the release notebooks carry
+    released = "\n".join(c.source for p in release_dir.glob("*.ipynb") for c in nbformat.read(p, as_version=4).cells)
+    for quoted, marker in [("`{}`", "YOUR CODE HERE"), ("`{}`", "raise NotImplementedError()"), ("“{}”", "在此写下你的回答。")]:
+        assert quoted.format(marker) in readme and marker in released, marker
+    assert "{" not in readme.replace("```", ""), "an unfilled placeholder is left in README.md"
+
