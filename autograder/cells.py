@@ -106,6 +106,12 @@ def outcome_message(cell) -> str:
     return "✔ Passed: every check in this cell succeeded."
 
 
+def checks_format_only(cell) -> bool:
+    """A test cell whose visible checks look only at the answer's form (metadata part_ii.visible_checks = "format"):
+    only its hidden tests say whether the answer is right (e.g. a multiple-choice answer)."""
+    return cell.metadata.get("part_ii", {}).get("visible_checks") == "format"
+
+
 def nbgrader_meta(cell) -> dict:
     """A cell's nbgrader metadata (empty dict for ordinary cells)."""
     return cell.metadata.get("nbgrader", {})

@@ -4,7 +4,8 @@ The notebook runs from top to bottom in a fresh kernel, in its own folder (so th
 cell finds code/part-ii beside it, as in the student zip). Each graded cell gets a row:
 autograded test cells say passed or failed and the points at stake; free-text answers
 say they are graded by the instructor. Hidden tests are not in a student's notebook, so
-passing here means the visible checks pass, not yet the final score. A test cell (or other
+passing here means the visible checks pass, not yet the final score; a test cell whose visible
+checks look only at the answer's form (marked in its metadata, see notebooks/README.md) says so. A test cell (or other
 read-only cell) whose contents differ from the release (nbgrader's checksum) is flagged:
 grading puts the released cell back, so what the edited cell did here does not count. A
 released test cell missing from the notebook is named too: grading puts it back and scores
@@ -26,8 +27,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cells import (WARNING_PATTERN, graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta,
-                    outcome_message)
+from .cells import (WARNING_PATTERN, checks_format_only, graded_cells, is_edited, is_test_cell, last_heading,
+                    nbgrader_meta, outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
@@ -136,6 +137,8 @@ def cell_error(cell, number: int) -> str | None:
     return f"{name}, {ename}: {evalue}" if evalue else f"{name}, {ename}"
 
 
+FORMAT_OK = ("✔ Form only: the visible checks look at the answer's form, not at whether it is right; the hidden "
+             "tests decide that when your notebook is graded.")
 EDITED = ("✘ This test cell was changed: grading uses the released cell, so this result does not count. "
           "Undo the change (copy the cell from a fresh copy of the notebook).")
 
@@ -170,6 +173,8 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
             if earlier and not message.startswith("✔") and message != EDITED:
                 message += f" [an earlier cell failed first: {earlier}; fix it and run again]"
             since_last_test = None
+            if message.startswith("✔") and checks_format_only(cell):
+                message = FORMAT_OK
             rows.append((heading, meta.get("grade_id", "?"), points, message, message.startswith("✔")))
         else:
             rows.append((heading, meta.get("grade_id", "?"), points, "graded by your instructor", None))
@@ -194,8 +199,10 @@ def print_table(path: Path, rows) -> None:
     tests = [r for r in rows if r[4] is not None]
     passed = [r for r in tests if r[4]]
     at_stake = sum(r[2] for r in tests)
+    form_only = sum(r[3] == FORMAT_OK for r in passed)
     print(f"\nvisible tests passed: {len(passed)} of {len(tests)} cells, "
-          f"{sum(r[2] for r in passed):g} of {at_stake:g} autograded points")
+          f"{sum(r[2] for r in passed):g} of {at_stake:g} autograded points"
+          + (f" ({form_only} of these cells check only the answer's form)" if form_only else ""))
     manual = sum(r[2] for r in rows if r[4] is None)
     if manual:
         print(f"free-text answers worth {manual:g} points are graded by your instructor")

@@ -362,6 +362,23 @@ def test_check_lists_each_graded_cell_under_its_exercise_heading_as_the_feedback
         assert expected and tests == expected, path.name
 
 
+def test_check_says_a_pass_is_about_form_only_where_the_visible_checks_look_only_at_the_form(capsys):
+    """Exercise 2.6's visible checks accept any of the four letters: its pass must not read as a right answer."""
+    import nbformat
+
+    from autograder.check import FORMAT_OK, exercise_rows, print_table
+
+    path = REPO / "notebooks" / "part-ii" / "02-shapes-and-loss.ipynb"
+    rows = exercise_rows(nbformat.read(path, as_version=4))  # the committed outputs: every visible test passed
+    marked = {r[1] for r in rows if r[3] == FORMAT_OK}
+    assert marked == {"test_same_failure"}
+    assert all(r[4] for r in rows if r[4] is not None)  # still a pass: the exit code does not change
+    assert all(r[3].startswith("✔ Passed") for r in rows if r[4] and r[1] not in marked)
+    print_table(path, rows)
+    out = capsys.readouterr().out
+    assert "(1 of these cells check only the answer's form)" in out and FORMAT_OK in out
+
+
 def test_check_fails_a_file_named_after_another_notebook_or_not_collectable_and_refuses_a_foreign_notebook(tmp_path, monkeypatch,
                                                                                                   capsys):
     import nbformat

@@ -141,6 +141,19 @@ def test_autograded_cells_have_a_docstring_and_hidden_tests(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_only_test_cells_are_marked_as_checking_the_answer_s_form_only(name):
+    """part_ii.visible_checks = "format" (notebooks/README.md) tells check a pass is about form: only a test cell,
+    whose hidden block then decides, may carry it, and "format" is its only value."""
+    for cell in _read(name).cells:
+        mark = cell.metadata.get("part_ii")
+        if mark is None:
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        assert mark == {"visible_checks": "format"}, f"{name}: unknown part_ii metadata {mark!r}"
+        assert _role(cell, meta) == "test", f"{name}: {meta.get('grade_id', 'a cell')!r} is marked form-only but is no test cell"
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_committed_outputs_hold_no_images_or_errors(name):
     nb = _read(name)
     for i, cell in enumerate(nb.cells):

@@ -311,3 +311,11 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
         assert quoted.format(marker) in readme and marker in released, marker
     assert "{" not in readme.replace("```", ""), "an unfilled placeholder is left in README.md"
 
+
+def test_the_release_keeps_the_form_only_mark_check_reads(release_dir):
+    """check reads part_ii.visible_checks from the student's copy: nbgrader must carry it into the release."""
+    marked = {(p.name, _nbgrader(c)["grade_id"]): c.metadata["part_ii"] for p in SOURCES
+              for c in nbformat.read(p, as_version=4).cells if "part_ii" in c.metadata}
+    assert marked, "no source test cell is marked as checking the answer's form only"
+    for (name, grade_id), mark in marked.items():
+        assert _cells_by_id(nbformat.read(release_dir / name, as_version=4))[grade_id].metadata.get("part_ii") == mark
