@@ -25,6 +25,7 @@ this course.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .cells import (WARNING_PATTERN, checks_format_only, graded_cells, is_edited, is_test_cell, last_heading,
@@ -113,23 +114,34 @@ def run_notebook(nb, folder: Path, timeout: float):
 TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error names of a cell stopped at the time limit
 
 
+NUMBERED_CELL = re.compile(r"\bcell \d+ \(")
+NUMBERING_NOTE = "cell numbers count every cell from the top of the notebook, text cells included"
+
+
+def numbered_cell(cell, number: int) -> str:
+    """'cell N (its first line)': N counts every cell from 1 at the top; JupyterLab shows no cell numbers, the line
+    lets the student find it."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "empty")
+    return f"cell {number} ({first[:60]}{'…' if len(first) > 60 else ''})"
+
+
 def timed_out_cells(nb) -> list[str]:
     """'cell N (first line)' for each code cell other than a test cell that was interrupted at the time limit."""
     out = []
     for number, cell in enumerate(nb.cells, 1):
         names = [o.get("ename") for o in cell.get("outputs", []) if o.output_type == "error"]
         if cell.cell_type == "code" and not is_test_cell(cell) and TIMED_OUT.intersection(names):
-            first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-            out.append(f"cell {number} ({first[:60]})")
+            out.append(numbered_cell(cell, number))
     return out
 
 
 def cell_error(cell, number: int) -> str | None:
-    """'<grade id or cell N>, <error name>: <first line of its message>' for a code cell that raised, else None."""
+    """'<grade id or cell N (first line)>, <error name>: <first line of its message>' for a code cell that raised,
+    else None."""
     errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
     if cell.cell_type != "code" or not errors:
         return None
-    name = nbgrader_meta(cell).get("grade_id") or f"cell {number}"
+    name = nbgrader_meta(cell).get("grade_id") or numbered_cell(cell, number)
     ename = errors[0].get("ename", "Error")
     if ename in TIMED_OUT:
         return f"{name}, which did not finish within the time limit"
@@ -182,8 +194,8 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
 
 
 def edited_locked_cells(nb) -> list[str]:
-    """'cell N' for each read-only cell that is not a test cell and was changed (grading restores it)."""
-    return [f"cell {number}" for number, cell in enumerate(nb.cells, start=1)
+    """'cell N (first line)' for each read-only cell that is not a test cell and was changed (grading restores it)."""
+    return [numbered_cell(cell, number) for number, cell in enumerate(nb.cells, start=1)
             if not is_test_cell(cell) and is_edited(cell)]
 
 
@@ -236,6 +248,8 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
         print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "
               "notebook has a time budget: make it finish sooner.")
+    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow:
+        print(f"({NUMBERING_NOTE})")
     if problem:
         print(problem)
     return 0 if all(r[4] is not False for r in rows) and not problem and not deleted and not slow else 1

@@ -195,7 +195,9 @@ def test_check_flags_an_edited_test_cell_even_when_the_edit_makes_it_pass(tmp_pa
     line = next(ln for ln in out.splitlines() if meta[test]["grade_id"] in ln)
     assert "✘ This test cell was changed: grading uses the released cell" in line, line
     assert "earlier cell failed first" not in line
-    assert f"read-only cells changed: cell {note + 1};" in out
+    first_line = nb.cells[note].source.splitlines()[0].strip()[:60]
+    assert f"read-only cells changed: cell {note + 1} ({first_line}" in out, out
+    assert "(cell numbers count every cell from the top of the notebook, text cells included)" in out
     others = [ln for ln in out.splitlines() if any(m.get("grade_id", "§") in ln for j, m in enumerate(meta)
                                                    if j != test and m.get("grade") and not m.get("solution"))]
     assert others and not any("was changed" in ln for ln in others), out
