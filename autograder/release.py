@@ -200,8 +200,11 @@ def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
         nb = nbformat.read(path, as_version=4)
         points = sum(float(m.get("points", 0)) for c in nb.cells if (m := nbgrader_meta(c)).get("grade"))
         rows.append(f"| `{path.name}` | {notebook_title(nb) or path.stem} | {points:g} |")
+    from .grade import DEFAULT_NOTEBOOK_TIMEOUT
+
     return STUDENT_README.read_text(encoding="utf-8").format(
-        notebooks="\n".join(rows), torch_version=pins["torch"], cell_timeout=f"{DEFAULT_CELL_TIMEOUT:g}")
+        notebooks="\n".join(rows), torch_version=pins["torch"], cell_timeout=f"{DEFAULT_CELL_TIMEOUT:g}",
+        notebook_timeout=f"{DEFAULT_NOTEBOOK_TIMEOUT:g}")
 
 
 def write_bundle(course: Course) -> tuple[Path, Path]:
