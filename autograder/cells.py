@@ -37,14 +37,21 @@ def plain_heading(text: str) -> str:
     return re.sub(r"\s+", " ", "".join(parts)).strip()
 
 
-def last_heading(markdown: str) -> str | None:
-    """The text of the last heading of a markdown cell (outside code fences), as plain_heading reads it."""
-    found, fenced = None, False
+def headings(markdown: str):
+    """The texts of a markdown cell's headings (outside code fences), in order, as plain_heading reads them."""
+    fenced = False
     for line in markdown.splitlines():
         if FENCE.match(line):
             fenced = not fenced
-        elif not fenced and (m := HEADING.match(line)):
-            found = plain_heading(m.group(1)) or found
+        elif not fenced and (m := HEADING.match(line)) and (text := plain_heading(m.group(1))):
+            yield text
+
+
+def last_heading(markdown: str) -> str | None:
+    """The text of the last heading of a markdown cell (outside code fences), as plain_heading reads it."""
+    found = None
+    for found in headings(markdown):
+        pass
     return found
 
 

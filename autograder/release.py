@@ -3,8 +3,9 @@
 The zip holds one folder, ``part-ii/``, with the release notebooks at its top and the
 course's ``code/part-ii`` and ``data/part-ii`` beside them (the notebooks' setup cell finds
 ``code/part-ii`` by searching the parent folders), plus a ``README.md`` for the student (what
-each notebook covers and is worth, how to set up, work and hand in) and a ``requirements.txt``
-with the course's pins of the packages the notebooks need. Nothing else goes in: no source
+each notebook covers and is worth, how to set up, work and hand in), a ``requirements.txt``
+with the course's pins of the packages the notebooks need, and an ``nbgrader_config.py`` giving
+JupyterLab's Validate button grading's cell time limit. Nothing else goes in: no source
 notebook, no solution, no hidden test, no marking note. The same unpacked folder is what graded kernels
 see as ``PART_II_ROOT``.
 """
@@ -12,6 +13,7 @@ see as ``PART_II_ROOT``.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import shutil
 import zipfile
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import nbgrader_meta
+from .cells import headings, nbgrader_meta
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, Course,
                      fast_new_gradebooks, one_transaction, quiet_nbgrader_logs)
 
@@ -163,34 +165,36 @@ def _bundle_files(course: Course) -> list[tuple[Path, str]]:
     return files
 
 
-def pinned_versions(requirements: Path = REPO / "requirements.txt") -> dict[str, str]:
-    """{distribution name (lower case): version} for every `name==version` line of a requirements file."""
+PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(?P<version>[A-Za-z0-9.+!_-]+)")
+
+
+def pinned_versions(requirements: Path = REPO / "requirements.txt") -> dict[str, str | None]:
+    """{distribution name (normalised: lower case, '-'): version} for each plain `name==version` line of a
+    requirements file; None for a name whose line says more (extras, markers, other specifiers)."""
     pins = {}
     for line in requirements.read_text(encoding="utf-8").splitlines():
-        name, sep, version = line.split("#", 1)[0].strip().partition("==")
-        if sep:
-            pins[name.strip().lower()] = version.strip()
+        spec = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if not spec or spec.startswith("-"):  # blank, comment, or a pip option
+            continue
+        m = PIN.fullmatch(spec)
+        name = m["name"] if m else re.match(r"[A-Za-z0-9._-]*", spec).group(0)
+        pins[re.sub(r"[-_.]+", "-", name).lower()] = m["version"] if m else None
     return pins
 
 
-def student_requirements(pins: dict[str, str]) -> str:
+def student_requirements(pins: dict[str, str | None]) -> str:
     """The student's requirements.txt: the course's pin of each of STUDENT_PACKAGES."""
-    missing = [name for name in STUDENT_PACKAGES if name not in pins]
+    missing = [name for name in STUDENT_PACKAGES if not pins.get(name)]
     if missing:
-        raise AutograderError(f"requirements.txt pins no version of {', '.join(missing)}; the student bundle's "
-                              "requirements.txt needs an exact pin (name==version) of each")
+        raise AutograderError(f"requirements.txt has no plain pin (name==version, no extras or markers) of "
+                              f"{', '.join(missing)}; the student bundle's requirements.txt needs one of each")
     return ("# The versions the course is graded with. On Linux install torch from the CPU index first (README.md).\n"
             + "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES))
 
 
 def notebook_title(nb) -> str:
-    """The notebook's first heading (its title), without the leading #s; '' when it has none."""
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("#").strip()
-    return ""
+    """The notebook's first heading (its title) as plain text; '' when it has none."""
+    return next((text for cell in nb.cells if cell.cell_type == "markdown" for text in headings(cell.source)), "")
 
 
 def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
@@ -199,12 +203,23 @@ def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         points = sum(float(m.get("points", 0)) for c in nb.cells if (m := nbgrader_meta(c)).get("grade"))
-        rows.append(f"| `{path.name}` | {notebook_title(nb) or path.stem} | {points:g} |")
+        title = (notebook_title(nb) or path.stem).replace("|", "\\|")  # a | would end the table cell
+        rows.append(f"| `{path.name}` | {title} | {points:g} |")
     from .grade import DEFAULT_NOTEBOOK_TIMEOUT
 
     return STUDENT_README.read_text(encoding="utf-8").format(
         notebooks="\n".join(rows), torch_version=pins["torch"], cell_timeout=f"{DEFAULT_CELL_TIMEOUT:g}",
         notebook_timeout=f"{DEFAULT_NOTEBOOK_TIMEOUT:g}")
+
+
+def student_nbgrader_config() -> str:
+    """The student's nbgrader_config.py: JupyterLab started in the bundle gives Validate grading's default cell time
+    limit (nbgrader's own is 30 s, so a cell of 30 to 60 s failed Validate and passed grading)."""
+    return ("# Written by `python -m autograder release`. JupyterLab started in this folder reads it: the Validate\n"
+            "# button then gives each cell as long as grading does by default.\n"
+            "c = get_config()  # noqa: F821\n"
+            f"c.Execute.timeout = {math.ceil(DEFAULT_CELL_TIMEOUT)}\n"
+            "c.Execute.interrupt_on_timeout = True\n")
 
 
 def write_bundle(course: Course) -> tuple[Path, Path]:
@@ -214,6 +229,7 @@ def write_bundle(course: Course) -> tuple[Path, Path]:
     files = {rel: src.read_bytes() for src, rel in _bundle_files(course)}
     files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins).encode()
     files["requirements.txt"] = requirements.encode()
+    files["nbgrader_config.py"] = student_nbgrader_config().encode()
     if course.bundle_dir.exists():
         shutil.rmtree(course.bundle_dir)
     course.bundle_zip.parent.mkdir(parents=True, exist_ok=True)

@@ -274,6 +274,7 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     build = release_dir.parent.parent.parent
     with zipfile.ZipFile(build / "course" / "student" / "part-ii.zip") as zf:
         readme = zf.read("part-ii/README.md").decode()
+        validate_config = zf.read("part-ii/nbgrader_config.py").decode()
         requirements = zf.read("part-ii/requirements.txt").decode()
         code = {n: zf.read(n).decode() for n in zf.namelist() if n.startswith("part-ii/code/") and n.endswith(".py")}
     assert code, "the zip carries no code/part-ii"
@@ -293,6 +294,14 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     assert not unpinned, f"imported by the student's notebooks but not in their requirements.txt: {unpinned}"
     assert f"torch=={pins['torch']} --index-url https://download.pytorch.org/whl/cpu" in readme
 
+    # JupyterLab started in the folder gives Validate the cell time limit grading uses by default
+    from traitlets.config import Config
+    from autograder.course import DEFAULT_CELL_TIMEOUT
+
+    config = Config()
+    exec(compile(validate_config, "nbgrader_config.py", "exec"), {"get_config": lambda: config})
+    assert config.Execute.timeout == DEFAULT_CELL_TIMEOUT and config.Execute.interrupt_on_timeout is True
+
     # one row per release notebook: its file and its points, as nbgrader's gradebook records them
     with build_env(build):
         course = Course.load(build)
@@ -309,7 +318,7 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     released = "\n".join(c.source for p in release_dir.glob("*.ipynb") for c in nbformat.read(p, as_version=4).cells)
     for quoted, marker in [("`{}`", "YOUR CODE HERE"), ("`{}`", "raise NotImplementedError()"), ("“{}”", "在此写下你的回答。")]:
         assert quoted.format(marker) in readme and marker in released, marker
-    assert "{" not in readme.replace("```", ""), "an unfilled placeholder is left in README.md"
+    assert not re.search(r"\{[a-z_]+\}", readme), "an unfilled placeholder is left in README.md"
 
 
 def test_the_release_keeps_the_form_only_mark_check_reads(release_dir):
@@ -319,3 +328,24 @@ def test_the_release_keeps_the_form_only_mark_check_reads(release_dir):
     assert marked, "no source test cell is marked as checking the answer's form only"
     for (name, grade_id), mark in marked.items():
         assert _cells_by_id(nbformat.read(release_dir / name, as_version=4))[grade_id].metadata.get("part_ii") == mark
+
+
+def test_the_student_pins_come_only_from_plain_name_version_lines(tmp_path):
+    """A pin with extras or an environment marker would not be the version grading runs (or not a shell-safe one in
+    the student's README): release refuses it for a package students install, and names it."""
+    from autograder.course import AutograderError
+    from autograder.release import STUDENT_PACKAGES, pinned_versions, student_requirements
+
+    path = tmp_path / "requirements.txt"
+    plain = {name: f"1.{i}" for i, name in enumerate(STUDENT_PACKAGES)}
+    path.write_text("# pins\n" + "".join(f"{name}=={v}  # why\n" for name, v in plain.items()) + "-r more.txt\n",
+                    encoding="utf-8")
+    pins = pinned_versions(path)
+    assert pins == plain
+    lines = [ln for ln in student_requirements(pins).splitlines() if not ln.startswith("#")]
+    assert lines == [f"{name}=={v}" for name, v in plain.items()]
+    for bad in ("torch[opt]==1.0", "torch==1.0 ; python_version < '3.12'", "torch>=1.0", "Torch===1.0"):
+        path.write_text(bad + "\n" + "".join(f"{n}=={v}\n" for n, v in plain.items() if n != "torch"), encoding="utf-8")
+        assert pinned_versions(path)["torch"] is None, bad
+        with pytest.raises(AutograderError, match="no plain pin .* of torch"):
+            student_requirements(pinned_versions(path))
