@@ -211,10 +211,14 @@ def print_table(path: Path, rows) -> None:
     tests = [r for r in rows if r[4] is not None]
     passed = [r for r in tests if r[4]]
     at_stake = sum(r[2] for r in tests)
-    form_only = sum(r[3] == FORMAT_OK for r in passed)
+    form = [r for r in passed if r[3] == FORMAT_OK]
     print(f"\nvisible tests passed: {len(passed)} of {len(tests)} cells, "
-          f"{sum(r[2] for r in passed):g} of {at_stake:g} autograded points"
-          + (f" ({form_only} of these cells check only the answer's form)" if form_only else ""))
+          f"{sum(r[2] for r in passed):g} of {at_stake:g} autograded points")
+    if form:
+        one, worth = len(form) == 1, sum(r[2] for r in form)
+        print(f"of these, {len(form)} {'cell' if one else 'cells'} worth {worth:g} {'point' if worth == 1 else 'points'} "
+              f"{'checks' if one else 'check'} only the answer's form: whether it is right is decided when your "
+              "notebook is graded")
     manual = sum(r[2] for r in rows if r[4] is None)
     if manual:
         print(f"free-text answers worth {manual:g} points are graded by your instructor")

@@ -371,14 +371,24 @@ def test_check_says_a_pass_is_about_form_only_where_the_visible_checks_look_only
     from autograder.check import FORMAT_OK, exercise_rows, print_table
 
     path = REPO / "notebooks" / "part-ii" / "02-shapes-and-loss.ipynb"
-    rows = exercise_rows(nbformat.read(path, as_version=4))  # the committed outputs: every visible test passed
+    nb = nbformat.read(path, as_version=4)  # committed with its outputs: no test cell shows an error
+    rows = exercise_rows(nb)
     marked = {r[1] for r in rows if r[3] == FORMAT_OK}
     assert marked == {"test_same_failure"}
     assert all(r[4] for r in rows if r[4] is not None)  # still a pass: the exit code does not change
     assert all(r[3].startswith("✔ Passed") for r in rows if r[4] and r[1] not in marked)
+    points = next(r[2] for r in rows if r[1] == "test_same_failure")
     print_table(path, rows)
     out = capsys.readouterr().out
-    assert "(1 of these cells check only the answer's form)" in out and FORMAT_OK in out
+    worth = f"{points:g} point{'' if points == 1 else 's'}"
+    assert f"of these, 1 cell worth {worth} checks only the answer's form" in out and FORMAT_OK in out
+
+    # a form-only cell that fails says why, as any test cell does: the mark changes only what a pass means
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_same_failure")
+    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="ex6_fix_underflow is one of 'a', "
+                                           "'b', 'c', 'd': got 'e'", traceback=["AssertionError"])]
+    (row,) = [r for r in exercise_rows(nb) if r[1] == "test_same_failure"]
+    assert row[4] is False and row[3].startswith("✘ Failed") and "got 'e'" in row[3], row
 
 
 def test_check_fails_a_file_named_after_another_notebook_or_not_collectable_and_refuses_a_foreign_notebook(tmp_path, monkeypatch,
