@@ -129,7 +129,8 @@ class GetGradesNotingPending(GetGrades):
         released) is said plainly, as it reads like the grader's silence."""
         comment = self.gradebook.find_comment(cell.metadata.nbgrader["grade_id"], self.notebook_id, self.assignment_id,
                                               self.student_id)
-        unanswered = comment.manual_comment is None and comment.auto_comment == NBGRADER_NO_RESPONSE
+        # formgrader saves an emptied comment box as "": no comment of the grader's either
+        unanswered = not comment.manual_comment and comment.auto_comment == NBGRADER_NO_RESPONSE
         cell.metadata.nbgrader["comment"] = UNANSWERED if unanswered else comment.comment
 
     def _get_score(self, cell, resources):
