@@ -758,6 +758,9 @@ def _running_unstopped(proc) -> bool:
         return False
 
 
+STALLED_COUNTS = 2  # counts in a row without growth, past the settle time, after which a cell's leftovers are let be
+
+
 class ProcessWatch:
     """While a cell runs, stops its kernel once more than `limit` processes run beside it (a fork bomb).
 
@@ -768,7 +771,8 @@ class ProcessWatch:
     A thread counts every `interval` seconds while the cell runs, and once more when it ends: a
     cell that returns at once may leave a bomb behind, so while processes the cell left run, the
     count goes on for `settle` seconds (a pool of workers left running costs that once), and
-    after that while they keep growing (the limit bounds that).
+    after that while they keep growing (the limit bounds that; one count without growth, as a
+    starved bomb on a loaded machine shows, is not enough to stop counting).
     Past the limit the sandbox's PID 1 is killed, which ends every process of its namespace at
     once (without a sandbox the kernel and its tree are frozen and killed), and `stopped_at`
     says how many processes it found. Without the watch
@@ -816,15 +820,17 @@ class ProcessWatch:
 
     def _after(self) -> None:
         """The count when the cell has ended: while processes the cell left run, count again until `settle` is up,
-        and after that for as long as they keep growing."""
-        deadline, previous = time.monotonic() + self.settle, self._before
+        and after that until STALLED_COUNTS counts in a row found no growth."""
+        deadline, previous, stalled = time.monotonic() + self.settle, self._before, 0
         while self.kernel.is_running():
             found = self._count_or_stop()
             if found is None or found <= self._before:
                 return  # stopped; or the cell left nothing running
             # once this count ends, the next cell is blamed for a bomb: on a busy machine a bomb's first copy may
-            # not run for an interval or two, and copies of a kernel that preloaded torch fork slowly
-            if found <= previous and time.monotonic() >= deadline:
+            # not run for an interval or two, copies of a kernel that preloaded torch fork slowly, and a growing
+            # bomb may get no CPU for one interval
+            stalled = stalled + 1 if found <= previous else 0
+            if stalled >= STALLED_COUNTS and time.monotonic() >= deadline:
                 return  # what the cell left (a pool of workers) has stopped growing
             previous = found
             time.sleep(self.interval)

@@ -672,6 +672,38 @@ def test_the_process_watch_counts_a_tree_and_freezes_and_kills_all_of_it(tmp_pat
         root.wait()
 
 
+class _ScriptedKernel:
+    """A kernel for ProcessWatch that is running, has no bwrap parent (no sandbox) and whose count is scripted."""
+
+    pid = -1
+
+    def is_running(self) -> bool:
+        return True
+
+    def parent(self):
+        return None
+
+
+@pytest.mark.parametrize("counts, stopped", [
+    ([*range(1, 13), 30, 30, 70], 70),  # a bomb starved for one interval past the settle time is still caught
+    ([*range(1, 13), 30, 30, 30, 70], 0),  # two counts in a row without growth: what the cell left stopped growing
+    ([3] * 20 + [70], 0),  # a pool of workers that never grows is let be once the settle time is up
+    ([1, 2, 4, 8, 70], 70),  # growing before the settle time is up
+    ([1] * 20 + [70], 0),  # a bomb whose first copy is still asleep when the settle time is up: the next cell's
+])
+def test_after_its_cell_the_watch_counts_until_two_counts_in_a_row_find_no_growth(counts, stopped):
+    """The count after a cell goes on past `settle` while what the cell left grows, and one count without growth
+    (a bomb that got no CPU for an interval on a loaded machine) does not end it: the next cell would be blamed."""
+    from autograder.sandbox import ProcessWatch
+
+    watch = ProcessWatch(_ScriptedKernel(), limit=64, interval=0.01, settle=0.05)  # 12 counts outlast settle
+    script = iter(counts)
+    watch.count = lambda: next(script, counts[-1] if counts[-1] <= 64 else 0)
+    watch._stop = lambda found: setattr(watch, "stopped_at", found)  # no kernel to kill here
+    watch._after()
+    assert watch.stopped_at == stopped
+
+
 def test_the_cause_of_a_start_failure_is_the_last_line_of_the_newest_kernel_log(tmp_path):
     """last_log_line: the newest log's last non-blank line, one printable line, cut to the limit; '' without one."""
     from autograder.sandbox import last_log_line
