@@ -282,15 +282,13 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
     return config
 
 
-def generate_for(course: Course, student: str, mathjax_url: str | None = None,
-                 released_tests: dict[str, set[str]] | None = None) -> list[Path]:
+def generate_for(course: Course, student: str, mathjax_url: str | None,
+                 released_tests: dict[str, set[str]]) -> list[Path]:
     """Run nbgrader's GenerateFeedback for one student; return the HTML files.
-    released_tests: released_test_ids(course), passed in when many students are rendered (read here otherwise)."""
+    released_tests: released_test_ids(course), read once for all the students rendered."""
     from nbgrader.converters import GenerateFeedback
 
     config = _feedback_config(course, mathjax_url)
-    if released_tests is None:
-        released_tests = released_test_ids(course)
     config.GetGradesNotingPending.tampered = {nb: [edited, deleted] for nb, (edited, deleted)
                                               in tampered_cells(course, student, released_tests).items()}
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
