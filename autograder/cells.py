@@ -124,6 +124,11 @@ def nbgrader_meta(cell) -> dict:
     return cell.metadata.get("nbgrader", {})
 
 
+def cell_points(cell) -> float:
+    """The points nbgrader's metadata gives a cell (0 when it gives none)."""
+    return float(nbgrader_meta(cell).get("points") or 0)
+
+
 def is_test_cell(cell) -> bool:
     """An autograded test cell: a graded code cell that is not a solution."""
     meta = nbgrader_meta(cell)

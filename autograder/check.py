@@ -28,8 +28,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .cells import (WARNING_PATTERN, checks_format_only, graded_cells, is_edited, is_test_cell, last_heading,
-                    nbgrader_meta, outcome_message)
+from .cells import (WARNING_PATTERN, cell_points, checks_format_only, graded_cells, is_edited, is_test_cell,
+                    last_heading, nbgrader_meta, outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
@@ -178,7 +178,7 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
             since_last_test = cell_error(cell, number)
         if not meta.get("grade"):
             continue
-        points = float(meta.get("points") or 0)
+        points = cell_points(cell)
         if test:
             message = EDITED if is_edited(cell) else outcome_message(cell)
             earlier = since_last_test or setup_failure

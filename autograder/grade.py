@@ -300,7 +300,7 @@ def release_drift(course: Course, gb, notebooks: list[str]) -> tuple[dict[str, l
     from nbgrader.api import MissingEntry
     from nbgrader.utils import is_grade, is_locked, is_solution, is_task
 
-    from .cells import is_test_cell, nbgrader_meta
+    from .cells import cell_points, is_test_cell, nbgrader_meta
 
     moved, changed = {}, {}
     for name in notebooks:
@@ -316,7 +316,7 @@ def release_drift(course: Course, gb, notebooks: list[str]) -> tuple[dict[str, l
         sources = {c.name: c.source for c in released.source_cells}
         if kept != sources.keys():
             moved[name] = sorted(kept ^ sources.keys())
-        tests = {nbgrader_meta(c)["grade_id"]: (c.source, float(nbgrader_meta(c).get("points") or 0))
+        tests = {nbgrader_meta(c)["grade_id"]: (c.source, cell_points(c))
                  for c in cells if is_test_cell(c)}
         answers = {c.name for c in released.solution_cells}
         recorded = {g.name: (sources.get(g.name), float(g.max_score))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import headings, nbgrader_meta
+from .cells import cell_points, headings, nbgrader_meta
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, Course,
                      fast_new_gradebooks, one_transaction, quiet_nbgrader_logs)
 
@@ -202,7 +202,7 @@ def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
     rows = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
-        points = sum(float(m.get("points", 0)) for c in nb.cells if (m := nbgrader_meta(c)).get("grade"))
+        points = sum(cell_points(c) for c in nb.cells if nbgrader_meta(c).get("grade"))
         title = (notebook_title(nb) or path.stem).replace("|", "\\|")  # a | would end the table cell
         rows.append(f"| `{path.name}` | {title} | {points:g} |")
     from .grade import DEFAULT_NOTEBOOK_TIMEOUT

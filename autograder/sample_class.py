@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import is_test_cell, nbgrader_meta
+from .cells import cell_points, is_test_cell, nbgrader_meta
 from .course import Course
 
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -123,7 +123,7 @@ class Assignment:
 
 def test_points(nb: nbformat.NotebookNode) -> dict[str, float]:
     """grade id -> points of every autograded test cell of a notebook."""
-    return {nbgrader_meta(c)["grade_id"]: float(nbgrader_meta(c).get("points") or 0) for c in nb.cells if is_test_cell(c)}
+    return {nbgrader_meta(c)["grade_id"]: cell_points(c) for c in nb.cells if is_test_cell(c)}
 
 
 def _student(a: "Assignment", student: str, description: str, nbs: dict[str, nbformat.NotebookNode],
