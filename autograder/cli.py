@@ -29,7 +29,15 @@ import os
 import sys
 from pathlib import Path
 
-from .course import DEFAULT_CELL_TIMEOUT, AutograderError, Course, gradebook_error, load_config
+from .course import DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, AutograderError, Course, gradebook_error, load_config
+from .demo import DEMO_CELL_TIMEOUT, DEMO_NOTEBOOK_TIMEOUT
+
+
+def _defaults(grade_seconds: float, demo_seconds: float) -> str:
+    """A timeout option's defaults for its help: 'default 600; demo 300', or 'default 60' when both agree."""
+    if grade_seconds == demo_seconds:
+        return f"default {grade_seconds:g}"
+    return f"default {grade_seconds:g}; demo {demo_seconds:g}"
 
 
 def _positive_int(text: str) -> int:
@@ -91,9 +99,11 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1,
                         help="submissions graded in parallel (default: the number of cores, %(default)s here)")
     parser.add_argument("--cell-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
-                        help="a cell running longer is interrupted and scored as failed (default 60)")
+                        help="a cell running longer is interrupted and scored as failed "
+                             f"({_defaults(DEFAULT_CELL_TIMEOUT, DEMO_CELL_TIMEOUT)})")
     parser.add_argument("--notebook-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
-                        help="time budget of one notebook; cells after it are not run (default 600; demo 300)")
+                        help="time budget of one notebook; cells after it are not run "
+                             f"({_defaults(DEFAULT_NOTEBOOK_TIMEOUT, DEMO_NOTEBOOK_TIMEOUT)})")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run student code WITHOUT the bubblewrap sandbox (only for trusted code)")
 

@@ -119,6 +119,7 @@ def case_hint(unknown: list[str], known: list[str]) -> str:
 
 
 DEFAULT_CELL_TIMEOUT = 60.0  # seconds a cell may run when graded (grade --cell-timeout), and in check
+DEFAULT_NOTEBOOK_TIMEOUT = 600.0  # seconds a whole notebook may run when graded (grade --notebook-timeout)
 
 
 # the pip package of a driver module whose name differs from it

@@ -40,11 +40,10 @@ import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .collect import _digest
-from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, Course, abandon, case_hint,
-                     fast_new_gradebooks, one_transaction)
+from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
+                     case_hint, fast_new_gradebooks, one_transaction)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
-DEFAULT_NOTEBOOK_TIMEOUT = 600.0
 RETRIES = 1  # a worker that crashes (not a timeout) is started once more
 POLL_SECONDS = 0.2
 TEMPLATE_TABLES = ("assignment", "notebook", "base_cell", "grade_cells", "solution_cells", "task_cells", "source_cell")

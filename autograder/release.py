@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 
 from .cells import cell_points, headings, nbgrader_meta
-from .course import (ASSIGNMENT, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, Course,
-                     fast_new_gradebooks, one_transaction, quiet_nbgrader_logs)
+from .course import (ASSIGNMENT, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError,
+                     Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs)
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -205,8 +205,6 @@ def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
         points = sum(cell_points(c) for c in nb.cells if nbgrader_meta(c).get("grade"))
         title = (notebook_title(nb) or path.stem).replace("|", "\\|")  # a | would end the table cell
         rows.append(f"| `{path.name}` | {title} | {points:g} |")
-    from .grade import DEFAULT_NOTEBOOK_TIMEOUT
-
     return STUDENT_README.read_text(encoding="utf-8").format(
         notebooks="\n".join(rows), torch_version=pins["torch"], cell_timeout=f"{DEFAULT_CELL_TIMEOUT:g}",
         notebook_timeout=f"{DEFAULT_NOTEBOOK_TIMEOUT:g}")
