@@ -432,6 +432,56 @@ def test_large_logits_do_not_overflow():
         close(pp.bce_with_logits(np.array([-1000.0]), np.array([1.0])), [1000.0], what="bce at -1000")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_confident_losses_are_never_negative_and_agree_with_torch(dtype):
+    """lse(z) >= max z >= z_y, so no loss may round below 0 (perplexity() refuses a negative mean); float32 rows
+    whose target logit leads by 16 or more used to give -3e-8 from the unshifted exp sum."""
+    rng = np.random.default_rng(6)
+    for margin in (8.0, 16.0, 20.0, 30.0, 40.0, 60.0, 80.0):
+        z = rng.normal(size=(256, 50)).astype(dtype)
+        y = rng.integers(0, 50, size=256)
+        z[np.arange(256), y] += margin
+        want = F.cross_entropy(T(z), torch.as_tensor(y), reduction="none")  # float64 from the same (rounded) logits
+        got = pp.nll_from_logits(z, y)
+        assert got.dtype == dtype and (got >= 0).all(), f"margin {margin}: min loss {got.min()}"
+        close(got, want, rtol=1e-6, atol=1e-6 if dtype == np.float32 else 1e-13, what=f"nll, margin {margin}")
+        assert pp.cross_entropy(z, y) >= 0 and (pp.cross_entropy(z, y, reduction="none") >= 0).all()
+        soft = np.eye(50, dtype=dtype)[y]
+        assert (pp.cross_entropy(z, soft, reduction="none") >= 0).all(), f"soft targets, margin {margin}"
+    assert pp.perplexity(pp.cross_entropy(z, y)) >= 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log_softmax_is_never_positive(dtype):
+    """ln q <= 0 for every class: rows whose maximum is just above 0 and whose sum the float32 exp pass rounds down."""
+    x = np.linspace(1e-4, 1e-2, 2000).astype(dtype)
+    z = np.stack([x, np.full_like(x, -30.0)], axis=1)
+    got = pp.log_softmax(z)
+    assert got.dtype == dtype and (got <= 0).all(), f"max log-probability {got.max()}"
+    close(got, F.log_softmax(T(z), -1), rtol=1e-6, atol=1e-6 if dtype == np.float32 else 1e-13, what="log_softmax")
+
+
+@pytest.mark.parametrize("sigma, dtype", [(1e-170, np.float64), (1e160, np.float64), (1e-23, np.float32),
+                                          (3e-23, np.float32), (1.0, np.float32)])
+def test_gaussian_nll_of_extreme_sigmas_is_finite_and_exact(sigma, dtype):
+    """ln sigma + ln(2 pi)/2 + k^2/2 at y = mean + k sigma, where sigma**2 would overflow or underflow."""
+    s = dtype(sigma)
+    for k in (0.0, 3.0):
+        y = dtype(k) * s
+        expected = math.log(float(s)) + 0.5 * math.log(2 * math.pi) + 0.5 * (float(y) / float(s)) ** 2
+        got = pp.gaussian_nll(y, dtype(0.0), s)
+        assert math.isclose(got, expected, rel_tol=1e-6 if dtype == np.float32 else 1e-13), (sigma, k, got, expected)
+
+
+def test_zero_probability_and_zero_weight_drop_even_an_infinite_term():
+    """0 * inf = 0: a value of probability 0 adds nothing to E[X], a loss of weight 0 nothing to the mean."""
+    assert pp.expectation([1.0, math.inf], [1.0, 0.0]) == 1.0
+    assert pp.variance([1.0, 3.0, math.inf], [0.5, 0.5, 0.0]) == 1.0
+    assert pp.expectation([1.0, math.inf], [0.5, 0.5]) == math.inf
+    assert pp.reduce_losses([math.inf, 2.0], weights=[0.0, 1.0]) == 2.0
+    assert pp.reduce_losses([math.inf, 2.0], weights=[0.0, 1.0], reduction="sum") == 2.0
+
+
 # ------------------------------------------------------------------ bad input catalogue
 
 nan = float("nan")
@@ -517,6 +567,30 @@ BAD_INPUTS = [
     ("theta-empty", lambda: pp.bernoulli_likelihood([], 1, 2), ValueError, ["theta", "empty"]),
     ("nats-to-bits-none", lambda: pp.nats_to_bits(None), TypeError, ["value"]),
     ("grad-target-range", lambda: pp.softmax_cross_entropy_grad(Z, [0, 5]), ValueError, ["target", "5"]),
+    ("bce-infinite-logit", lambda: pp.bce_with_logits([math.inf], [1.0]), ValueError, ["z", "finite", "inf"]),
+    ("bce-pos-weight-inf", lambda: pp.bce_with_logits([0.0], [1.0], pos_weight=math.inf), ValueError, ["pos_weight", "finite"]),
+    ("bce-pos-weight-shape", lambda: pp.bce_with_logits([0.0, 1.0], [1.0, 0.0], pos_weight=[1.0, 2.0, 3.0]), ValueError,
+     ["pos_weight", "broadcast", "(2,)", "(3,)"]),
+    ("optimum-weight-inf", lambda: pp.weighted_bce_optimum(0.5, math.inf), ValueError, ["w", "finite"]),
+    ("optimum-shapes", lambda: pp.weighted_bce_optimum([0.2, 0.5], [1.0, 2.0, 3.0]), ValueError, ["p and w", "broadcast"]),
+    ("optimum-empty", lambda: pp.weighted_bce_optimum([], 2.0), ValueError, ["p", "empty"]),
+    ("gaussian-sigma-inf", lambda: pp.gaussian_nll(1.0, 0.0, math.inf), ValueError, ["sigma", "finite"]),
+    ("gaussian-y-inf", lambda: pp.gaussian_nll(math.inf, math.inf, 1.0), ValueError, ["y", "finite"]),
+    ("ignore-index-float", lambda: pp.cross_entropy(Z, Y, ignore_index=0.7), TypeError, ["ignore_index", "integer", "0.7"]),
+    ("ignore-index-bool", lambda: pp.cross_entropy(Z, Y, ignore_index=True), TypeError, ["ignore_index", "integer"]),
+    ("class-weights-inf", lambda: pp.cross_entropy(Z, Y, class_weights=[math.inf, 1, 1]), ValueError,
+     ["class_weights", "finite"]),
+    ("reduce-weights-negative", lambda: pp.reduce_losses([1.0, 2.0], weights=[2.0, -1.0]), ValueError,
+     ["weights", "non-negative", "-1.0"]),
+    ("reduce-weights-inf", lambda: pp.reduce_losses([1.0, 2.0], weights=[math.inf, 1.0]), ValueError, ["weights", "finite"]),
+    ("targets-ragged", lambda: pp.cross_entropy(Z, [[0], [1, 2]]), ValueError, ["targets", "rectangular"]),
+    ("target-ragged", lambda: pp.nll_from_logits(Z, [[0], [1, 2]]), ValueError, ["target", "rectangular"]),
+    ("mask-with-none", lambda: pp.cross_entropy(Z, Y, mask=[True, None]), ValueError, ["mask", "booleans or 0/1"]),
+    ("integer-one-hot-targets", lambda: pp.cross_entropy(Z, np.array([[1, 0, 0], [0, 0, 1]])), ValueError,
+     ["targets", "soft targets must be floating point"]),
+    ("expectation-inf-minus-inf", lambda: pp.expectation([-math.inf, math.inf], [0.5, 0.5]), ValueError,
+     ["+inf and -inf", "undefined"]),
+    ("variance-infinite-mean", lambda: pp.variance([1.0, math.inf], [0.5, 0.5]), ValueError, ["Var(X)", "undefined"]),
 ]
 
 

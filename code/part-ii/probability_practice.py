@@ -145,7 +145,10 @@ def _check_probabilities(p: np.ndarray, name: str) -> None:
 
 def _as_int_targets(targets, name: str = "targets") -> np.ndarray:
     """Return integer class indices as int64; reject floats with fractions, bools and nan."""
-    arr = np.asarray(targets)
+    try:
+        arr = np.asarray(targets)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{name} must be a rectangular array of integer class indices: {exc}") from None
     if arr.dtype == bool:
         raise TypeError(f"{name} must be integer class indices, got booleans")
     if np.issubdtype(arr.dtype, np.integer):
@@ -175,11 +178,16 @@ def _check_unit(unit: str) -> None:
 
 def _check_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
     """Return a boolean mask of the given shape (True = scored); reject other values."""
-    arr = np.asarray(mask)
+    try:
+        arr = np.asarray(mask)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{name} must be a rectangular array of booleans or 0/1: {exc}") from None
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape} (one entry per target), got {arr.shape}")
     if arr.dtype != bool:
-        if not np.issubdtype(arr.dtype, np.number) or not np.isin(arr, (0, 1)).all():
+        if not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"{name} must hold booleans or 0/1 (1 = scored), got dtype {arr.dtype}")
+        if not np.isin(arr, (0, 1)).all():
             raise ValueError(f"{name} must hold booleans or 0/1 (1 = scored), got {np.unique(arr)[:5]}")
         arr = arr.astype(bool)
     return arr
@@ -291,7 +299,9 @@ def log_softmax(logits, axis: int = -1) -> np.ndarray:
     z = _as_float_array(logits, "logits")
     _check_nonempty(z, "logits", min_ndim=1)
     ax = _norm_axis(axis, z.ndim)
-    return z - np.expand_dims(logsumexp(z, axis=ax), ax)
+    out = z - np.expand_dims(logsumexp(z, axis=ax), ax)
+    # ln q <= 0 exactly; the unshifted float32 sum can round lse a few eps below the row maximum
+    return np.minimum(out, 0.0, out=out)
 
 
 def softmax(logits, axis: int = -1) -> np.ndarray:
@@ -323,12 +333,14 @@ def _nll_rows(z: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     The target logit is an index lookup (no one-hot, no log-softmax array); the loss
     is (shift - z_y) + rest in float64 (see _lse_parts), rounded once to z's dtype.
+    It is never below 0: lse(z) >= max z >= z_y, so a negative value (a confident
+    float32 row, whose unshifted exp sum is a few eps off) is rounding, and 0 is nearer.
     """
     z2 = _rows_view(z)
     rows = np.arange(z2.shape[0])
     z_y = z2[rows, y.reshape(-1)].astype(np.float64)
     shift, rest = _lse_parts(z2, z)
-    return ((shift - z_y) + rest).astype(z.dtype).reshape(y.shape)
+    return np.maximum((shift - z_y) + rest, 0.0).astype(z.dtype).reshape(y.shape)
 
 
 def nll_from_probs(probs, target) -> np.ndarray:
@@ -360,7 +372,7 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
     """Reduce per-target losses [...] (nats) over scored targets: mean, sum, none, or document_mean over [B, T].
 
     mean: sum of (weighted) scored losses / sum of their weights (the number of scored
-    targets when unweighted). document_mean: each document's (row's) mean over its
+    targets when unweighted); weights [...] (losses' shape) are finite and non-negative. document_mean: each document's (row's) mean over its
     scored targets, then the plain mean over documents. none: losses with unscored
     positions set to 0. Raises ValueError when nothing is scored.
     """
@@ -372,7 +384,12 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
     w = np.ones(loss.shape) if weights is None else _as_float_array(weights, "weights")
     if w.shape != loss.shape:
         raise ValueError(f"weights must have shape {loss.shape}, got {w.shape}")
-    contrib = np.where(scored, w * np.where(scored, loss, 0.0), 0.0)
+    _check_finite(w, "weights")
+    if (w < 0).any():
+        idx = _first_index(w < 0)
+        raise ValueError(f"weights must be non-negative, got {w[idx]} at index {idx}")
+    counted = scored & (w != 0)  # a weight of 0 drops its loss, even an infinite one (0 * inf = 0)
+    contrib = np.where(counted, w * np.where(counted, loss, 0.0), 0.0)
     if reduction == "none":
         return contrib
     if not scored.any():  # PyTorch returns nan (mean) or 0 (sum) here; an empty batch is a data bug worth a message
@@ -400,14 +417,18 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
     """Cross-entropy in nats of logits [..., K] against int targets [...] or soft targets [..., K].
 
     Integer targets score one class per position (the index lookup -log softmax(z)_y,
-    no one-hot array); soft targets are a distribution per row. mask (True = scored)
+    no one-hot array); soft targets (floating point, logits' shape) are a distribution per row.
+    reduction as in reduce_losses: mean or sum -> float, none -> [...] per position. mask (True = scored)
     and ignore_index drop positions; class_weights [K] weight each integer target by
     its class, and the mean then divides by the summed weights (PyTorch's rule).
     """
     z = _as_float_array(logits, "logits", check_nan=False)  # integer targets: nan and inf checked per chunk
     _check_nonempty(z, "logits", min_ndim=1)
     num_classes = z.shape[-1]
-    t = np.asarray(targets)
+    try:
+        t = np.asarray(targets)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"targets must be a rectangular array (class indices or soft targets): {exc}") from None
     soft = t.shape == z.shape and np.issubdtype(t.dtype, np.floating)
     if soft:
         _check_no_nan(z, "logits")
@@ -422,9 +443,13 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
     else:
         y = _as_int_targets(t, "targets")
         if y.shape != z.shape[:-1]:
+            soft_hint = " (soft targets must be floating point: these are integers)" if y.shape == z.shape else ""
             raise ValueError(
-                f"targets must have shape {z.shape[:-1]} (int class indices) or {z.shape} (soft targets), got {y.shape}"
+                f"targets must have shape {z.shape[:-1]} (int class indices) or {z.shape} (soft targets), "
+                f"got {y.shape}{soft_hint}"
             )
+        if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, Integral)):
+            raise TypeError(f"ignore_index must be an integer class index (PyTorch's default is -100), got {ignore_index!r}")
         ignored = np.zeros(y.shape, bool) if ignore_index is None else (y == int(ignore_index))
         _check_target_range(y, num_classes, "targets", skip=ignored)
         safe_y = np.where(ignored, 0, y)
@@ -435,6 +460,7 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
             cw = _as_float_array(class_weights, "class_weights")
             if cw.shape != (num_classes,):
                 raise ValueError(f"class_weights must have shape ({num_classes},), one per class, got {cw.shape}")
+            _check_finite(cw, "class_weights")
             if (cw < 0).any():
                 raise ValueError("class_weights must be non-negative")
             weights = cw[safe_y]
@@ -585,13 +611,20 @@ def expectation(values, probs) -> float:
     if p.ndim != 1 or x.shape != p.shape:
         raise ValueError(f"values and probs must both have shape [N], got {x.shape} and {p.shape}")
     _check_distribution(p, "probs")
-    return float(np.sum(p * x))
+    seen = p > 0  # a value of probability 0 adds nothing, even an infinite one (0 * inf = 0)
+    if np.isposinf(x[seen]).any() and np.isneginf(x[seen]).any():
+        raise ValueError("values hold both +inf and -inf with positive probability; E[X] = inf - inf is undefined")
+    return float(np.sum(p[seen] * x[seen]))
 
 
 def variance(values, probs) -> float:
-    """Var(X) = E[(X - mu)^2]: values [N], probs [N] (a PMF); in squared units of X."""
+    """Var(X) = E[(X - mu)^2]: values [N], probs [N] (a PMF); in squared units of X; needs a finite mean."""
     mu = expectation(values, probs)
-    return float(np.sum(np.asarray(probs, float) * (np.asarray(values, float) - mu) ** 2))
+    if not math.isfinite(mu):
+        raise ValueError(f"E[X] = {mu}: a value with positive probability is infinite, so Var(X) is undefined")
+    x, p = _as_float_array(values, "values"), _as_float_array(probs, "probs")
+    seen = p > 0
+    return float(np.sum(p[seen] * (x[seen] - mu) ** 2))
 
 
 def empirical_distribution(samples, support) -> np.ndarray:
@@ -676,6 +709,7 @@ def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
     t = _as_float_array(y, "y")
     _check_nonempty(x, "z")
     _check_nonempty(t, "y")
+    _check_finite(x, "z")  # at z = +-inf the stable form is inf - inf
     _check_probabilities(t, "y")
     try:
         x, t = np.broadcast_arrays(x, t)
@@ -688,8 +722,14 @@ def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
         loss = np.maximum(x, 0) - t * x + np.log1p(np.exp(-np.abs(x)))
     else:
         w = _as_float_array(pos_weight, "pos_weight")
+        _check_nonempty(w, "pos_weight")
+        _check_finite(w, "pos_weight")
         if (w <= 0).any():
             raise ValueError(f"pos_weight must be positive, got {w}")
+        try:
+            np.broadcast_shapes(w.shape, x.shape)
+        except ValueError:
+            raise ValueError(f"pos_weight must broadcast with z and y (shape {x.shape}), got shape {w.shape}") from None
         loss = w * t * softplus_neg + (1 - t) * (softplus_neg + x)
     if reduction == "none":
         return loss if loss.ndim else float(loss)
@@ -699,25 +739,41 @@ def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
 def weighted_bce_optimum(p, w):
     """q* = w p / (w p + 1 - p): the output minimising E[weighted BCE] when P(y=1|x) = p and positives weigh w."""
     pr = _as_float_array(p, "p")
+    _check_nonempty(pr, "p")
     _check_probabilities(pr, "p")
     wt = _as_float_array(w, "w")
+    _check_nonempty(wt, "w")
+    _check_finite(wt, "w")
     if (wt <= 0).any():
         raise ValueError(f"w must be a positive weight, got {wt}")
+    try:
+        np.broadcast_shapes(pr.shape, wt.shape)
+    except ValueError:
+        raise ValueError(f"p and w must broadcast together, got shapes {pr.shape} and {wt.shape}") from None
     out = wt * pr / (wt * pr + 1.0 - pr)
     return out if out.ndim else float(out)
 
 
 def gaussian_nll(y, mean, sigma):
-    """-ln N(y; mean, sigma^2) = ln(2 pi sigma^2)/2 + (y - mean)^2 / (2 sigma^2), in nats per observation."""
+    """-ln N(y; mean, sigma^2) = ln(2 pi sigma^2)/2 + (y - mean)^2 / (2 sigma^2), in nats per observation.
+
+    y, mean and sigma (> 0) are finite and broadcast together; computed as ln sigma + ln(2 pi)/2
+    + ((y - mean) / sigma)^2 / 2, so that sigma^2 cannot overflow or underflow (sigma = 1e-170).
+    """
     yy = _as_float_array(y, "y")
     mu = _as_float_array(mean, "mean")
     s = _as_float_array(sigma, "sigma")
+    for arr, name in ((yy, "y"), (mu, "mean"), (s, "sigma")):
+        _check_nonempty(arr, name)
+        _check_finite(arr, name)
     if (s <= 0).any():
         raise ValueError(f"sigma must be a positive standard deviation, got {s}")
     try:
-        out = 0.5 * np.log(2 * np.pi * s**2) + (yy - mu) ** 2 / (2 * s**2)
+        yy, mu, s = np.broadcast_arrays(yy, mu, s)
     except ValueError:
         raise ValueError(f"y, mean and sigma must broadcast, got {yy.shape}, {mu.shape}, {s.shape}") from None
+    r = (yy - mu) / s
+    out = np.log(s) + 0.5 * np.log(2 * np.pi) + 0.5 * r * r
     return out if out.ndim else float(out)
 
 
