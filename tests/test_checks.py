@@ -1,5 +1,6 @@
 """checks.forbidden_calls and checks.calls_watched: the test cells' guard that an exercise is solved
-without the library function it re-implements (spies that record the call and pass it on)."""
+without the library function it re-implements (spies that record the call and pass it on); then
+check_close and check_true on values that are not numbers or booleans."""
 
 from __future__ import annotations
 
@@ -251,3 +252,61 @@ def test_a_notebook_global_the_spy_replaces_is_named_once():
         run_cell("with forbidden_calls('solution', (globals(), 'helper')):\n    result = solution(1)\n", namespace)
     assert namespace["result"] == 4
     assert str(err.value).endswith("(it called helper)")
+
+
+# --- check_close and check_true on values that are not what they should be ------------------------
+
+@pytest.mark.parametrize("actual, words", [
+    (None, ["got NoneType", "return its result"]),
+    ("1.0", ["got str"]),
+    (np.array([1 + 5j]), ["complex"]),
+    ([1.0, [2.0]], ["got list"]),
+    ([1.0, None], ["dtype object"]),
+], ids=["none", "string", "complex", "ragged", "list-with-none"])
+def test_check_close_names_a_value_that_is_not_numbers_instead_of_comparing_it(actual, words):
+    """numpy reads None as nan, "1.0" as 1.0 and drops an imaginary part: each would pass or mislead."""
+    with pytest.raises(AssertionError) as err:
+        checks.check_close("x", actual, 1.0)
+    assert str(err.value).startswith("x: ") and all(w in str(err.value) for w in words), str(err.value)
+    # the grader judges the recorded value with the same function: the same verdict
+    assert checks.close_failure("x", checks.from_plain(checks.to_plain(actual)), 1.0) is not None
+
+
+def test_check_close_shows_full_digits_when_six_decimals_would_print_both_alike():
+    with pytest.raises(AssertionError) as err:
+        checks.check_close("p", np.float32(0.1), 0.1)
+    assert "got 0.10000000149011612, expected 0.1" in str(err.value), str(err.value)
+    with pytest.raises(AssertionError) as err:
+        checks.check_close("p", 0.25, 0.5)
+    assert "got 0.25, expected 0.5" in str(err.value), str(err.value)
+
+
+def test_check_close_reads_bfloat16_tensors_and_writes_nothing_to_stderr(capfd):
+    checks.check_close("bf16", torch.tensor([1.5, -2.0], dtype=torch.bfloat16), [1.5, -2.0])
+    with pytest.raises(AssertionError, match="x: got"):
+        checks.check_close("x", [1.0], [float("nan")])
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("condition, why", [
+    (float("nan"), "is a float"),
+    ("False", "is a str"),
+    ((c for c in [False]), "is a generator"),
+    ([], "empty array"),
+    (np.array([], dtype=bool), "empty array"),
+    (1, "is a int"),
+    ([True, [False]], "ragged"),
+], ids=["nan", "string", "generator", "empty-list", "empty-array", "number", "ragged"])
+def test_check_true_holds_only_for_true_or_booleans_all_true(condition, why):
+    """bool(np.all(x)) is True for nan, any non-empty string, a generator and an empty list."""
+    with pytest.raises(AssertionError) as err:
+        checks.check_true("L", condition, "the hint")
+    assert str(err.value).startswith("L: property does not hold (") and why in str(err.value), str(err.value)
+    assert "the hint" in str(err.value)
+
+
+@pytest.mark.parametrize("condition", [True, np.True_, np.array([1.0, 2.0]) > 0, [True, True], torch.tensor([True])])
+def test_check_true_passes_true_and_arrays_of_true(condition):
+    checks.check_true("L", condition)
+    with pytest.raises(AssertionError, match=r"^L: property does not hold$"):
+        checks.check_true("L", np.array([True, False]) if not isinstance(condition, bool) else False)

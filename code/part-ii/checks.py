@@ -29,6 +29,7 @@ import math
 import os
 import sys
 import types
+import warnings
 
 import numpy as np
 
@@ -46,17 +47,57 @@ MAX_DEPTH = 16
 def _from_tensor(value):
     """A torch tensor as a numpy array (numpy cannot read tensors directly); anything else unchanged."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):
-        return value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        try:
+            return value.numpy()
+        except TypeError:  # bfloat16, which numpy lacks: its values are exact in float32
+            return value.float().numpy()
     return value
 
 
 def _as_array(value, label: str) -> np.ndarray:
-    """Turn a number, list or tensor-like value into a float64 array for comparison."""
+    """Turn a number, list or tensor-like value of real numbers into a float64 array for comparison."""
     value = _from_tensor(value)
+    wrong = f"{label}: expected a number or an array of numbers, got {type(value).__name__}"
+    if value is None or isinstance(value, (str, bytes)):  # numpy would read None as nan and "1.0" as 1.0
+        raise AssertionError(wrong + (" (does the function return its result?)" if value is None else ""))
     try:
-        return np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise AssertionError(f"{label}: expected a number or an array of numbers, got {type(value).__name__}") from None
+        array = np.asarray(value)
+    except (TypeError, ValueError):  # e.g. a ragged list
+        raise AssertionError(wrong) from None
+    if array.dtype.kind == "c":
+        raise AssertionError(f"{label}: expected real numbers, got complex dtype {array.dtype}")
+    if array.dtype.kind not in "biuf":
+        raise AssertionError(f"{wrong} holding dtype {array.dtype}")
+    return array.astype(np.float64)
+
+
+def _shown(a: np.ndarray, e: np.ndarray) -> tuple[list, list]:
+    """a and e as lists to six decimals, or in full where six decimals would print them alike."""
+    rounded_a, rounded_e = np.round(a, 6).tolist(), np.round(e, 6).tolist()
+    if rounded_a == rounded_e:
+        return a.tolist(), e.tolist()
+    return rounded_a, rounded_e
+
+
+def _condition_holds(condition) -> tuple[bool, str]:
+    """(holds, why not) for check_true: True/False, or a non-empty array of booleans that must all be True."""
+    try:
+        value = _from_tensor(condition)
+    except Exception:  # noqa: BLE001 - a tensor-like that cannot be read does not hold
+        return False, "the condition could not be read"
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value), ""
+    if isinstance(value, (list, tuple)):
+        try:
+            value = np.asarray(value)  # a list of booleans counts as their array
+        except ValueError:  # ragged
+            return False, "the condition is a ragged list, not an array of booleans"
+    if isinstance(value, np.ndarray) and value.size == 0:
+        return False, "the condition is an empty array, which proves nothing"
+    if isinstance(value, np.ndarray) and value.dtype == bool:
+        return bool(value.all()), ""
+    return False, f"the condition is a {type(value).__name__}, not True/False or an array of booleans"
 
 
 def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: float = ATOL, reveal: bool = True) -> str | None:
@@ -75,9 +116,11 @@ def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: flo
     if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=False):
         if not reveal:
             return f"{label}: the value differs from the expected one"
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-nan differences: nothing may reach stderr
             diff = np.nanmax(np.abs(np.where(a == e, 0.0, a - e)))
-        return f"{label}: got {np.round(a, 6).tolist()}, expected {np.round(e, 6).tolist()} (max abs difference {diff:.3g})"
+        shown_a, shown_e = _shown(a, e)
+        return f"{label}: got {shown_a}, expected {shown_e} (max abs difference {diff:.3g})"
     return None
 
 
@@ -121,16 +164,15 @@ def check_equal(label: str, actual, expected, *, reveal: bool = True) -> None:
 
 
 def check_true(label: str, condition, hint: str = "") -> None:
-    """Assert a property holds; hint says what the property means when it fails."""
-    try:
-        holds = bool(np.all(_from_tensor(condition)))
-    except Exception:  # noqa: BLE001 - a condition that cannot be evaluated does not hold
-        holds = False
+    """Assert a property holds: condition is True/False or a non-empty array of booleans (all must be True);
+    hint says what the property means when it fails."""
+    holds, why = _condition_holds(condition)
     if recording():
         _emit("true", label, holds=holds)
         return
     if not holds:
-        raise AssertionError(f"{label}: property does not hold" + (f" ({hint})" if hint else ""))
+        notes = "; ".join(n for n in (why, hint) if n)
+        raise AssertionError(f"{label}: property does not hold" + (f" ({notes})" if notes else ""))
 
 
 def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
