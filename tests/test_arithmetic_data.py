@@ -405,9 +405,13 @@ def _set(case_id, key, value):
         (_set("ch6-ex6.3-nll-two-targets", "inputs", {"probs": [[1]], "target": [0.5]}), "must hold integers"),
         (lambda doc: doc["cases"].append(dict(doc["cases"][0])), "appears more than once"),
         (lambda doc: doc.pop("cases"), "'cases' is a required property"),
+        (_set("ch6-table6.1-mean-loss", "expected", "10**400"), "too large for float64"),
+        (_set("ch6-ex6.1-softmax", "expected", [["1/2"], ["1/4", "1/4"]]), "expected must be a rectangular nested list"),
+        (_set("ch6-ex6.1-softmax", "inputs", {"logits": [[1, 2], [3]]}), "input 'logits' must be a rectangular"),
     ],
     ids=["unknown-quantity", "expected-not-symbolic", "wrong-input-name", "unknown-unit", "missing-book-text",
-         "unparsable-expression", "free-symbol", "fractional-target", "duplicate-id", "no-cases"],
+         "unparsable-expression", "free-symbol", "fractional-target", "duplicate-id", "no-cases", "beyond-float64",
+         "ragged-expected", "ragged-input"],
 )
 def test_corrupted_file_is_rejected_with_clear_message(tmp_path, mutate, message):
     path = _write_corrupted(tmp_path, mutate)
@@ -424,6 +428,12 @@ def test_unreadable_files_are_rejected(tmp_path):
     bad.write_text("{ not json", encoding="utf-8")
     with pytest.raises(DataFileError, match="not valid JSON"):
         load_cases(bad)
+    with pytest.raises(DataFileError, match="cannot read the data file"):
+        load_cases(tmp_path)  # a folder
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes(b'{"note": "\xe9t\xe9"}')
+    with pytest.raises(DataFileError, match="not UTF-8 text"):
+        load_cases(latin)
 
 
 def test_loader_defaults_to_repository_file():

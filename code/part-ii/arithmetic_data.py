@@ -84,7 +84,17 @@ def _to_float(value) -> float:
     result = complex(sympy.N(value, 30))
     if result.imag != 0:
         raise DataFileError(f"{value!r} is not a real number")
+    if not np.isfinite(result.real):  # a finite exact value beyond float64 (10**400); infinity is written oo
+        raise DataFileError(f"{value!r} is finite but too large for float64; write oo for an infinite value")
     return result.real
+
+
+def _float_array(value, what: str) -> np.ndarray:
+    """A nested list of floats as a float64 array; DataFileError for a ragged one."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except ValueError:
+        raise DataFileError(f"{what} must be a rectangular nested list (every row the same length)") from None
 
 
 def _map_nested(obj, fn):
@@ -101,13 +111,13 @@ def _input_value(name: str, raw):
     """Convert one input to float / float64 array, int / int64 array (targets, counts) or bool array (mask)."""
     value = _map_nested(raw, _leaf_value)
     if name in INT_INPUTS or name in BOOL_INPUTS:
-        arr = np.asarray(value, dtype=np.float64)
+        arr = _float_array(value, f"input {name!r}")
         if not np.all(arr == np.round(arr)):
             raise DataFileError(f"input {name!r} must hold integers, got {raw!r}")
         if name in BOOL_INPUTS:
             return arr.astype(bool)
         return int(arr) if arr.ndim == 0 else arr.astype(np.int64)
-    return value if not isinstance(value, list) else np.asarray(value, dtype=np.float64)
+    return value if not isinstance(value, list) else _float_array(value, f"input {name!r}")
 
 
 def _import_jsonschema():
@@ -163,9 +173,9 @@ def _build_case(raw: dict) -> Case:
     try:
         inputs = {name: _input_value(name, value) for name, value in raw["inputs"].items()}
         expected = _map_nested(raw["expected"], lambda s: _to_float(_sympify(s)))
+        expected = float(expected) if not isinstance(expected, list) else _float_array(expected, "expected")
     except DataFileError as exc:
         raise DataFileError(f"case {raw['id']!r}: {exc}") from None
-    expected = float(expected) if not isinstance(expected, list) else np.asarray(expected, dtype=np.float64)
     if raw.get("book_index") is not None and (np.ndim(expected) != 1 or raw["book_index"] >= len(expected)):
         raise DataFileError(f"case {raw['id']!r}: book_index {raw['book_index']} does not select an element of expected")
     return Case(
@@ -182,6 +192,10 @@ def load_cases(path: str | Path | None = None) -> CaseMap:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataFileError(f"data file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise DataFileError(f"{path} is not UTF-8 text; expected the JSON data file") from None
+    except OSError as exc:  # a folder, no permission
+        raise DataFileError(f"cannot read the data file {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise DataFileError(f"{path} is not valid JSON: {exc}") from None
     _validate(doc, path)
