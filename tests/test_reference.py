@@ -591,6 +591,18 @@ BAD_INPUTS = [
     ("expectation-inf-minus-inf", lambda: pp.expectation([-math.inf, math.inf], [0.5, 0.5]), ValueError,
      ["+inf and -inf", "undefined"]),
     ("variance-infinite-mean", lambda: pp.variance([1.0, math.inf], [0.5, 0.5]), ValueError, ["Var(X)", "undefined"]),
+    ("target-beyond-int64", lambda: pp.nll_from_logits(Z, [0, 1e30]), ValueError, ["target", "1e+30", "class range"]),
+    ("target-uint64", lambda: pp.nll_from_logits(Z, np.array([0, 2**63], dtype=np.uint64)), ValueError,
+     ["target", str(2**63)]),
+    ("tensor-requiring-grad", lambda: pp.softmax(torch.zeros(3, requires_grad=True)), TypeError,
+     ["logits", "torch tensor", "logits.detach()"]),
+    ("tensor-bfloat16", lambda: pp.cross_entropy(torch.zeros(2, 3, dtype=torch.bfloat16), Y), TypeError,
+     ["logits", "BFloat16", "numpy()"]),
+    ("targets-tensor-requiring-grad", lambda: pp.cross_entropy(Z, torch.zeros(2, requires_grad=True)), TypeError,
+     ["targets", "torch tensor"]),
+    ("empirical-support-none", lambda: pp.empirical_distribution([1], None), TypeError, ["support", "NoneType"]),
+    ("empirical-samples-none", lambda: pp.empirical_distribution(None, [1]), TypeError, ["samples", "NoneType"]),
+    ("empirical-unhashable", lambda: pp.empirical_distribution([1], [[1]]), TypeError, ["support", "hashable"]),
 ]
 
 

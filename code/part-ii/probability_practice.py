@@ -68,10 +68,7 @@ def _as_float_array(x, name: str, check_nan: bool = True) -> np.ndarray:
     """
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}")
-    try:
-        arr = np.asarray(x)
-    except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"{name} must be a rectangular array of numbers: {exc}") from None
+    arr = _as_array(x, name, "numbers")
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)):
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.complexfloating):
@@ -81,6 +78,19 @@ def _as_float_array(x, name: str, check_nan: bool = True) -> np.ndarray:
     if check_nan:
         _check_no_nan(arr, name)
     return arr
+
+
+def _as_array(x, name: str, what: str) -> np.ndarray:
+    """np.asarray(x), with errors that name the argument: ragged lists, and torch tensors numpy cannot read."""
+    try:
+        return np.asarray(x)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{name} must be a rectangular array of {what}: {exc}") from None
+    except (RuntimeError, TypeError) as exc:  # a tensor that requires grad, or holds bfloat16
+        if hasattr(x, "detach"):
+            raise TypeError(f"{name} is a torch tensor numpy cannot read ({exc}); the numpy reference path takes "
+                            f"arrays: pass {name}.detach().double().numpy()") from None
+        raise
 
 
 def _check_no_nan(arr: np.ndarray, name: str) -> None:
@@ -145,17 +155,15 @@ def _check_probabilities(p: np.ndarray, name: str) -> None:
 
 def _as_int_targets(targets, name: str = "targets") -> np.ndarray:
     """Return integer class indices as int64; reject floats with fractions, bools and nan."""
-    try:
-        arr = np.asarray(targets)
-    except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"{name} must be a rectangular array of integer class indices: {exc}") from None
+    arr = _as_array(targets, name, "integer class indices")
     if arr.dtype == bool:
         raise TypeError(f"{name} must be integer class indices, got booleans")
-    if np.issubdtype(arr.dtype, np.integer):
-        return arr.astype(np.int64)
-    if np.issubdtype(arr.dtype, np.floating):
-        if not np.isfinite(arr).all() or not np.all(arr == np.round(arr)):
+    if np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating):
+        if np.issubdtype(arr.dtype, np.floating) and (not np.isfinite(arr).all() or not np.all(arr == np.round(arr))):
             raise TypeError(f"{name} must be integer class indices, got non-integer values {arr.ravel()[:5]}")
+        too_large = np.abs(arr) > 2**62 if arr.dtype.kind != "u" else arr > 2**62  # would wrap around in int64
+        if too_large.any():
+            raise ValueError(f"{name} must be class indices, got {arr[too_large].ravel()[0].item()!r}, far outside any class range")
         return arr.astype(np.int64)
     raise TypeError(f"{name} must be integer class indices, got dtype {arr.dtype}")
 
@@ -178,10 +186,7 @@ def _check_unit(unit: str) -> None:
 
 def _check_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
     """Return a boolean mask of the given shape (True = scored); reject other values."""
-    try:
-        arr = np.asarray(mask)
-    except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"{name} must be a rectangular array of booleans or 0/1: {exc}") from None
+    arr = _as_array(mask, name, "booleans or 0/1")
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape} (one entry per target), got {arr.shape}")
     if arr.dtype != bool:
@@ -425,10 +430,7 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
     z = _as_float_array(logits, "logits", check_nan=False)  # integer targets: nan and inf checked per chunk
     _check_nonempty(z, "logits", min_ndim=1)
     num_classes = z.shape[-1]
-    try:
-        t = np.asarray(targets)
-    except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"targets must be a rectangular array (class indices or soft targets): {exc}") from None
+    t = _as_array(targets, "targets", "class indices or soft targets")
     soft = t.shape == z.shape and np.issubdtype(t.dtype, np.floating)
     if soft:
         _check_no_nan(z, "logits")
@@ -589,7 +591,10 @@ def bayes_posterior(prior, likelihood) -> np.ndarray:
 
 
 def conditional_from_joint(joint, given_axis: int = 0) -> np.ndarray:
-    """p(other | given) from a joint table [X, Y]: restrict to each value of the given axis and renormalise."""
+    """p(other | given) from a joint table [X, Y] -> [X, Y]: each slice at a fixed value of given_axis, renormalised.
+
+    given_axis=0 gives p(y | x): every row sums to 1; given_axis=1 gives p(x | y): every column sums to 1.
+    """
     j = _as_float_array(joint, "joint")
     if j.ndim != 2:
         raise ValueError(f"joint must be a 2-D table [X, Y], got shape {j.shape}")
@@ -629,8 +634,16 @@ def variance(values, probs) -> float:
 
 def empirical_distribution(samples, support) -> np.ndarray:
     """p_hat(x) = (1/n) #{i: X_i = x} for each x in support [S] -> [S]; unseen values get exactly 0."""
+    for name, given in (("samples", samples), ("support", support)):
+        if given is None or np.ndim(given) == 0 and not isinstance(given, str):
+            raise TypeError(f"{name} must be a sequence of values (numbers or strings), got {type(given).__name__}")
     support = list(support)
     samples = list(np.asarray(samples).ravel().tolist()) if not isinstance(samples, str) else list(samples)
+    try:
+        set(support), set(samples)
+    except TypeError:
+        raise TypeError("samples and support must hold hashable values (numbers or strings), got a list or array "
+                        "inside them") from None
     if not samples:
         raise ValueError("samples is empty; an empirical distribution needs at least one observation")
     if len(set(support)) != len(support):
@@ -667,7 +680,10 @@ def _check_theta(theta) -> np.ndarray:
 
 
 def bernoulli_likelihood(theta, k: int, n: int):
-    """Lik(theta) = theta^k (1 - theta)^(n - k) for an ordered record with k ones in n trials (0^0 = 1)."""
+    """Lik(theta) = theta^k (1 - theta)^(n - k) for an ordered record with k ones in n trials (0^0 = 1).
+
+    theta: a number or an array [...] of candidate values -> a float or an array [...].
+    """
     k, n = _check_counts(k, n)
     th = _check_theta(theta)
     out = np.power(th, k) * np.power(1.0 - th, n - k)
@@ -675,7 +691,10 @@ def bernoulli_likelihood(theta, k: int, n: int):
 
 
 def bernoulli_nll(theta, k: int, n: int):
-    """J(theta) = -k ln theta - (n - k) ln(1 - theta) in nats (0 ln 0 = 0; inf at an impossible endpoint)."""
+    """J(theta) = -k ln theta - (n - k) ln(1 - theta) in nats (0 ln 0 = 0; inf at an impossible endpoint).
+
+    theta: a number or an array [...] of candidate values -> a float or an array [...].
+    """
     k, n = _check_counts(k, n)
     th = _check_theta(theta)
     with np.errstate(divide="ignore"):  # ln 0 = -inf is the impossible endpoint; a zero count skips its term
@@ -737,7 +756,10 @@ def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
 
 
 def weighted_bce_optimum(p, w):
-    """q* = w p / (w p + 1 - p): the output minimising E[weighted BCE] when P(y=1|x) = p and positives weigh w."""
+    """q* = w p / (w p + 1 - p): the output minimising E[weighted BCE] when P(y=1|x) = p and positives weigh w.
+
+    p in [0, 1] and w > 0 (finite) are numbers or arrays that broadcast -> a float or their broadcast shape.
+    """
     pr = _as_float_array(p, "p")
     _check_nonempty(pr, "p")
     _check_probabilities(pr, "p")
