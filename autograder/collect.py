@@ -94,6 +94,7 @@ class Entry:
     """One file of the download: its path inside the download, bytes and modification time (UTC).
 
     A file over MAX_READ_BYTES is not read: data is empty and opener() streams it (for the copy kept).
+    A zip member that could not be read has empty data and unreadable saying why.
     """
 
     path: PurePosixPath
@@ -101,6 +102,7 @@ class Entry:
     mtime: dt.datetime
     opener: object = None
     size: int = -1
+    unreadable: str | None = None
 
     def __post_init__(self):
         if self.size < 0:
@@ -177,8 +179,25 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                 opener = functools.partial(_open_zip_member, path, info.filename)
                 entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size))
                 continue
-            entries.append(Entry(name, zf.read(info), mtime))
+            try:
+                data = zf.read(info)
+            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, EOFError, OSError, zlib.error) as exc:
+                # rejected in classify, which can still tell whose file it was from its path
+                entries.append(Entry(name, b"", mtime, unreadable=f"cannot be read from the zip: {unreadable_member(exc)}"))
+                continue
+            entries.append(Entry(name, data, mtime))
     return entries, rejected
+
+
+def unreadable_member(exc: Exception) -> str:
+    """Why zipfile could not read a member, and what to do about it."""
+    text = str(exc)
+    if "encrypted" in text or "password" in text:
+        return "it is password-protected; ask for it without a password"
+    if isinstance(exc, NotImplementedError):
+        return ("it is compressed with a method Python's zipfile cannot read (Deflate64, as Windows uses for large "
+                "zips, or another); unzip the download with another tool and collect the folder")
+    return f"it is damaged ({text}); download it again"
 
 
 def member_name(info: zipfile.ZipInfo) -> str:
@@ -634,6 +653,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             student, timestamp, origin = file_owner(e.path.name, notebooks)
         if student is not None:
             seen.setdefault(student, set()).update({origin} - {None})
+        if e.unreadable is not None:
+            rejected.append(Record(str(e.path), e.unreadable if student else f"{e.unreadable}; and cannot tell whose "
+                                                                             "file it is", student))
+            continue
         if e.opener is not None:
             reason = f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
             rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
@@ -822,28 +845,34 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
     by_path = {str(e.path): e for e in entries}
     for r in records:
         entry = by_path.get(r.file)
-        if entry is None:
+        if entry is None or entry.unreadable is not None:
             continue
         copy = course.rejected_dir / entry.path
         copy.parent.mkdir(parents=True, exist_ok=True)
         if entry.opener is None:
             copy.write_bytes(entry.data)
         else:  # too large to hold in memory: streamed
-            with entry.opener() as src, open(copy, "wb") as out:
-                shutil.copyfileobj(src, out)
+            try:
+                with entry.opener() as src, open(copy, "wb") as out:
+                    shutil.copyfileobj(src, out)
+            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, EOFError, zlib.error) as exc:
+                copy.unlink(missing_ok=True)
+                r.reason = f"{r.reason}; no copy kept: {unreadable_member(exc)}"
+                continue
         r.copy = str(copy)
 
 
 def save_report(course: Course, report: CollectReport) -> Path:
     """Merge this run into reports/collect.json (students of this download replace their old entries)."""
     path = course.reports_dir / "collect.json"
-    merged = {"students": {}, "rejected": [], "ignored": []}
-    if path.exists():
-        merged = json.loads(path.read_text(encoding="utf-8"))
+    merged = load_collect_log(course)
     for s in report.students:
         merged["students"].pop(s, None)
-    merged["rejected"] = [r for r in merged["rejected"] if r.get("student") not in report.students and r.get("student")]
-    merged["ignored"] = [r for r in merged["ignored"] if r.get("student") not in report.students and r.get("student")]
+    # a student's files of this download replace their old records; a file of no student's, its own old record
+    again = {r.file for r in report.rejected + report.ignored if not r.student}
+    for kind in ("rejected", "ignored"):
+        merged[kind] = [r for r in merged[kind] if (r.get("student") not in report.students if r.get("student")
+                                                    else r.get("file") not in again)]
     merged["students"].update({s: asdict(r) for s, r in report.students.items()})
     merged["rejected"] += [asdict(r) for r in report.rejected]
     merged["ignored"] += [asdict(r) for r in report.ignored]
@@ -860,7 +889,18 @@ def load_collect_log(course: Course) -> dict:
     path = course.reports_dir / "collect.json"
     if not path.exists():
         return {"students": {}, "rejected": [], "ignored": []}
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        log = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        log, why = None, str(exc)
+    else:
+        why = "it is not collect's record (students, rejected and ignored files)"
+    if not (isinstance(log, dict) and isinstance(log.get("students"), dict)
+            and all(isinstance(log.get(k), list) for k in ("rejected", "ignored"))):
+        raise AutograderError(f"{path} is damaged ({why[:200]}): it is collect's record of what it filed and rejected. "
+                              "Restore it from a backup, or move it away and collect every download again (files "
+                              "already filed come out unchanged)")
+    return log
 
 
 def known_students(course: Course) -> frozenset[str]:
@@ -909,11 +949,11 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
+        earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
         keep_rejected_copies(course, entries, rejected)
         with course.gradebook() as gb:
             for sid in sorted(seen):
                 gb.update_or_create_student(sid)
-        earlier = load_collect_log(course)["students"]
         for sid in sorted(seen):
             files = [f for f in filed if f.student == sid]
             notes = [f"{r.file}: {r.reason}" for r in rejected if r.student == sid]
@@ -981,7 +1021,7 @@ def print_report(report: CollectReport) -> None:
     if report.rejected:
         print(f"rejected files ({len(report.rejected)}), copies kept in the course's rejected/ folder:")
         for r in report.rejected:
-            print(f"  {r.file}: {r.reason}")
+            print(f"  {r.file}: {r.reason}{'' if r.copy else ' (no copy kept)'}")
     if report.ignored:
         print(f"ignored files ({len(report.ignored)}):")
         for r in report.ignored:

@@ -295,6 +295,73 @@ def test_unsafe_zip_member_is_rejected_not_extracted(course, tmp_path):
     assert not (tmp_path / "escape").exists()
 
 
+def damaged_zip(path: Path, members: dict[str, bytes], damage: str, victim: str) -> Path:
+    """A stored (uncompressed) zip of members in which victim is damaged: 'crc' (a changed byte of its data),
+    'encrypted' (the password flag set) or 'deflate64' (compression method 9, which zipfile cannot read)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    raw = bytearray(path.read_bytes())
+    if damage == "crc":
+        at = raw.index(members[victim]) + 10
+        raw[at] ^= 0x20
+    else:  # the central directory entry: signature, versions (4 bytes), flags (2), method (2), ..., name at 46
+        entry = next(i for i in range(len(raw)) if raw[i:i + 4] == b"PK\x01\x02" and raw[i + 46:i + 46 + len(victim)] == victim.encode())
+        if damage == "encrypted":
+            struct.pack_into("<H", raw, entry + 8, struct.unpack_from("<H", raw, entry + 8)[0] | 0x1)
+        else:
+            struct.pack_into("<H", raw, entry + 10, 9)
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("crc", "it is damaged (Bad CRC-32"),
+    ("encrypted", "it is password-protected"),
+    ("deflate64", "it is compressed with a method Python's zipfile cannot read"),
+])
+def test_a_member_the_zip_cannot_give_back_is_rejected_and_the_rest_filed(course, tmp_path, capsys, damage, words):
+    """One unreadable file must not cost the class its download: it is named with what to do, the others filed."""
+    from autograder.cli import main
+
+    members = {"kara/02-shapes-and-loss.ipynb": notebook_bytes("kara"), "liam/02-shapes-and-loss.ipynb": notebook_bytes("liam")}
+    zpath = damaged_zip(tmp_path / "class.zip", members, damage, "liam/02-shapes-and-loss.ipynb")
+    assert main(["collect", str(zpath)]) == 1
+    out = capsys.readouterr().out
+    assert f"liam/02-shapes-and-loss.ipynb: cannot be read from the zip: {words}" in out, out
+    assert "(no copy kept)" in out, out
+    assert submitted(course, "kara") == {"02-shapes-and-loss.ipynb": notebook_bytes("kara")}
+    saved = json.loads((course.reports_dir / "collect.json").read_text())
+    assert [(r["file"], r["student"]) for r in saved["rejected"]] == [("liam/02-shapes-and-loss.ipynb", "liam")]
+    assert saved["students"]["liam"]["status"] == "no valid notebook"  # export gives liam a row saying why
+
+
+def test_rejections_of_no_student_s_files_survive_the_next_collect_and_are_replaced_by_their_own(course, tmp_path):
+    first = write_tree(tmp_path / "one", {"02-shapes-and-loss.ipynb": notebook_bytes("whose?"),
+                                          "mona/02-shapes-and-loss.ipynb": notebook_bytes("mona")})
+    collect(course, first)
+    collect(course, write_tree(tmp_path / "two", {"nils/02-shapes-and-loss.ipynb": notebook_bytes("nils")}))
+    saved = json.loads((course.reports_dir / "collect.json").read_text())
+    assert [r["file"] for r in saved["rejected"]] == ["02-shapes-and-loss.ipynb"]
+    collect(course, first)  # the same download again: one record of the file, not two
+    saved = json.loads((course.reports_dir / "collect.json").read_text())
+    assert [r["file"] for r in saved["rejected"]] == ["02-shapes-and-loss.ipynb"]
+
+
+@pytest.mark.parametrize("text", ['{"students": {', '["not", "a", "record"]'], ids=["not-json", "not-a-record"])
+def test_a_damaged_collect_record_stops_collect_before_it_files_anything(course, tmp_path, capsys, text):
+    from autograder.cli import main
+
+    course.reports_dir.mkdir(parents=True, exist_ok=True)
+    (course.reports_dir / "collect.json").write_text(text)
+    download = write_tree(tmp_path / "d", {"olga/02-shapes-and-loss.ipynb": notebook_bytes("olga")})
+    assert main(["collect", str(download)]) == 2
+    err = capsys.readouterr().err
+    assert f"{course.reports_dir / 'collect.json'} is damaged" in err and "collect every download again" in err, err
+    assert "Traceback" not in err
+    assert course.submitted_students() == []
+
+
 def test_bad_paths_raise_clear_errors(course, tmp_path):
     with pytest.raises(AutograderError, match="does not exist"):
         collect(course, tmp_path / "missing")
