@@ -18,13 +18,15 @@ exit codes:
        predicted or hit a grading or feedback error
   2    nothing done: bad arguments or input, no course or release, the course busy, or a
        refusal the message explains (a download whose layout collect cannot tell, a release
-       that would leak solutions, test cells changed since the release)
+       that would leak solutions, test cells changed since the release); also when the file
+       system refused (read-only, disk full): the command stopped there, run it again once fixed
   130  interrupted (grade resumes where it stopped)
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -38,6 +40,13 @@ def _defaults(grade_seconds: float, demo_seconds: float) -> str:
     if grade_seconds == demo_seconds:
         return f"default {grade_seconds:g}"
     return f"default {grade_seconds:g}; demo {demo_seconds:g}"
+
+
+def _folder_path(text: str) -> Path:
+    """argparse type: a non-empty path ('' would quietly mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder path, got an empty string")
+    return Path(text)
 
 
 def _positive_int(text: str) -> int:
@@ -111,7 +120,7 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--build", type=Path, default=None, metavar="DIR",
+    common.add_argument("--build", type=_folder_path, default=None, metavar="DIR",
                         help="build folder (default: $PART_II_BUILD or build/); the course lives in DIR/course "
                              "(the demo's in DIR/demo/course)")
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0],
@@ -300,6 +309,20 @@ def _gradebook_url(args: argparse.Namespace) -> str:
         return os.environ.get("PART_II_DB_URL", "?")
 
 
+def file_system_error(exc: OSError) -> str:
+    """What the file system refused, and what to do: for an OSError that reached the command's top."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    what = exc.strerror or str(exc)
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        hint = "the build folder and everything in it must be writable by this user"
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free some disk space"
+    else:
+        hint = "fix that"
+    return (f"the file system refused: {what}{where}; {hint}, then run the command again "
+            "(grade resumes where it stopped; collect files again what it had not filed)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse argv, run the command, turn known errors into a message and an exit code."""
     parser = build_parser()
@@ -311,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     except AutograderError as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # the file system refused: read-only, no permission, disk full
+        print(f"{parser.prog} {args.command}: error: {file_system_error(exc)}", file=sys.stderr)
+        return 2
     except Exception as exc:
         from nbgrader.api import MissingEntry
         from sqlalchemy.exc import DBAPIError

@@ -261,6 +261,8 @@ def checked_mathjax_url(url: str) -> str:
         why = f"its scheme is {scheme.group(1)!r}"
     elif scheme and not url[scheme.end():].startswith("//"):
         why = f"{scheme.group(0)} is not followed by //"
+    elif scheme and not re.match(r"//[^/?#]+", url[scheme.end():]):
+        why = f"it names no host after {scheme.group(0)}//"
     else:
         return url
     raise ValueError(f"cannot load MathJax from {url!r}: {why}; expected an http:// or https:// address of MathJax "

@@ -76,8 +76,14 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
     if tz is not None:
         if moment.tzinfo is not None:
             raise ValueError(f"{what} {text!r} gives both an offset and a time zone; expected {forms}")
-        return moment.replace(tzinfo=tz)
-    return moment if moment.tzinfo is not None else moment.astimezone()  # a naive moment is local time
+        moment = moment.replace(tzinfo=tz)
+    try:
+        moment = moment if moment.tzinfo is not None else moment.astimezone()  # a naive moment is local time
+        naive_utc(moment)  # the form it is kept in: 0001-01-01 00:00+05:00 has none
+    except (OverflowError, OSError, ValueError):  # ValueError: 'year 0 is out of range
+        raise ValueError(f"the {what} {text!r} is out of range: in UTC it falls outside the years 1 to 9999; "
+                         f"expected {forms}") from None
+    return moment
 
 
 def parse_due_date(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,12 @@ def empty_build(tmp_path, monkeypatch):
     (["release", "--due-date", "soon", "--build", "{build}"], "cannot read the due date 'soon'; expected '2026-03-01 23:59'"),
     (["release", "--due-date", "2026-03-01", "--build", "{build}"], "the due date '2026-03-01' has no time of day"),
     (["release", "--due-date", "2026-03-01 23:59 Mars/Base", "--build", "{build}"], "unknown time zone 'Mars/Base'"),
+    (["release", "--due-date", "0001-01-01 00:00+05:00", "--build", "{build}"],
+     "the due date '0001-01-01 00:00+05:00' is out of range: in UTC it falls outside the years 1 to 9999"),
+    (["extend", "--student", "ann", "--until", "9999-12-31 23:59 Etc/GMT+12", "--build", "{build}"],
+     "the end of the extension '9999-12-31 23:59 Etc/GMT+12' is out of range"),
+    (["feedback", "--mathjax-url", "http://", "--build", "{build}"], "cannot load MathJax from 'http://': it names no host"),
+    (["export", "--build", ""], "--build: expected a folder path, got an empty string"),
     (["extend", "--student", "ann", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--until", "2026-03-01 23:59", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--student", "ann", "--until", "Friday", "--build", "{build}"], "cannot read the end of the extension 'Friday'; expected '2026-03-01 23:59'"),
@@ -498,3 +505,41 @@ def test_check_reads_an_upper_case_suffix_as_collect_does(tmp_path, capsys):
     shouted.write_text("not json")
     code, err, _ = run(["check", str(shouted)], capsys)
     assert code == 2 and "cannot be checked" in err and "not a .ipynb file" not in err, err
+
+
+READ_ONLY = "the file system refused: Read-only file system ("
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["export"], [READ_ONLY, "must be writable by this user, then run the command again"]),
+    (["feedback"], [READ_ONLY, "must be writable by this user, then run the command again"]),
+    (["collect", "{download}"], ["cannot use the gradebook sqlite:///"]),  # it opens the gradebook first
+], ids=["export", "feedback", "collect"])
+def test_a_read_only_course_is_named_with_what_to_do_not_a_traceback(tmp_path, argv, words):
+    """The course mounted read-only (root ignores file modes, so bubblewrap makes it so): exit 2 and a message."""
+    import shutil
+
+    import nbformat
+
+    from autograder.sandbox import bwrap_available
+
+    if not bwrap_available():
+        pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
+    build = tmp_path / "build"
+    release = build / "course" / "release" / "part-ii"
+    release.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), release / "02-shapes-and-loss.ipynb")
+    course = build / "course"
+    download = tmp_path / "download" / "pia"
+    download.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), download / "02-shapes-and-loss.ipynb")
+    argv = [a.replace("{download}", str(download.parent)) for a in argv]
+    env = {**os.environ, "PART_II_BUILD": str(build)}
+    env.pop("PART_II_DB_URL", None)
+    done = subprocess.run([shutil.which("bwrap"), "--dev-bind", "/", "/", "--ro-bind", str(course), str(course),
+                           sys.executable, "-m", "autograder", *argv, "--build", str(build)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"python -m autograder {argv[0]}: error: "), done.stderr
+    assert all(w in done.stderr for w in words), done.stderr
