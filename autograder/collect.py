@@ -636,6 +636,11 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
         if _is_system(e.path):
             ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)"))
             continue
+        if e.path.suffix.lower() != ".ipynb" and (released or {}).get(hashlib.sha256(e.data).hexdigest()) == str(e.path):
+            # the course's own file at its released place (code/part-ii/checks.py): the student release, not a
+            # student's folder named code/ or data/
+            ignored.append(Record(str(e.path), "unchanged copy of the released course file, where the release puts it"))
+            continue
         student, timestamp, origin = None, None, None
         if owner is not None:
             student, timestamp = owner, file_owner(e.path.name, notebooks)[1]  # a Blackboard name still gives its time

@@ -630,6 +630,26 @@ def test_a_released_course_file_handed_back_is_not_a_rejection(course, tmp_path)
         ("mia/part-ii/code/part-ii/helpers.py", "unchanged copy of the released course file code/part-ii/helpers.py")]
 
 
+def test_the_student_release_collected_by_mistake_invents_no_student_from_its_code_and_data_folders(course, tmp_path,
+                                                                                                    capsys):
+    from autograder.cli import main
+
+    bundled = {"code/part-ii/helpers.py": b"def softmax(x):\n    return x\n", "data/part-ii/cases.json": b"{}\n",
+               "README.md": b"# part-ii\n"}
+    for rel, data in bundled.items():
+        (course.bundle_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (course.bundle_dir / rel).write_bytes(data)
+    zpath = tmp_path / "part-ii.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for name in NOTEBOOKS:
+            zf.writestr(f"part-ii/{name}.ipynb", notebook_bytes(name))
+        for rel, data in bundled.items():
+            zf.writestr(f"part-ii/{rel}", data)
+    assert main(["collect", str(zpath)]) == 2
+    assert "could be filed for a student" in capsys.readouterr().err
+    assert course.submitted_students() == []
+
+
 def test_equal_times_keep_the_higher_numbered_copy_and_say_so(course, tmp_path):
     first, second = notebook_bytes("first"), notebook_bytes("second")
     download = write_tree(tmp_path / "d", {"zoe/02-shapes-and-loss.ipynb": first,
