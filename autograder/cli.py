@@ -60,14 +60,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+MIN_TIMEOUT = 1.0  # seconds: below it even an honest print cell fails, so a smaller value is a slip (ms for s?)
+
+
 def _positive_seconds(text: str) -> float:
-    """argparse type: a duration in seconds > 0."""
+    """argparse type: a timeout in seconds, finite and at least MIN_TIMEOUT."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text}")
+    if value < MIN_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"expected at least {MIN_TIMEOUT:g} second(s), got {text}: no cell runs that "
+                                         "fast (a timeout is given in seconds, not milliseconds)")
     return value
 
 

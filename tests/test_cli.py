@@ -52,6 +52,7 @@ def empty_build(tmp_path, monkeypatch):
     (["grade", "--workers", "0", "--build", "{build}"], "whole number >= 1"),
     (["grade", "--workers", "two", "--build", "{build}"], "whole number >= 1"),
     (["grade", "--cell-timeout", "-1", "--build", "{build}"], "seconds > 0"),
+    (["grade", "--cell-timeout", "0.0001", "--build", "{build}"], "expected at least 1 second(s), got 0.0001"),
     (["grade", "--notebook-timeout", "inf", "--build", "{build}"], "finite number of seconds"),
     (["grade", "--student", "bad id!", "--build", "{build}"], "student id"),
     (["grade", "--build", "{build}"], "run `python -m autograder release` first"),
