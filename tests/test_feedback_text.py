@@ -293,3 +293,19 @@ def test_a_mathjax_address_that_could_not_load_or_would_break_the_page_is_refuse
     with pytest.raises(ValueError) as caught:
         checked_mathjax_url(url)
     assert f"cannot load MathJax from {url!r}: {words}; expected an http:// or https:// address" in str(caught.value)
+
+
+def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monkeypatch):
+    """feedback lists each student it could not write for; a read-only folder reads as such, not '[Errno 30]'."""
+    import errno
+
+    from autograder import feedback
+
+    def refuse(*args):
+        raise OSError(errno.EROFS, "Read-only file system", "/course/feedback/ann/part-ii/02-shapes-and-loss.html")
+
+    monkeypatch.setattr(feedback, "generate_for", refuse)
+    monkeypatch.setattr(feedback, "quiet_nbgrader_logs", lambda: None)
+    files, reason = feedback._generate_safely(None, "ann", None, {})
+    assert files == []
+    assert reason == "cannot write /course/feedback/ann/part-ii/02-shapes-and-loss.html: Read-only file system"
