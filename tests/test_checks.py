@@ -272,6 +272,15 @@ def test_check_close_names_a_value_that_is_not_numbers_instead_of_comparing_it(a
     assert checks.close_failure("x", checks.from_plain(checks.to_plain(actual)), 1.0) is not None
 
 
+def test_check_close_compares_python_integers_beyond_int64():
+    import math
+
+    checks.check_close("C(100, 50)", math.comb(100, 50), float(math.comb(100, 50)))
+    checks.check_close("C(100, 50)", checks.from_plain(checks.to_plain(math.comb(100, 50))), float(math.comb(100, 50)))
+    with pytest.raises(AssertionError, match="too large for a float"):
+        checks.check_close("huge", 10**400, 1.0)
+
+
 def test_check_close_shows_full_digits_when_six_decimals_would_print_both_alike():
     with pytest.raises(AssertionError) as err:
         checks.check_close("p", np.float32(0.1), 0.1)
@@ -295,8 +304,11 @@ def test_check_close_reads_bfloat16_tensors_and_writes_nothing_to_stderr(capfd):
     ([], "empty array"),
     (np.array([], dtype=bool), "empty array"),
     (1, "is a int"),
-    ([True, [False]], "ragged"),
-], ids=["nan", "string", "generator", "empty-list", "empty-array", "number", "ragged"])
+    ([True, [False]], "list numpy cannot read"),
+    ([torch.tensor(1.0, requires_grad=True)], "list numpy cannot read"),
+    (torch.tensor([2], dtype=torch.uint8), "is a ndarray"),  # a count, not np.isfinite's 0/1
+], ids=["nan", "string", "generator", "empty-list", "empty-array", "number", "ragged", "tensors-requiring-grad",
+        "uint8-count"])
 def test_check_true_holds_only_for_true_or_booleans_all_true(condition, why):
     """bool(np.all(x)) is True for nan, any non-empty string, a generator and an empty list."""
     with pytest.raises(AssertionError) as err:
@@ -305,8 +317,14 @@ def test_check_true_holds_only_for_true_or_booleans_all_true(condition, why):
     assert "the hint" in str(err.value)
 
 
-@pytest.mark.parametrize("condition", [True, np.True_, np.array([1.0, 2.0]) > 0, [True, True], torch.tensor([True])])
-def test_check_true_passes_true_and_arrays_of_true(condition):
+@pytest.mark.parametrize("make", [
+    lambda: True, lambda: np.True_, lambda: np.array([1.0, 2.0]) > 0, lambda: [True, True], lambda: torch.tensor([True]),
+    lambda: np.isfinite(torch.softmax(torch.zeros(1, 3), -1)),  # numpy on a tensor: a uint8 tensor of 0/1
+    lambda: np.isfinite(torch.softmax(torch.zeros(1, 3), -1)).all(),
+], ids=["true", "numpy-true", "bool-array", "bool-list", "bool-tensor", "isfinite-of-tensor", "isfinite-of-tensor-all"])
+@pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning")  # numpy 2 on torch's tensor wrapper
+def test_check_true_passes_true_and_arrays_of_true(make):
+    condition = make()
     checks.check_true("L", condition)
     with pytest.raises(AssertionError, match=r"^L: property does not hold$"):
         checks.check_true("L", np.array([True, False]) if not isinstance(condition, bool) else False)

@@ -63,10 +63,15 @@ def _as_array(value, label: str) -> np.ndarray:
         raise AssertionError(wrong + (" (does the function return its result?)" if value is None else ""))
     try:
         array = np.asarray(value)
-    except (TypeError, ValueError):  # e.g. a ragged list
+    except Exception:  # noqa: BLE001 - a ragged list, tensors numpy cannot read: not numbers to compare
         raise AssertionError(wrong) from None
     if array.dtype.kind == "c":
         raise AssertionError(f"{label}: expected real numbers, got complex dtype {array.dtype}")
+    if array.dtype.kind == "O" and array.size and all(isinstance(v, int) and not isinstance(v, bool) for v in array.flat):
+        try:  # Python ints beyond int64 (math.comb(100, 50)): numpy keeps them as objects
+            return array.astype(np.float64)
+        except OverflowError:
+            raise AssertionError(f"{label}: got an integer too large for a float") from None
     if array.dtype.kind not in "biuf":
         raise AssertionError(f"{wrong} holding dtype {array.dtype}")
     return array.astype(np.float64)
@@ -91,12 +96,14 @@ def _condition_holds(condition) -> tuple[bool, str]:
     if isinstance(value, (list, tuple)):
         try:
             value = np.asarray(value)  # a list of booleans counts as their array
-        except ValueError:  # ragged
-            return False, "the condition is a ragged list, not an array of booleans"
+        except Exception:  # noqa: BLE001 - ragged, or tensors numpy cannot read
+            return False, "the condition is a list numpy cannot read as an array of booleans"
     if isinstance(value, np.ndarray) and value.size == 0:
         return False, "the condition is an empty array, which proves nothing"
     if isinstance(value, np.ndarray) and value.dtype == bool:
         return bool(value.all()), ""
+    if isinstance(value, np.ndarray) and value.dtype == np.uint8 and hasattr(condition, "detach") and (value <= 1).all():
+        return bool(value.all()), ""  # np.isfinite(tensor) and friends give a uint8 tensor of 0/1, not bool
     return False, f"the condition is a {type(value).__name__}, not True/False or an array of booleans"
 
 
