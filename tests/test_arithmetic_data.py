@@ -408,10 +408,12 @@ def _set(case_id, key, value):
         (_set("ch6-table6.1-mean-loss", "expected", "10**400"), "too large for float64"),
         (_set("ch6-ex6.1-softmax", "expected", [["1/2"], ["1/4", "1/4"]]), "expected must be a rectangular nested list"),
         (_set("ch6-ex6.1-softmax", "inputs", {"logits": [[1, 2], [3]]}), "input 'logits' must be a rectangular"),
+        (_set("ch6-ex6.1-softmax", "inputs", {"logits": [10**400, 1]}), "too large for float64"),
+        (_set("ch6-ex6.1-softmax", "inputs", {"logits": [float("inf"), 1]}), "too large for float64; write \"oo\""),
     ],
     ids=["unknown-quantity", "expected-not-symbolic", "wrong-input-name", "unknown-unit", "missing-book-text",
          "unparsable-expression", "free-symbol", "fractional-target", "duplicate-id", "no-cases", "beyond-float64",
-         "ragged-expected", "ragged-input"],
+         "ragged-expected", "ragged-input", "json-integer-beyond-float64", "json-infinity"],
 )
 def test_corrupted_file_is_rejected_with_clear_message(tmp_path, mutate, message):
     path = _write_corrupted(tmp_path, mutate)

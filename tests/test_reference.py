@@ -473,6 +473,24 @@ def test_gaussian_nll_of_extreme_sigmas_is_finite_and_exact(sigma, dtype):
         assert math.isclose(got, expected, rel_tol=1e-6 if dtype == np.float32 else 1e-13), (sigma, k, got, expected)
 
 
+def test_empirical_distribution_takes_any_iterable_of_samples_and_support():
+    """Counted by hand: "abcab" holds a twice, b twice, c once."""
+    from collections import Counter
+
+    want = [2 / 5, 2 / 5, 1 / 5]
+    text = "abcab"
+    for samples, support in [(list(text), Counter(text)), (text, Counter(text).keys()), ((c for c in text), "abc"),
+                             (np.array(list(text)), ["a", "b", "c"])]:
+        close(pp.empirical_distribution(samples, support), want, what=f"{type(samples).__name__}, {type(support).__name__}")
+    close(pp.empirical_distribution([[0, 1], [1, 1]], range(2)), [0.25, 0.75], what="nested list of samples")
+
+
+def test_an_integral_float_ignore_index_is_the_integer_pytorch_takes():
+    y = torch.tensor([0, -100])
+    want = F.cross_entropy(T(Z), y, ignore_index=-100)
+    close(pp.cross_entropy(Z, y.numpy(), ignore_index=-100.0), want, what="ignore_index=-100.0")
+
+
 def test_zero_probability_and_zero_weight_drop_even_an_infinite_term():
     """0 * inf = 0: a value of probability 0 adds nothing to E[X], a loss of weight 0 nothing to the mean."""
     assert pp.expectation([1.0, math.inf], [1.0, 0.0]) == 1.0

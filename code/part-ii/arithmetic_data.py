@@ -78,7 +78,13 @@ def _to_float(value) -> float:
     import sympy
 
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            result = float(value)
+        except OverflowError:  # a JSON integer beyond float64
+            result = float("inf")
+        if not np.isfinite(result):  # 1e400 reads as inf: an infinite value is written "oo"
+            raise DataFileError(f"{value!r} is too large for float64; write \"oo\" for an infinite value")
+        return result
     if value in (sympy.oo, -sympy.oo):
         return float(value)
     result = complex(sympy.N(value, 30))

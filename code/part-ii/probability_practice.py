@@ -14,7 +14,7 @@ throughout, following the book (Chapter 6 and Chapter 2):
 from __future__ import annotations
 
 import math
-from numbers import Integral
+from numbers import Integral, Number
 
 import numpy as np
 
@@ -450,7 +450,8 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
                 f"targets must have shape {z.shape[:-1]} (int class indices) or {z.shape} (soft targets), "
                 f"got {y.shape}{soft_hint}"
             )
-        if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, Integral)):
+        if ignore_index is not None and (isinstance(ignore_index, bool) or not (
+                isinstance(ignore_index, Integral) or isinstance(ignore_index, float) and ignore_index.is_integer())):
             raise TypeError(f"ignore_index must be an integer class index (PyTorch's default is -100), got {ignore_index!r}")
         ignored = np.zeros(y.shape, bool) if ignore_index is None else (y == int(ignore_index))
         _check_target_range(y, num_classes, "targets", skip=ignored)
@@ -635,10 +636,14 @@ def variance(values, probs) -> float:
 def empirical_distribution(samples, support) -> np.ndarray:
     """p_hat(x) = (1/n) #{i: X_i = x} for each x in support [S] -> [S]; unseen values get exactly 0."""
     for name, given in (("samples", samples), ("support", support)):
-        if given is None or np.ndim(given) == 0 and not isinstance(given, str):
+        if given is None or isinstance(given, Number) or isinstance(given, np.ndarray) and given.ndim == 0 \
+                or not hasattr(given, "__iter__"):
             raise TypeError(f"{name} must be a sequence of values (numbers or strings), got {type(given).__name__}")
-    support = list(support)
-    samples = list(np.asarray(samples).ravel().tolist()) if not isinstance(samples, str) else list(samples)
+    support = list(support)  # a list, a range, dict keys, a Counter's keys
+    if isinstance(samples, (list, tuple, np.ndarray)):
+        samples = np.asarray(samples).ravel().tolist()  # nested lists and arrays: every element is a sample
+    else:
+        samples = list(samples)  # a string's characters, a generator, dict keys
     try:
         set(support), set(samples)
     except TypeError:
