@@ -23,7 +23,7 @@ import struct
 import unicodedata
 import zipfile
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 import nbformat
@@ -458,7 +458,8 @@ def unwrap(entries: list[Entry], notebooks: list[str], known: frozenset[str] = f
     prefix = chain[:depth]
     if not prefix:
         return entries, []
-    out = [Entry(PurePosixPath(*e.path.parts[depth:]), e.data, e.mtime) if list(e.path.parts[:depth]) == prefix
+    # replace(): an entry keeps its opener, size and unreadable reason under its shorter path
+    out = [replace(e, path=PurePosixPath(*e.path.parts[depth:])) if list(e.path.parts[:depth]) == prefix
            and len(e.path.parts) > depth else e for e in entries]
     return out, ["/".join(prefix) + "/"]
 

@@ -320,12 +320,15 @@ def damaged_zip(path: Path, members: dict[str, bytes], damage: str, victim: str)
     ("encrypted", "it is password-protected"),
     ("deflate64", "it is compressed with a method Python's zipfile cannot read"),
 ])
-def test_a_member_the_zip_cannot_give_back_is_rejected_and_the_rest_filed(course, tmp_path, capsys, damage, words):
+@pytest.mark.parametrize("wrapper", ["", "Part II submissions/"], ids=["flat", "in-a-wrapping-folder"])
+def test_a_member_the_zip_cannot_give_back_is_rejected_and_the_rest_filed(course, tmp_path, capsys, damage, words,
+                                                                         wrapper):
     """One unreadable file must not cost the class its download: it is named with what to do, the others filed."""
     from autograder.cli import main
 
-    members = {"kara/02-shapes-and-loss.ipynb": notebook_bytes("kara"), "liam/02-shapes-and-loss.ipynb": notebook_bytes("liam")}
-    zpath = damaged_zip(tmp_path / "class.zip", members, damage, "liam/02-shapes-and-loss.ipynb")
+    members = {f"{wrapper}kara/02-shapes-and-loss.ipynb": notebook_bytes("kara"),
+               f"{wrapper}liam/02-shapes-and-loss.ipynb": notebook_bytes("liam")}
+    zpath = damaged_zip(tmp_path / "class.zip", members, damage, f"{wrapper}liam/02-shapes-and-loss.ipynb")
     assert main(["collect", str(zpath)]) == 1
     out = capsys.readouterr().out
     assert f"liam/02-shapes-and-loss.ipynb: cannot be read from the zip: {words}" in out, out
