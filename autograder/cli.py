@@ -315,16 +315,17 @@ def _gradebook_url(args: argparse.Namespace) -> str:
         return os.environ.get("PART_II_DB_URL", "?")
 
 
+REFUSALS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
+
+
 def file_system_error(exc: OSError) -> str:
     """What the file system refused, and what to do: for an OSError that reached the command's top."""
     where = f" ({exc.filename})" if exc.filename else ""
     what = exc.strerror or str(exc)
-    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        hint = "the build folder and everything in it must be writable by this user"
-    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "free some disk space"
     else:
-        hint = "fix that"
+        hint = "the build folder and everything in it must be writable by this user"
     return (f"the file system refused: {what}{where}; {hint}, then run the command again "
             "(grade resumes where it stopped; collect files again what it had not filed)")
 
@@ -341,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # the file system refused: read-only, no permission, disk full
+        if exc.errno not in REFUSALS:  # a broken pipe, a timeout, a bug: the traceback says more
+            raise
         print(f"{parser.prog} {args.command}: error: {file_system_error(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:

@@ -30,6 +30,7 @@ student who handed in anything has a page for every notebook.
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import os
@@ -305,9 +306,10 @@ def _generate_safely(course: Course, student: str, mathjax_url: str | None,
     quiet_nbgrader_logs()
     try:
         return generate_for(course, student, mathjax_url, released_tests), None
-    except OSError as exc:  # a read-only or full disk: say which file, without the errno jargon
+    except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
-        return [], f"cannot write{where}: {exc.strerror or exc}"
+        doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
+        return [], f"{doing}{where}: {exc.strerror or exc}"
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
         return [], f"{type(exc).__name__}: {exc}"
 

@@ -544,3 +544,15 @@ def test_a_read_only_course_is_named_with_what_to_do_not_a_traceback(tmp_path, a
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"python -m autograder {argv[0]}: error: "), done.stderr
     assert all(w in done.stderr for w in words), done.stderr
+
+
+def test_an_os_error_that_is_no_refusal_keeps_its_traceback(monkeypatch):
+    """A broken pipe (`... | head`) or a timeout is not 'the file system refused': it propagates as before."""
+    import autograder.cli as cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_run", broken)
+    with pytest.raises(BrokenPipeError):
+        cli.main(["export"])

@@ -309,3 +309,10 @@ def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monke
     files, reason = feedback._generate_safely(None, "ann", None, {})
     assert files == []
     assert reason == "cannot write /course/feedback/ann/part-ii/02-shapes-and-loss.html: Read-only file system"
+
+    def vanish(*args):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/course/autograded/ann/part-ii/x.ipynb")
+
+    monkeypatch.setattr(feedback, "generate_for", vanish)
+    _, reason = feedback._generate_safely(None, "ann", None, {})
+    assert reason == "file system error on /course/autograded/ann/part-ii/x.ipynb: No such file or directory"
