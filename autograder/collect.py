@@ -63,8 +63,10 @@ one, else its DOS time read in this machine's time zone (set TZ when the LMS ser
 a Blackboard name's time is read in that zone too.
 Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
-in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; system
-files (__MACOSX, .DS_Store, ...) are ignored."""
+in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; a zip member
+that cannot be read (damaged, password-protected, Deflate64) is named with what to do, without a
+copy, and the rest of the download is filed. System files (__MACOSX, .DS_Store, ...) and the
+course's own files at their released place (code/, data/) are ignored."""
 
 STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
 MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
