@@ -160,6 +160,10 @@ class CollectReport:
 
 # --- reading the download -------------------------------------------------------------
 
+# what zipfile raises for a member it cannot give back: bad CRC or data, a password, an unknown compression
+ZIP_MEMBER_ERRORS = (zipfile.BadZipFile, RuntimeError, NotImplementedError, EOFError, zlib.error)
+
+
 def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
     """Entries of a zip file; unsafe or oversized members become rejections."""
     entries, rejected = [], []
@@ -183,7 +187,7 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                 continue
             try:
                 data = zf.read(info)
-            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, EOFError, OSError, zlib.error) as exc:
+            except (*ZIP_MEMBER_ERRORS, OSError) as exc:
                 # rejected in classify, which can still tell whose file it was from its path
                 entries.append(Entry(name, b"", mtime, unreadable=f"cannot be read from the zip: {unreadable_member(exc)}"))
                 continue
@@ -639,7 +643,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
         if _is_system(e.path):
             ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)"))
             continue
-        if e.path.suffix.lower() != ".ipynb" and (released or {}).get(hashlib.sha256(e.data).hexdigest()) == str(e.path):
+        same = None  # the released course file this file is an unchanged copy of
+        if e.path.suffix.lower() != ".ipynb" and e.opener is None and e.unreadable is None:
+            same = (released or {}).get(hashlib.sha256(e.data).hexdigest())
+        if same == str(e.path):
             # the course's own file at its released place (code/part-ii/checks.py): the student release, not a
             # student's folder named code/ or data/
             ignored.append(Record(str(e.path), "unchanged copy of the released course file, where the release puts it"))
@@ -669,7 +676,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             reason = f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
             rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
             continue
-        if e.path.suffix.lower() != ".ipynb" and (same := (released or {}).get(hashlib.sha256(e.data).hexdigest())):
+        if same:
             ignored.append(Record(str(e.path), f"unchanged copy of the released course file {same}", student))
             continue
         if e.path.suffix.lower() != ".ipynb":
@@ -863,7 +870,7 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
             try:
                 with entry.opener() as src, open(copy, "wb") as out:
                     shutil.copyfileobj(src, out)
-            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, EOFError, zlib.error) as exc:
+            except ZIP_MEMBER_ERRORS as exc:  # not OSError here: a copy the disk refuses is not the zip's fault
                 copy.unlink(missing_ok=True)
                 r.reason = f"{r.reason}; no copy kept: {unreadable_member(exc)}"
                 continue
