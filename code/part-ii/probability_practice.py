@@ -158,14 +158,15 @@ def _as_int_targets(targets, name: str = "targets") -> np.ndarray:
     arr = _as_array(targets, name, "integer class indices")
     if arr.dtype == bool:
         raise TypeError(f"{name} must be integer class indices, got booleans")
-    if np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating):
-        if np.issubdtype(arr.dtype, np.floating) and (not np.isfinite(arr).all() or not np.all(arr == np.round(arr))):
-            raise TypeError(f"{name} must be integer class indices, got non-integer values {arr.ravel()[:5]}")
-        too_large = np.abs(arr) > 2**62 if arr.dtype.kind != "u" else arr > 2**62  # would wrap around in int64
-        if too_large.any():
-            raise ValueError(f"{name} must be class indices, got {arr[too_large].ravel()[0].item()!r}, far outside any class range")
-        return arr.astype(np.int64)
-    raise TypeError(f"{name} must be integer class indices, got dtype {arr.dtype}")
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be integer class indices, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f" and (not np.isfinite(arr).all() or not np.all(arr == np.round(arr))):
+        raise TypeError(f"{name} must be integer class indices, got non-integer values {arr.ravel()[:5]}")
+    too_large = np.abs(arr) > 2**62 if arr.dtype.kind != "u" else arr > 2**62  # would wrap around in int64
+    if too_large.any():
+        raise ValueError(f"{name} must be class indices, got {arr[too_large].ravel()[0].item()!r}, "
+                         "far outside any class range")
+    return arr.astype(np.int64)
 
 
 def _check_target_range(targets: np.ndarray, num_classes: int, name: str, skip=None) -> None:
@@ -176,6 +177,14 @@ def _check_target_range(targets: np.ndarray, num_classes: int, name: str, skip=N
         raise ValueError(
             f"{name} must lie in [0, {num_classes - 1}] (K={num_classes} classes), got {check[bad][0]}"
         )
+
+
+def _check_weights(w: np.ndarray, name: str) -> None:
+    """Reject weights that are infinite or negative (a weight of 0 is allowed: it drops its term)."""
+    _check_finite(w, name)
+    if (w < 0).any():
+        idx = _first_index(w < 0)
+        raise ValueError(f"{name} must be non-negative, got {w[idx]} at index {idx}")
 
 
 def _check_unit(unit: str) -> None:
@@ -377,8 +386,9 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
     """Reduce per-target losses [...] (nats) over scored targets: mean, sum, none, or document_mean over [B, T].
 
     mean: sum of (weighted) scored losses / sum of their weights (the number of scored
-    targets when unweighted); weights [...] (losses' shape) are finite and non-negative. document_mean: each document's (row's) mean over its
-    scored targets, then the plain mean over documents. none: losses with unscored
+    targets when unweighted); weights [...] (losses' shape) are finite and non-negative.
+    document_mean: each document's (row's) mean over its scored targets, then the plain
+    mean over documents. none: losses with unscored
     positions set to 0. Raises ValueError when nothing is scored.
     """
     if reduction not in REDUCTIONS:
@@ -389,10 +399,7 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
     w = np.ones(loss.shape) if weights is None else _as_float_array(weights, "weights")
     if w.shape != loss.shape:
         raise ValueError(f"weights must have shape {loss.shape}, got {w.shape}")
-    _check_finite(w, "weights")
-    if (w < 0).any():
-        idx = _first_index(w < 0)
-        raise ValueError(f"weights must be non-negative, got {w[idx]} at index {idx}")
+    _check_weights(w, "weights")
     counted = scored & (w != 0)  # a weight of 0 drops its loss, even an infinite one (0 * inf = 0)
     contrib = np.where(counted, w * np.where(counted, loss, 0.0), 0.0)
     if reduction == "none":
@@ -423,8 +430,8 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
 
     Integer targets score one class per position (the index lookup -log softmax(z)_y,
     no one-hot array); soft targets (floating point, logits' shape) are a distribution per row.
-    reduction as in reduce_losses: mean or sum -> float, none -> [...] per position. mask (True = scored)
-    and ignore_index drop positions; class_weights [K] weight each integer target by
+    reduction as in reduce_losses: mean or sum -> float, none -> [...] per position.
+    mask (True = scored) and ignore_index drop positions; class_weights [K] weight each integer target by
     its class, and the mean then divides by the summed weights (PyTorch's rule).
     """
     z = _as_float_array(logits, "logits", check_nan=False)  # integer targets: nan and inf checked per chunk
@@ -463,9 +470,7 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
             cw = _as_float_array(class_weights, "class_weights")
             if cw.shape != (num_classes,):
                 raise ValueError(f"class_weights must have shape ({num_classes},), one per class, got {cw.shape}")
-            _check_finite(cw, "class_weights")
-            if (cw < 0).any():
-                raise ValueError("class_weights must be non-negative")
+            _check_weights(cw, "class_weights")
             weights = cw[safe_y]
     return reduce_losses(per_pos, mask=mask, reduction=reduction, weights=weights)
 
@@ -609,28 +614,38 @@ def conditional_from_joint(joint, given_axis: int = 0) -> np.ndarray:
     return j / marginal
 
 
-def expectation(values, probs) -> float:
-    """E_p[X] = sum_x p(x) x: values [N], probs [N] (a PMF)."""
+def _seen_values(values, probs) -> tuple[np.ndarray, np.ndarray]:
+    """The values [M] and probabilities [M] of a PMF's outcomes of positive probability, validated (0 * inf = 0:
+    a value of probability 0 adds nothing, even an infinite one)."""
     x = _as_float_array(values, "values")
     p = _as_float_array(probs, "probs")
     _check_nonempty(p, "probs", min_ndim=1)
     if p.ndim != 1 or x.shape != p.shape:
         raise ValueError(f"values and probs must both have shape [N], got {x.shape} and {p.shape}")
     _check_distribution(p, "probs")
-    seen = p > 0  # a value of probability 0 adds nothing, even an infinite one (0 * inf = 0)
-    if np.isposinf(x[seen]).any() and np.isneginf(x[seen]).any():
+    seen = p > 0
+    return x[seen], p[seen]
+
+
+def _mean(x: np.ndarray, p: np.ndarray) -> float:
+    """sum p x over outcomes of positive probability; ValueError where it is inf - inf."""
+    if np.isposinf(x).any() and np.isneginf(x).any():
         raise ValueError("values hold both +inf and -inf with positive probability; E[X] = inf - inf is undefined")
-    return float(np.sum(p[seen] * x[seen]))
+    return float(np.sum(p * x))
+
+
+def expectation(values, probs) -> float:
+    """E_p[X] = sum_x p(x) x: values [N], probs [N] (a PMF)."""
+    return _mean(*_seen_values(values, probs))
 
 
 def variance(values, probs) -> float:
     """Var(X) = E[(X - mu)^2]: values [N], probs [N] (a PMF); in squared units of X; needs a finite mean."""
-    mu = expectation(values, probs)
+    x, p = _seen_values(values, probs)
+    mu = _mean(x, p)
     if not math.isfinite(mu):
         raise ValueError(f"E[X] = {mu}: a value with positive probability is infinite, so Var(X) is undefined")
-    x, p = _as_float_array(values, "values"), _as_float_array(probs, "probs")
-    seen = p > 0
-    return float(np.sum(p[seen] * (x[seen] - mu) ** 2))
+    return float(np.sum(p * (x - mu) ** 2))
 
 
 def empirical_distribution(samples, support) -> np.ndarray:
