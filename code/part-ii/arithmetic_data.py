@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,22 +78,21 @@ def _to_float(value) -> float:
     """Exact sympy number or JSON number -> float64 (oo -> inf)."""
     import sympy
 
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # first: a JSON inf equals sympy's oo
         try:
             result = float(value)
         except OverflowError:  # a JSON integer beyond float64
-            result = float("inf")
-        if not np.isfinite(result):  # 1e400 reads as inf: an infinite value is written "oo"
-            raise DataFileError(f"{value!r} is too large for float64; write \"oo\" for an infinite value")
-        return result
-    if value in (sympy.oo, -sympy.oo):
+            result = math.inf
+    elif value in (sympy.oo, -sympy.oo):  # the one way to write an infinite value
         return float(value)
-    result = complex(sympy.N(value, 30))
-    if result.imag != 0:
-        raise DataFileError(f"{value!r} is not a real number")
-    if not np.isfinite(result.real):  # a finite exact value beyond float64 (10**400); infinity is written oo
-        raise DataFileError(f"{value!r} is finite but too large for float64; write oo for an infinite value")
-    return result.real
+    else:
+        exact = complex(sympy.N(value, 30))
+        if exact.imag != 0:
+            raise DataFileError(f"{value!r} is not a real number")
+        result = exact.real
+    if not math.isfinite(result):  # 10**400, a JSON 1e400 (read as inf), or Infinity
+        raise DataFileError(f"{value!r} is too large for float64; write \"oo\" for an infinite value")
+    return result
 
 
 def _float_array(value, what: str) -> np.ndarray:
