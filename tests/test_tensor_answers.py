@@ -1,0 +1,111 @@
+"""A correct answer returned as torch tensors scores what the numpy answer scores.
+
+The notebooks import torch and teach its API, so a student may well solve an exercise with
+tensors: a 0-d float64 tensor for a scalar, a tensor for an array. Every check helper reads
+tensors, but a test cell that calls numpy on the student's result can still break on one
+(``np.sum(tensor)`` raises TypeError: numpy hands ``axis``/``out`` to ``Tensor.sum``). Here each
+source notebook runs with every model solution's function results and answer variables turned
+into tensors, and no cell, visible test, hidden test or given code, may raise.
+"""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks" / "part-ii"
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+# Exercises whose visible test asks for a Python float (their docstring says so, and the visible
+# test tells the student before grading does): a tensor answer fails there by design.
+MUST_RETURN_FLOAT = {"masked_token_mean"}
+
+# Runs first in the kernel; names start with TZ_ so no notebook variable can shadow them.
+TENSORIZE = r'''
+import functools as TZ_functools
+import numpy as TZ_np
+import torch as TZ_torch
+
+TZ_made = []  # one entry per value turned into a tensor
+
+
+def TZ_tensor(value):
+    """A numpy array or real number as a torch tensor (bools and strings unchanged, tuples and lists item by item)."""
+    if isinstance(value, (bool, TZ_np.bool_, str)):
+        return value
+    if isinstance(value, TZ_np.ndarray) and value.dtype.kind in "biuf":
+        TZ_made.append(1)
+        return TZ_torch.from_numpy(value.copy())
+    if isinstance(value, (float, TZ_np.floating)):
+        TZ_made.append(1)
+        return TZ_torch.tensor(float(value), dtype=TZ_torch.float64)
+    if isinstance(value, (int, TZ_np.integer)):
+        TZ_made.append(1)
+        return TZ_torch.tensor(int(value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(TZ_tensor(item) for item in value)
+    return value
+
+
+def TZ_returning_tensors(func):
+    """func with its result turned into tensors."""
+    @TZ_functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return TZ_tensor(func(*args, **kwargs))
+    wrapper.TZ_wrapped = True
+    return wrapper
+'''
+
+
+def solution_names(source: str) -> tuple[list[str], list[str]]:
+    """(top-level functions the cell defines, top-level names it assigns between the solution markers)."""
+    inside, functions, answers = False, [], []
+    for line in source.split("\n"):
+        if line.strip() in MARKERS:
+            inside = line.strip() == MARKERS[0]
+            continue
+        if m := re.match(r"def (\w+)\(", line):
+            functions.append(m.group(1))
+        elif inside and (m := re.match(r"(\w+)\s*=[^=]", line)):
+            answers.append(m.group(1))
+    return functions, answers
+
+
+def tensor_answer_notebook(path: Path) -> nbformat.NotebookNode:
+    """The source notebook with a cell after each solution that turns its results into tensors."""
+    nb = nbformat.read(path, as_version=4)
+    cells = [nbformat.v4.new_code_cell(TENSORIZE)]
+    for cell in nb.cells:
+        cells.append(cell)
+        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        functions, answers = solution_names(cell.source)
+        code = "".join(f"{f} = TZ_returning_tensors({f})\n" for f in functions if f not in MUST_RETURN_FLOAT)
+        code += "".join(f"{a} = TZ_tensor({a})\n" for a in answers if a not in functions)
+        if code:
+            cells.append(nbformat.v4.new_code_cell(code))
+    cells.append(nbformat.v4.new_code_cell("print('tensors made:', len(TZ_made))"))
+    nb.cells = cells
+    return nb
+
+
+def test_solution_names_finds_functions_and_answers_only():
+    source = ("def f(x):\n    ### BEGIN SOLUTION\n    y = x\n    return y\n    ### END SOLUTION\n\n\n"
+              "given = 1\n### BEGIN SOLUTION\nex1 = f(given)\nex2 == 3\nex3 =f(2)\n### END SOLUTION\nafter = 2\n")
+    assert solution_names(source) == (["f"], ["ex1", "ex3"])
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")))
+def test_every_cell_accepts_solutions_that_return_tensors(name):
+    nb = tensor_answer_notebook(NOTEBOOKS / f"{name}.ipynb")
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    failures = [f"{cell.metadata.get('nbgrader', {}).get('grade_id') or cell.source.splitlines()[0]}: "
+                f"{out.ename}: {out.evalue.splitlines()[0] if out.evalue else ''}"
+                for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "error"]
+    assert not failures, "\n".join(failures)
+    made = "".join(out.get("text", "") for out in nb.cells[-1].outputs)
+    assert re.fullmatch(r"tensors made: [1-9]\d*\n", made), f"no answer became a tensor: {made!r}"
