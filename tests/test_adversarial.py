@@ -69,7 +69,7 @@ def test_nothing_is_lost(graded_class):
 
 @pytest.mark.parametrize("entry_id", [i for i in GRADED if not ENTRIES[i].get("needs_trusted_checks")])
 def test_sandboxed_entries_score_as_expected(graded_class, entry_id):
-    """Resource abuse, escapes and tampering: the failing cells score 0, every honest cell full points."""
+    """Resource abuse, escapes, tampering and answers in PyTorch: the failing cells score 0, every honest cell full points."""
     assert_scores(graded_class["course"], entry_id)
 
 
