@@ -489,6 +489,49 @@ def _student_in_chain(chain: list[str], usable: list[int], known: frozenset[str]
                           f"accepted layouts\n{LAYOUTS_HELP}")
 
 
+DAMAGED = "the file is damaged or was not saved by Jupyter"
+CELL_TYPES = ("code", "markdown", "raw")
+
+
+def _cell_problem(cell, number: int) -> str | None:
+    """What is wrong with one nbformat-4 cell (numbered from 1 in messages), or None."""
+    if not isinstance(cell, dict):
+        return f"cell {number} is a JSON {type(cell).__name__}, not an object"
+    kind = cell.get("cell_type")
+    if kind not in CELL_TYPES:
+        return f"cell {number} has cell_type {kind!r}; expected one of {', '.join(CELL_TYPES)}"
+    source = cell.get("source")
+    if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(s, str) for s in source)):
+        return f"{kind} cell {number} has no text source (expected a string or a list of strings)"
+    if not isinstance(cell.get("metadata"), dict):
+        return f"{kind} cell {number} has no metadata object"
+    if kind == "code" and not isinstance(cell.get("outputs"), list):
+        return f"code cell {number} has no list of outputs"
+    return None
+
+
+def structure_problem(raw: dict) -> str | None:
+    """What makes a notebook's JSON unreadable, in words for an instructor (None: leave it to nbformat).
+
+    nbformat's own messages name schema internals ("could not be converted from version 1 to
+    version 2", "'str' object has no attribute 'get'"), so the common cases are worded here.
+    """
+    major = raw.get("nbformat")
+    if major is None:
+        return "no nbformat version number"  # nbformat would read it as version 1 and drop every code cell's source
+    if isinstance(major, bool) or not isinstance(major, int) or not 1 <= major <= 4:
+        return f"nbformat version {major!r}; expected a whole number from 1 to 4 (Jupyter writes 4)"
+    if major < 4:
+        return None  # nbformat converts old notebooks, and its checks of them are all there is
+    if not isinstance(raw.get("cells"), list):
+        return "an nbformat-4 notebook whose cells are not a list"
+    if not isinstance(raw.get("metadata"), dict):
+        return "no notebook metadata object"
+    if not isinstance(raw.get("nbformat_minor"), int) or isinstance(raw.get("nbformat_minor"), bool):
+        return "no nbformat_minor version number"
+    return next(filter(None, (_cell_problem(c, i) for i, c in enumerate(raw["cells"], 1))), None)
+
+
 def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
     """Parse and validate notebook bytes; return (nbformat-4 notebook, note). Raise NotANotebook with the reason."""
     if not data.strip():
@@ -504,13 +547,16 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
         raise NotANotebook(f"invalid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); the file is damaged") from None
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise NotANotebook("valid JSON but not a Jupyter notebook (no cells)")
+    problem = structure_problem(raw)
+    if problem:
+        raise NotANotebook(f"not a valid Jupyter notebook ({problem}); {DAMAGED}")
     renamed, added = unique_cell_ids(raw)
     try:
         nb = nbformat.reads(json.dumps(raw) if renamed or added or bom else text, as_version=4)
         nbformat.validate(nb)
     except Exception as exc:  # noqa: BLE001 - nbformat raises several types for a malformed notebook
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NotANotebook(f"not a valid Jupyter notebook ({first})") from None
+        raise NotANotebook(f"not a valid Jupyter notebook (nbformat says: {first}); {DAMAGED}") from None
     major = raw.get("nbformat", 4)
     notes = [f"converted from nbformat {major} to 4"] if major != 4 else []
     if bom:

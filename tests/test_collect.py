@@ -402,6 +402,42 @@ def test_nbformat3_is_converted_and_garbage_is_named():
         read_notebook(b'{"hello": 1}')
 
 
+CODE_CELL = {"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": [], "execution_count": None}
+V4 = {"nbformat": 4, "nbformat_minor": 4, "metadata": {}, "cells": [CODE_CELL]}
+
+
+@pytest.mark.parametrize("raw, words", [
+    # nbformat read this as version 1 and kept the code cell with its source emptied
+    ({k: v for k, v in V4.items() if k != "nbformat"}, "no nbformat version number"),
+    (dict(V4, nbformat="4"), "nbformat version '4'; expected a whole number from 1 to 4"),
+    (dict(V4, nbformat=7), "nbformat version 7; expected"),
+    (dict(V4, cells="print(1)"), "cells are not a list"),
+    (dict(V4, metadata=None), "no notebook metadata object"),
+    (dict(V4, nbformat_minor=None), "no nbformat_minor version number"),
+    (dict(V4, cells=[CODE_CELL, 3]), "cell 2 is a JSON int, not an object"),
+    (dict(V4, cells=[dict(CODE_CELL, cell_type="python")]), "cell 1 has cell_type 'python'; expected one of code, markdown, raw"),
+    (dict(V4, cells=[{k: v for k, v in CODE_CELL.items() if k != "source"}]), "code cell 1 has no text source"),
+    (dict(V4, cells=[dict(CODE_CELL, source=["a", 1])]), "code cell 1 has no text source"),
+    (dict(V4, cells=[dict(CODE_CELL, metadata=[])]), "code cell 1 has no metadata object"),
+    (dict(V4, cells=[dict(CODE_CELL, outputs=None)]), "code cell 1 has no list of outputs"),
+    (dict(V4, cells=[dict(CODE_CELL, execution_count="1")]), "nbformat says: '1' is not of type"),
+], ids=["no-version", "version-string", "version-7", "cells-string", "no-metadata", "no-minor", "cell-not-object",
+        "unknown-cell-type", "no-source", "source-with-number", "cell-metadata-list", "outputs-none", "schema"])
+def test_a_malformed_notebook_is_named_in_words(raw, words):
+    with pytest.raises(NotANotebook) as caught:
+        read_notebook(json.dumps(raw).encode())
+    message = str(caught.value)
+    assert message.startswith("not a valid Jupyter notebook (") and words in message, message
+    assert message.endswith("; the file is damaged or was not saved by Jupyter"), message
+    assert "object has no attribute" not in message and "converted from version" not in message
+
+
+def test_a_well_formed_notebook_passes_the_structure_checks():
+    nb, note = read_notebook(json.dumps(dict(V4, cells=[CODE_CELL, {"cell_type": "markdown", "source": ["# a\n", "b"],
+                                                                    "metadata": {}}])).encode())
+    assert [c.source for c in nb.cells] == ["x = 1", "# a\nb"] and note == ""
+
+
 def test_repeated_cell_ids_are_renamed_reproducibly_without_a_warning():
     """Cells pasted from another copy of the notebook repeat ids; nbformat would rename them at random and warn."""
     import warnings
