@@ -16,17 +16,21 @@ notebook (collect files it by its exercises only from a student's folder), or af
 notebook than the one its exercises belong to (collect files it as the notebook it holds, so the
 notebook it is named after counts as not handed in), fails with what to rename it to.
 A cell that runs past the time limit (grading's default cell timeout unless --timeout says
-otherwise) is interrupted, as grading interrupts it, and named.
+otherwise) is interrupted, as grading interrupts it, and named. A cell that ends the kernel
+(exit(), os._exit(), running out of memory) is named, and the cells after it count as not run.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
-deleted, a cell ran out of time, or the file name is wrong as above (an edited read-only cell
+deleted, a cell ran out of time or ended the kernel, or the file name is wrong as above (an edited read-only cell
 that is not a test is only listed), 2 when the notebook cannot be read or is not a notebook of
 this course.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
+
+import nbformat
 
 from .cells import (WARNING_PATTERN, cell_points, checks_format_only, graded_cells, is_edited, is_test_cell,
                     last_heading, nbgrader_meta, outcome_message)
@@ -80,8 +84,8 @@ def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) ->
     hit = match_notebook(path.stem, list(course))
     if hit is None:
         return (f"✘ {path.name} is not the name of a notebook of this course: save this notebook as {best}.ipynb "
-                "(the notebook its exercises belong to); when you hand it in, a file so named is graded by its "
-                "exercises only inside a folder named with your student id, and is not accepted otherwise")
+                "(the notebook its exercises belong to). Handed in under this name, it is graded only when it sits "
+                "in a folder named with your student id")
     if hit[0] != best:
         return (f"✘ this file is named {hit[0]}.ipynb but holds the exercises of {best}: collect files it as {best}, "
                 f"and {hit[0]} counts as not handed in. Save it as {best}.ipynb")
@@ -97,6 +101,7 @@ def run_notebook(nb, folder: Path, timeout: float):
     import tempfile
 
     from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
     from nbgrader.preprocessors import IgnorePattern
     from traitlets.config import Config
 
@@ -104,11 +109,47 @@ def run_notebook(nb, folder: Path, timeout: float):
         config = Config()
         config.KernelManager.transport = "ipc"  # local unix sockets: no open TCP port, no warning
         config.KernelManager.ip = str(Path(sockets) / "kernel")
-        client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3", allow_errors=True, config=config,
-                                interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}})
-        client.execute()
+        started, exits = [], []  # cells as they start; cells whose run called exit() (their reply says so)
+        client = NotebookClient(nb, timeout=math.ceil(timeout), kernel_name="python3", allow_errors=True, config=config,
+                                interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}},
+                                on_cell_execute=lambda cell, cell_index: started.append(cell_index),
+                                on_cell_executed=lambda cell, cell_index, execute_reply:
+                                    exits.append(cell_index) if asked_to_exit(execute_reply) else None)
+        try:
+            client.execute()
+        except DeadKernelError:
+            mark_kernel_death(nb, exits[0] if exits else started[-1] if started else 0, started[-1] if started else 0,
+                              bool(exits))
     IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
     return nb
+
+
+KERNEL_DIED, NOT_RUN = "KernelDied", "NotRun"
+
+
+def asked_to_exit(execute_reply) -> bool:
+    """True when the cell called IPython's exit() or quit(): the kernel stops only after that cell (or a later one) ends."""
+    payload = (execute_reply or {}).get("content", {}).get("payload", [])
+    return any(isinstance(p, dict) and p.get("source") == "ask_exit" for p in payload)
+
+
+def mark_kernel_death(nb, culprit: int, died: int, called_exit: bool) -> None:
+    """Error outputs for a kernel that stopped: on the cell that stopped it (0-based culprit), and on the cell running
+    when it died (died) and every later code cell, which did not run (or finish)."""
+    named = numbered_cell(nb.cells[culprit], culprit + 1)
+    why = ("this cell called exit() or quit(), which stops the Python kernel" if called_exit else
+           "the Python kernel stopped while this cell ran (os._exit() or running out of memory end it)")
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and index >= died and index != culprit:
+            cell.outputs = [nbformat.v4.new_output("error", ename=NOT_RUN, traceback=[],
+                                                   evalue=f"the kernel was stopped by {named}, so this cell did not run")]
+    nb.cells[culprit].outputs.append(nbformat.v4.new_output("error", ename=KERNEL_DIED, traceback=[], evalue=why))
+
+
+def kernel_death(nb) -> str | None:
+    """'cell N (first line)' of the cell that stopped the kernel, or None."""
+    return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1)
+                 if any(o.get("ename") == KERNEL_DIED for o in cell.get("outputs", []) if o.output_type == "error")), None)
 
 
 TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error names of a cell stopped at the time limit
@@ -230,7 +271,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     nb = read_for_check(path)
     rows_before = exercise_rows(nb)
     if not rows_before:
-        raise AutograderError(f"{path} has no graded cells; is it a notebook of this course?")
+        raise AutograderError(f"{path} has no graded cells: it is not a notebook of this course, or its cells lost the "
+                              "metadata grading needs (answers pasted into a new notebook lose it). Paste your answers "
+                              "into the cells of the released notebook instead, and check that one")
     course = course_cells()
     best = matched_notebook(Path(path), nb, course)
     problem = naming_problem(Path(path), best, course)
@@ -252,8 +295,12 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
         print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "
               "notebook has a time budget: make it finish sooner.")
-    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow:
+    if died := kernel_death(nb):
+        print(f"✘ {died} stopped the Python kernel, so later cells did not run: remove its exit(), quit() or "
+              "os._exit() call, or make it use less memory, and run the check again.")
+    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow or died:
         print(f"({NUMBERING_NOTE})")
     if problem:
         print(problem)
-    return 0 if all(r[4] is not False for r in rows) and not problem and not deleted and not slow else 1
+    ok = all(r[4] is not False for r in rows) and not (problem or deleted or slow or died)
+    return 0 if ok else 1

@@ -508,6 +508,60 @@ def test_check_reads_an_upper_case_suffix_as_collect_does(tmp_path, capsys):
     assert code == 2 and "cannot be checked" in err and "not a .ipynb file" not in err, err
 
 
+def test_check_says_a_notebook_without_grading_metadata_lost_it_and_what_to_do(tmp_path, capsys):
+    """Answers pasted into a new notebook lose the cells' nbgrader metadata: the student knows it is the course's."""
+    import nbformat
+
+    path, nb = _smallest_source_notebook()
+    for cell in nb.cells:
+        cell.metadata = {}
+    nbformat.write(nb, tmp_path / path.name)
+    code, err, _ = run(["check", str(tmp_path / path.name)], capsys)
+    assert code == 2, err
+    assert "its cells lost the metadata grading needs (answers pasted into a new notebook lose it)" in err, err
+    assert "Paste your answers into the cells of the released notebook instead" in err, err
+
+
+def _graded_cell(source: str, grade_id: str, test: bool):
+    """A code cell with nbgrader metadata: a test cell (grade, locked) or an answer cell (solution)."""
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade": test, "solution": not test, "locked": test, "points": 1, "grade_id": grade_id,
+                                 "schema_version": 3}
+    return cell
+
+
+@pytest.mark.parametrize("stop, why", [
+    ("import os\nos._exit(1)", "the Python kernel stopped while this cell ran (os._exit() or running out of memory"),
+    # IPython's exit() stops the kernel only after the cell ends: the next cell is the one that dies
+    ("import os\nexit()", "this cell called exit() or quit(), which stops the Python kernel"),
+], ids=["os-exit", "exit"])
+def test_a_cell_that_ends_the_kernel_is_named_and_the_cells_after_it_count_as_not_run(tmp_path, stop, why):
+    """exit() in a cell used to end check with nbclient's DeadKernelError traceback, and no table."""
+    import nbformat
+
+    from autograder.check import exercise_rows, kernel_death, run_notebook
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("x = 1"),
+        _graded_cell("def f():\n    return 2", "ex_f", test=False),
+        _graded_cell("assert f() == 2", "test_f", test=True),
+        _graded_cell(stop, "ex_g", test=False),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(10)"),
+        _graded_cell("assert x == 1", "test_g", test=True),
+        nbformat.v4.new_markdown_cell("the end"),
+    ])
+    run_notebook(nb, tmp_path, timeout=60)
+    assert kernel_death(nb) == "cell 4 (import os)"
+    rows = {grade_id: (message, passed) for _, grade_id, _, message, passed in exercise_rows(nb)}
+    assert rows["test_f"][1] is True, rows
+    message, passed = rows["test_g"]
+    assert passed is False, message
+    assert message.startswith("✘ Failed: NotRun: the kernel was stopped by cell 4 (import os), so this cell did not run"), message
+    assert f"[an earlier cell failed first: ex_g, KernelDied: {why}" in message, message
+
+
 READ_ONLY = "the file system refused: Read-only file system ("
 
 
