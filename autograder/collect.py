@@ -74,7 +74,7 @@ MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
 MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+(?=_|$)")
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
 BLACKBOARD_PREFIX = re.compile(r".*_(?P<id>[^_]+)_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
-COPY_FORMS = r"\s*\(\d+\)|-\d+"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1'
+COPY_FORMS = r"\s*\(\d+\)|-\d+|-copy\d*"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1', Jupyter's 'NAME-Copy1'
 COPY_SUFFIX = rf"(?:[_\-\s]+final)?(?:{COPY_FORMS})?"  # also a student's 'NAME-final'
 COPY_OF = r"(?:copy[_\-\s]+of[_\-\s]+)?"  # Colab and Google Drive name a copy 'Copy of NAME'
 SYSTEM_NAMES = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints", "__pycache__"}

@@ -392,6 +392,13 @@ def test_notebook_name_matching_prefers_the_longest_name():
     assert match_notebook("homework", names) is None
 
 
+@pytest.mark.parametrize("stem", ["02-shapes-and-loss-Copy1", "02-shapes-and-loss-copy", "kim_02-shapes-and-loss-Copy12",
+                                  "Copy of 02-shapes-and-loss", "02-shapes-and-loss (1)"])
+def test_the_copy_names_of_jupyter_browsers_and_colab_are_the_notebook(stem):
+    """JupyterLab's File > Duplicate (and Make a Copy) names a copy NAME-Copy1: it used to be refused as no notebook."""
+    assert match_notebook(stem, ["loss", "02-shapes-and-loss"]) == ("02-shapes-and-loss", "kim" if stem.startswith("kim") else "")
+
+
 def test_nbformat3_is_converted_and_garbage_is_named():
     v3 = json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {},
                      "worksheets": [{"cells": [{"cell_type": "code", "input": "1", "outputs": [],
