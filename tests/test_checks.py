@@ -290,6 +290,25 @@ def test_check_close_shows_full_digits_when_six_decimals_would_print_both_alike(
     assert "got 0.25, expected 0.5" in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("actual, dtype", [
+    (torch.tensor(float(np.log(4 / 3))), "float32"),  # torch.tensor(x) without a dtype: the student's usual slip
+    (np.float32([0.25, 0.75]) + np.float32(1e-7), "float32"),
+    (torch.tensor(float(np.log(4 / 3)), dtype=torch.bfloat16), "bfloat16"),
+], ids=["torch-float32", "numpy-float32", "bfloat16"])
+def test_check_close_says_a_float32_answer_is_too_coarse_when_rounding_is_all_that_differs(actual, dtype):
+    expected = np.log(4 / 3) if np.ndim(actual) == 0 else [0.25, 0.75]
+    message = checks.close_failure("x", actual, expected)
+    assert message.endswith(f"; the result is {dtype}, too coarse for this check: compute in float64 "
+                            "(np.float64, torch.float64)"), message
+
+
+@pytest.mark.parametrize("actual", [torch.tensor([0.3, 0.7]), np.float32([0.25, 0.76]), np.array([0.25, 0.75]) + 1e-7],
+                         ids=["wrong-float32", "wrong-float32-numpy", "float64"])
+def test_check_close_gives_no_precision_note_for_a_wrong_or_float64_answer(actual):
+    message = checks.close_failure("x", actual, [0.25, 0.75])
+    assert message and "too coarse" not in message, message
+
+
 def test_check_close_reads_bfloat16_tensors_and_writes_nothing_to_stderr(capfd):
     checks.check_close("bf16", torch.tensor([1.5, -2.0], dtype=torch.bfloat16), [1.5, -2.0])
     with pytest.raises(AssertionError, match="x: got"):

@@ -127,8 +127,17 @@ def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: flo
             warnings.simplefilter("ignore", RuntimeWarning)  # all-nan differences: nothing may reach stderr
             diff = np.nanmax(np.abs(np.where(a == e, 0.0, a - e)))
         shown_a, shown_e = _shown(a, e)
-        return f"{label}: got {shown_a}, expected {shown_e} (max abs difference {diff:.3g})"
+        return f"{label}: got {shown_a}, expected {shown_e} (max abs difference {diff:.3g}){_precision_note(actual, a, e)}"
     return None
+
+
+def _precision_note(actual, a: np.ndarray, e: np.ndarray) -> str:
+    """A hint when actual is float32/16 (or bfloat16) and within that type's rounding of e: the dtype, not the maths."""
+    dtype = str(getattr(actual, "dtype", "")).removeprefix("torch.")
+    eps = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}.get(dtype)
+    if eps is None or not np.allclose(a, e, rtol=64 * eps, atol=64 * eps):
+        return ""
+    return f"; the result is {dtype}, too coarse for this check: compute in float64 (np.float64, torch.float64)"
 
 
 def equal_failure(label: str, actual, expected, *, reveal: bool = True) -> str | None:
