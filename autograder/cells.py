@@ -91,6 +91,9 @@ def failing_line(error) -> int | None:
     return None
 
 
+WROTE_TO_STDERR = "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
+
+
 def outcome_message(cell) -> str:
     """One line saying how a test cell went, never quoting hidden test code or inputs."""
     errors = [o for o in cell.outputs if o.output_type == "error"]
@@ -109,7 +112,7 @@ def outcome_message(cell) -> str:
             return f"✘ Failed{where}: {evalue}"
         return f"✘ Failed{where}: {ename}: {evalue}" if evalue else f"✘ Failed{where}: {ename}"
     if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
-        return "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
+        return WROTE_TO_STDERR
     return "✔ Passed: every check in this cell succeeded."
 
 

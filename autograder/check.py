@@ -32,8 +32,8 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import (WARNING_PATTERN, cell_points, checks_format_only, graded_cells, is_edited, is_test_cell,
-                    last_heading, nbgrader_meta, outcome_message)
+from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, graded_cells, is_edited,
+                    is_test_cell, last_heading, nbgrader_meta, outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
@@ -190,6 +190,14 @@ def cell_error(cell, number: int) -> str | None:
     return f"{name}, {ename}: {evalue}" if evalue else f"{name}, {ename}"
 
 
+def stderr_excerpt(cell) -> str:
+    """The first line a cell wrote to stderr, for the student whose own code wrote it (this runs in their notebook)."""
+    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stderr")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    where = " (logging and print(..., file=sys.stderr) write there; warnings do not count)"
+    return f" Its first line: {first[:120]}{'…' if len(first) > 120 else ''}{where}" if first else where
+
+
 FORMAT_OK = ("✔ Form only: the visible checks look at the answer's form, not at whether it is right; the hidden "
              "tests decide that when your notebook is graded.")
 EDITED = ("✘ This test cell was changed: grading uses the released cell, so this result does not count. "
@@ -222,6 +230,8 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
         points = cell_points(cell)
         if test:
             message = EDITED if is_edited(cell) else outcome_message(cell)
+            if message == WROTE_TO_STDERR:
+                message += stderr_excerpt(cell)
             earlier = since_last_test or setup_failure
             if earlier and not message.startswith("✔") and message != EDITED:
                 message += f" [an earlier cell failed first: {earlier}; fix it and run again]"

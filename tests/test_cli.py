@@ -562,6 +562,26 @@ def test_a_cell_that_ends_the_kernel_is_named_and_the_cells_after_it_count_as_no
     assert f"[an earlier cell failed first: ex_g, KernelDied: {why}" in message, message
 
 
+def test_a_test_cell_that_wrote_to_stderr_shows_the_student_its_first_line(tmp_path):
+    """logging.warning does not match grading's warning pattern: the cell fails, and the student sees what wrote."""
+    import nbformat
+
+    from autograder.check import exercise_rows, run_notebook
+
+    nb = nbformat.v4.new_notebook(cells=[
+        _graded_cell("import logging\ndef f():\n    logging.warning('careful: %d', 3)\n    return 2", "ex_f", test=False),
+        _graded_cell("assert f() == 2", "test_f", test=True),
+        _graded_cell("import warnings\nwarnings.warn('only a warning')", "test_w", test=True),
+    ])
+    run_notebook(nb, tmp_path, timeout=60)
+    rows = {grade_id: (message, passed) for _, grade_id, _, message, passed in exercise_rows(nb)}
+    message, passed = rows["test_f"]
+    assert passed is False and message == ("✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure. "
+                                           "Its first line: WARNING:root:careful: 3 (logging and print(..., "
+                                           "file=sys.stderr) write there; warnings do not count)"), message
+    assert rows["test_w"][1] is True, rows["test_w"]
+
+
 READ_ONLY = "the file system refused: Read-only file system ("
 
 
