@@ -41,6 +41,9 @@ from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_conf
 def read_for_check(path: Path):
     """The notebook at path, or an AutograderError saying why it cannot be checked."""
     path = Path(path)
+    if path.is_dir():
+        raise AutograderError(f"{path} is a folder; check takes one notebook file (.ipynb) at a time: "
+                              f"python -m autograder check {path / 'NAME.ipynb'}")
     if not path.is_file():
         raise AutograderError(f"{path} is not a file; expected a Jupyter notebook (.ipynb)")
     if path.suffix.lower() != ".ipynb":  # as collect accepts 02-shapes-and-loss.IPYNB

@@ -501,6 +501,11 @@ def test_every_command_that_writes_the_course_waits_for_no_one_and_says_who_hold
         assert code == 2 and "ANN (ids are case-sensitive: did you mean ann?)" in err, err
 
 
+def test_check_given_a_folder_says_it_takes_one_notebook(tmp_path, capsys):
+    code, err, _ = run(["check", str(tmp_path)], capsys)
+    assert code == 2 and f"{tmp_path} is a folder; check takes one notebook file (.ipynb) at a time" in err, err
+
+
 def test_check_reads_an_upper_case_suffix_as_collect_does(tmp_path, capsys):
     shouted = tmp_path / "02-shapes-and-loss.IPYNB"
     shouted.write_text("not json")
