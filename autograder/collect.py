@@ -332,9 +332,11 @@ def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
 
 
 def copy_number(stem: str) -> int:
-    """The N of a browser or LMS copy 'NAME (N)' / 'NAME-N' (0 for the plain name)."""
-    m = re.search(rf"(?:{COPY_FORMS})$", stem)
-    return int(re.search(r"\d+", m.group(0)).group(0)) if m else 0
+    """The N of a browser, LMS or Jupyter copy 'NAME (N)' / 'NAME-N' / 'NAME-CopyN' (0 for the plain name, 1 for
+    'NAME-copy')."""
+    m = re.search(rf"(?:{COPY_FORMS})$", stem, flags=re.IGNORECASE)
+    digits = re.search(r"\d+", m.group(0)) if m else None
+    return int(digits.group(0)) if digits else int(m is not None)
 
 
 def is_assignment_name(name: str, notebooks: list[str]) -> bool:

@@ -709,6 +709,21 @@ def test_equal_times_keep_the_higher_numbered_copy_and_say_so(course, tmp_path):
     assert submitted(course, "zoe") == {"02-shapes-and-loss.ipynb": second}
 
 
+def test_jupyter_copies_are_collected_and_the_highest_numbered_one_wins_a_tie(course, tmp_path):
+    """'NAME-copy' made collect crash (copy_number found no digits); Copy10 is a later copy than Copy2."""
+    alone = write_tree(tmp_path / "alone", {"yan/02-shapes-and-loss-copy.ipynb": notebook_bytes("copy")})
+    collect(course, alone)
+    assert submitted(course, "yan") == {"02-shapes-and-loss.ipynb": notebook_bytes("copy")}
+    names = ["02-shapes-and-loss.ipynb", "02-shapes-and-loss-copy.ipynb", "02-shapes-and-loss-Copy10.ipynb",
+             "02-shapes-and-loss-Copy2.ipynb"]
+    download = write_tree(tmp_path / "d", {f"zoe/{name}": notebook_bytes(name) for name in names})
+    for name in names:
+        os.utime(download / "zoe" / name, (1_700_000_000, 1_700_000_000))
+    report = collect(course, download)
+    assert sorted(r.file for r in report.rejected) == sorted(f"zoe/{n}" for n in names if "Copy10" not in n)
+    assert submitted(course, "zoe") == {"02-shapes-and-loss.ipynb": notebook_bytes("02-shapes-and-loss-Copy10.ipynb")}
+
+
 def test_a_later_download_adds_to_the_hand_in_and_keeps_what_it_lacks(course, tmp_path):
     """A late download holding one notebook must not drop the student's other notebooks (and their grades)."""
     first = write_tree(tmp_path / "first", {"hana/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("00 v1"),
