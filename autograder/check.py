@@ -112,17 +112,18 @@ def run_notebook(nb, folder: Path, timeout: float):
         config = Config()
         config.KernelManager.transport = "ipc"  # local unix sockets: no open TCP port, no warning
         config.KernelManager.ip = str(Path(sockets) / "kernel")
-        started, exits = [], []  # cells as they start; cells whose run called exit() (their reply says so)
+        started = []  # each cell's index as it starts: the last is the one a dying kernel was running
         client = NotebookClient(nb, timeout=math.ceil(timeout), kernel_name="python3", allow_errors=True, config=config,
                                 interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}},
                                 on_cell_execute=lambda cell, cell_index: started.append(cell_index),
-                                on_cell_executed=lambda cell, cell_index, execute_reply:
-                                    exits.append(cell_index) if asked_to_exit(execute_reply) else None)
+                                on_cell_executed=stop_at_exit)
         try:
             client.execute()
+        except ExitRequested as request:
+            mark_kernel_death(nb, request.index, called_exit=True)
         except DeadKernelError:
-            mark_kernel_death(nb, exits[0] if exits else started[-1] if started else 0, started[-1] if started else 0,
-                              bool(exits))
+            first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), 0)
+            mark_kernel_death(nb, started[-1] if started else first_code, called_exit=False)
     IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
     return nb
 
@@ -130,23 +131,34 @@ def run_notebook(nb, folder: Path, timeout: float):
 KERNEL_DIED, NOT_RUN = "KernelDied", "NotRun"
 
 
-def asked_to_exit(execute_reply) -> bool:
-    """True when the cell called IPython's exit() or quit(): the kernel stops only after that cell (or a later one) ends."""
+class ExitRequested(Exception):
+    """A cell called IPython's exit() or quit(): the kernel stops a moment after its reply, at no fixed cell."""
+
+    def __init__(self, index: int):
+        super().__init__(f"cell {index + 1} asked the kernel to exit")
+        self.index = index
+
+
+def stop_at_exit(cell, cell_index: int, execute_reply) -> None:
+    """nbclient hook after each cell: stop the run at a cell that asked the kernel to exit, so that when the
+    kernel dies does not decide which later cells count (it would, by how long they take)."""
     payload = (execute_reply or {}).get("content", {}).get("payload", [])
-    return any(isinstance(p, dict) and p.get("source") == "ask_exit" for p in payload)
+    if any(isinstance(p, dict) and p.get("source") == "ask_exit" and not p.get("keepkernel") for p in payload):
+        raise ExitRequested(cell_index)
 
 
-def mark_kernel_death(nb, culprit: int, died: int, called_exit: bool) -> None:
-    """Error outputs for a kernel that stopped: on the cell that stopped it (0-based culprit), and on the cell running
-    when it died (died) and every later code cell, which did not run (or finish)."""
+def mark_kernel_death(nb, culprit: int, called_exit: bool) -> None:
+    """Error outputs for a stopped kernel: on the code cell that stopped it (0-based culprit), and on every later
+    code cell, which did not run (or, for exit(), does not count)."""
     named = numbered_cell(nb.cells[culprit], culprit + 1)
     why = ("this cell called exit() or quit(), which stops the Python kernel" if called_exit else
            "the Python kernel stopped while this cell ran (os._exit() or running out of memory end it)")
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and index >= died and index != culprit:
+    for cell in nb.cells[culprit + 1:]:
+        if cell.cell_type == "code":
             cell.outputs = [nbformat.v4.new_output("error", ename=NOT_RUN, traceback=[],
                                                    evalue=f"the kernel was stopped by {named}, so this cell did not run")]
-    nb.cells[culprit].outputs.append(nbformat.v4.new_output("error", ename=KERNEL_DIED, traceback=[], evalue=why))
+    if nb.cells[culprit].cell_type == "code":
+        nb.cells[culprit].outputs.append(nbformat.v4.new_output("error", ename=KERNEL_DIED, traceback=[], evalue=why))
 
 
 def kernel_death(nb) -> str | None:
