@@ -302,10 +302,17 @@ def test_check_close_says_a_float32_answer_is_too_coarse_when_rounding_is_all_th
                             "(np.float64, torch.float64)"), message
 
 
-@pytest.mark.parametrize("actual", [torch.tensor([0.3, 0.7]), np.float32([0.25, 0.76]), np.array([0.25, 0.75]) + 1e-7],
-                         ids=["wrong-float32", "wrong-float32-numpy", "float64"])
-def test_check_close_gives_no_precision_note_for_a_wrong_or_float64_answer(actual):
-    message = checks.close_failure("x", actual, [0.25, 0.75])
+@pytest.mark.parametrize("actual, expected", [
+    (torch.tensor([0.3, 0.7]), [0.25, 0.75]), (np.float32([0.25, 0.76]), [0.25, 0.75]),
+    (np.array([0.25, 0.75]) + 1e-7, [0.25, 0.75]),
+    # wrong answers near zero or in a coarse type are wrong, not rounded (found by review)
+    (torch.tensor(5e-6), 1e-6), (np.float32(0.0), 1e-6), (torch.tensor(-3e-6), 3e-6),
+    (torch.tensor(0.15, dtype=torch.float16), 0.1), (torch.tensor(0.7, dtype=torch.bfloat16), 0.3),
+    (torch.tensor(1.4, dtype=torch.bfloat16), 1.0),
+], ids=["wrong-float32", "wrong-float32-numpy", "float64", "float32-5x", "float32-zero", "float32-sign", "float16",
+        "bfloat16-0.7", "bfloat16-1.4"])
+def test_check_close_gives_no_precision_note_for_a_wrong_or_float64_answer(actual, expected):
+    message = checks.close_failure("x", actual, expected)
     assert message and "too coarse" not in message, message
 
 

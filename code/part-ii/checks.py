@@ -132,10 +132,11 @@ def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: flo
 
 
 def _precision_note(actual, a: np.ndarray, e: np.ndarray) -> str:
-    """A hint when actual is float32/16 (or bfloat16) and within that type's rounding of e: the dtype, not the maths."""
+    """A hint when actual is float32/16 (or bfloat16) and within a few of that type's rounding steps of e (relative
+    to e's largest magnitude): the dtype is at fault, not the maths."""
     dtype = str(getattr(actual, "dtype", "")).removeprefix("torch.")
     eps = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}.get(dtype)
-    if eps is None or not np.allclose(a, e, rtol=64 * eps, atol=64 * eps):
+    if eps is None or not np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))):
         return ""
     return f"; the result is {dtype}, too coarse for this check: compute in float64 (np.float64, torch.float64)"
 
