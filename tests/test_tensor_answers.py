@@ -5,7 +5,8 @@ tensors: a 0-d float64 tensor for a scalar, a tensor for an array. Every check h
 tensors, but a test cell that calls numpy on the student's result can still break on one
 (``np.sum(tensor)`` raises TypeError: numpy hands ``axis``/``out`` to ``Tensor.sum``). Here each
 source notebook runs with every model solution's function results and answer variables turned
-into tensors, and no cell, visible test, hidden test or given code, may raise.
+into tensors, and no cell, visible test, hidden test or given code, may raise or write to stderr
+(other than the warnings grading removes).
 """
 
 import re
@@ -14,6 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbgrader.preprocessors import IgnorePattern
+
+from autograder.cells import WARNING_PATTERN
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks" / "part-ii"
@@ -103,9 +107,12 @@ def test_every_cell_accepts_solutions_that_return_tensors(name):
     nb = tensor_answer_notebook(NOTEBOOKS / f"{name}.ipynb")
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})  # as grading drops warnings
     failures = [f"{cell.metadata.get('nbgrader', {}).get('grade_id') or cell.source.splitlines()[0]}: "
-                f"{out.ename}: {out.evalue.splitlines()[0] if out.evalue else ''}"
-                for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "error"]
+                + (f"{out.ename}: {out.evalue.splitlines()[0] if out.evalue else ''}" if out.output_type == "error"
+                   else f"wrote to stderr (nbgrader scores that 0): {out.text.strip()[:200]}")
+                for cell in nb.cells for out in cell.get("outputs", [])
+                if out.output_type == "error" or out.output_type == "stream" and out.name == "stderr"]
     assert not failures, "\n".join(failures)
     made = "".join(out.get("text", "") for out in nb.cells[-1].outputs)
     assert re.fullmatch(r"tensors made: [1-9]\d*\n", made), f"no answer became a tensor: {made!r}"
