@@ -91,6 +91,13 @@ def failing_line(error) -> int | None:
     return None
 
 
+def asks_kernel_to_exit(execute_reply) -> bool:
+    """True when a cell's execute_reply says it called IPython's exit() or quit() (not exit(keep_kernel=True)): the
+    kernel then stops a moment later, while a later cell runs or after it."""
+    payload = (execute_reply or {}).get("content", {}).get("payload", [])
+    return any(isinstance(p, dict) and p.get("source") == "ask_exit" and not p.get("keepkernel") for p in payload)
+
+
 WROTE_TO_STDERR = "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
 
 

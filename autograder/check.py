@@ -32,8 +32,8 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, graded_cells, is_edited,
-                    is_test_cell, last_heading, nbgrader_meta, outcome_message)
+from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, asks_kernel_to_exit, cell_points, checks_format_only,
+                    graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta, outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
@@ -142,8 +142,7 @@ class ExitRequested(Exception):
 def stop_at_exit(cell, cell_index: int, execute_reply) -> None:
     """nbclient hook after each cell: stop the run at a cell that asked the kernel to exit, so that when the
     kernel dies does not decide which later cells count (it would, by how long they take)."""
-    payload = (execute_reply or {}).get("content", {}).get("payload", [])
-    if any(isinstance(p, dict) and p.get("source") == "ask_exit" and not p.get("keepkernel") for p in payload):
+    if asks_kernel_to_exit(execute_reply):
         raise ExitRequested(cell_index)
 
 

@@ -32,7 +32,9 @@ Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`
 (and eight times that per notebook) outputs are cut and a truncation notice is kept; error
 outputs and check records are never dropped; ZeroMQ drops any single
 iopub message larger than that cap. A cell that kills the kernel (``os._exit``, a
-segfault, a memory or CPU limit) or ignores the timeout interrupt is marked as failed,
+segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
+after the reply, so the grader does not wait to see which later cell it takes down) or
+ignores the timeout interrupt is marked as failed,
 the kernel is restarted, the earlier cells are replayed quietly, and grading goes on,
 so the honest cells after it are still scored (at most ``max_kernel_restarts`` times per
 notebook; then the remaining cells are marked failed). A kernel that fails to start is tried
@@ -95,6 +97,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
+from .cells import asks_kernel_to_exit
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
@@ -897,6 +900,17 @@ class GradingExecute(Execute):
         does not exit within the half of shutdown_wait_time jupyter_client waits before it sends SIGTERM."""
         return "immediate"
 
+    def on_cell_executed(self, **kwargs):
+        """nbgrader's hook after each cell's reply (it records an error the reply names), and: remember that the cell
+        called IPython's exit() or quit() (not exit(keep_kernel=True)).
+
+        The kernel then stops a moment after the reply, while a later cell runs or after it: which
+        cell nbclient would blame depends on timing, so grading fails this cell and restarts instead.
+        """
+        super().on_cell_executed(**kwargs)
+        if asks_kernel_to_exit(kwargs.get("execute_reply")):
+            self._exit_requested = True
+
     @default("error_on_timeout")
     def _error_on_timeout_default(self):
         """The error a timed-out cell shows: the limit, and that the grader (not the student) stopped it."""
@@ -1075,7 +1089,7 @@ class GradingExecute(Execute):
         cells = self.nb.cells
         kernel, server = kernel_process(self.km), fork_server_of(self.km)
         for index in range(start, len(cells)):
-            self._timed_out = False
+            self._timed_out = self._exit_requested = False
             # only a code cell runs anything in the kernel: no watch thread for markdown
             watch = ProcessWatch(kernel if cells[index].cell_type == "code" else None, self.max_cell_processes, server)
             stopped = None
@@ -1088,6 +1102,11 @@ class GradingExecute(Execute):
             if stopped or watch.stopped_at:
                 failed.add(index)
                 self._fail_cell(cells[index], self._too_many_processes(watch) or stopped)
+                return index + 1
+            if self._exit_requested:
+                failed.add(index)
+                self._fail_cell(cells[index], "the cell called exit() or quit(), which stops the kernel; "
+                                              "the grader restarted it without this cell")
                 return index + 1
             if any(out.output_type == "error" for out in cells[index].get("outputs", [])):
                 # a cell that failed or timed out may leave forked copies of the kernel running (a fork

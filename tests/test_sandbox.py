@@ -637,6 +637,21 @@ def test_a_cell_that_ends_its_kernel_only_on_replay_costs_no_other_cell(tmp_path
     assert [o.get("text") for o in nb.cells[2].outputs] == ["after\n"], nb.cells[2].outputs
 
 
+@pytest.mark.parametrize("later", ["x += 1", "import time\ntime.sleep(1.5)\nx += 1"], ids=["quick", "slow"])
+def test_a_cell_that_calls_exit_is_failed_and_the_cells_after_it_run_whatever_the_timing(tmp_path, later):
+    """IPython's exit() stops the kernel a moment after the cell's reply: a quick next cell ran and the exit went
+    unnoticed, a slow one was blamed for the death (KernelDied) in its place. Now the exit() cell fails, the kernel
+    is restarted without it, and every later cell runs and keeps its result."""
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("print('bye')\nexit()"), new_code_cell(later),
+                             new_code_cell("print('x is', x)"), new_code_cell("exit(keep_kernel=True)\nprint('kept')")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb, _ = GradingExecute(timeout=30, preload_modules=[]).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    errors = [[o.ename for o in c.outputs if o.output_type == "error"] for c in nb.cells]
+    assert errors == [[], ["KernelDied"], [], [], []], errors
+    assert "the cell called exit() or quit()" in nb.cells[1].outputs[-1].evalue
+    assert cell_texts(nb) == ["", "bye\nERROR KernelDied", "", "x is 2", "kept"], cell_texts(nb)
+
+
 def test_the_process_watch_counts_a_tree_and_freezes_and_kills_all_of_it(tmp_path):
     """count_descendants follows children of children and stops counting past the limit; freeze_and_kill ends them all."""
     import psutil
