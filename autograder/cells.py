@@ -16,6 +16,7 @@ BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 # A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure):
 # grading removes such outputs with nbgrader's IgnorePattern, and check does the same
 WARNING_PATTERN = r"\w*Warning: "
+KERNEL_DIED = "KernelDied"  # the grader's error on a cell that stopped the kernel, or was not run after too many stops
 HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")

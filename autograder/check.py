@@ -16,8 +16,9 @@ notebook (collect files it by its exercises only from a student's folder), or af
 notebook than the one its exercises belong to (collect files it as the notebook it holds, so the
 notebook it is named after counts as not handed in), fails with what to rename it to.
 A cell that runs past the time limit (grading's default cell timeout unless --timeout says
-otherwise) is interrupted, as grading interrupts it, and named. A cell that ends the kernel
-(exit(), os._exit(), running out of memory) is named, and the cells after it count as not run.
+otherwise) is interrupted, as grading interrupts it, and named. The notebook runs under grading's
+executor (without its sandbox): a cell that ends the kernel (exit(), os._exit(), running out of
+memory) fails and is named, and the rest run in a new kernel after the cells before it, as when graded.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
 deleted, a cell ran out of time or ended the kernel, or the file name is wrong as above (an edited read-only cell
 that is not a test is only listed), 2 when the notebook cannot be read or is not a notebook of
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, asks_kernel_to_exit, cell_points, checks_format_only,
+from .cells import (KERNEL_DIED, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only,
                     graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta, outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
@@ -96,72 +97,42 @@ def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) ->
 
 
 def run_notebook(nb, folder: Path, timeout: float):
-    """Execute every cell in a fresh python3 kernel started in folder; errors are recorded, not raised.
+    """Execute every cell in a fresh python3 kernel started in folder, as grading executes it; errors are recorded.
 
-    Warnings on stderr are then removed as grading removes them (nbgrader's IgnorePattern with the
-    grader's pattern), so a cell that only warned passes here as it does when graded.
+    The executor is grading's (GradingExecute, without the sandbox): the same preloaded modules,
+    output cap and time limit, and the same recovery when a cell stops the kernel (exit(),
+    os._exit(), running out of memory): that cell fails (KernelDied), a new kernel re-runs the
+    cells before it, and the rest run. Warnings on stderr are then removed as grading removes
+    them (nbgrader's IgnorePattern with the grader's pattern), so a cell that only warned passes
+    here as it does when graded.
     """
     import tempfile
 
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
     from nbgrader.preprocessors import IgnorePattern
     from traitlets.config import Config
+
+    from .sandbox import NO_KERNEL, GradingExecute
 
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as sockets:
         config = Config()
         config.KernelManager.transport = "ipc"  # local unix sockets: no open TCP port, no warning
         config.KernelManager.ip = str(Path(sockets) / "kernel")
-        started = []  # each cell's index as it starts: the last is the one a dying kernel was running
-        client = NotebookClient(nb, timeout=math.ceil(timeout), kernel_name="python3", allow_errors=True, config=config,
-                                interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}},
-                                on_cell_execute=lambda cell, cell_index: started.append(cell_index),
-                                on_cell_executed=stop_at_exit)
+        executor = GradingExecute(config=config, timeout=math.ceil(timeout), kernel_name="python3",
+                                  interrupt_on_timeout=True)
         try:
-            client.execute()
-        except ExitRequested as request:
-            mark_kernel_death(nb, request.index, called_exit=True)
-        except DeadKernelError:
-            first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), 0)
-            mark_kernel_death(nb, started[-1] if started else first_code, called_exit=False)
+            executor.preprocess(nb, {"metadata": {"path": str(folder)}})
+        except RuntimeError as exc:
+            if NO_KERNEL not in str(exc):
+                raise
+            raise AutograderError(f"{exc}; the check runs the notebook in a Python kernel (ipykernel), which must be "
+                                  "installed where Python runs the check: run it from this repository's .venv "
+                                  "(make venv installs requirements.txt)") from exc
     IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
     return nb
 
 
-KERNEL_DIED, NOT_RUN = "KernelDied", "NotRun"
-
-
-class ExitRequested(Exception):
-    """A cell called IPython's exit() or quit(): the kernel stops a moment after its reply, at no fixed cell."""
-
-    def __init__(self, index: int):
-        super().__init__(f"cell {index + 1} asked the kernel to exit")
-        self.index = index
-
-
-def stop_at_exit(cell, cell_index: int, execute_reply) -> None:
-    """nbclient hook after each cell: stop the run at a cell that asked the kernel to exit, so that when the
-    kernel dies does not decide which later cells count (it would, by how long they take)."""
-    if asks_kernel_to_exit(execute_reply):
-        raise ExitRequested(cell_index)
-
-
-def mark_kernel_death(nb, culprit: int, called_exit: bool) -> None:
-    """Error outputs for a stopped kernel: on the code cell that stopped it (0-based culprit), and on every later
-    code cell, which did not run (or, for exit(), does not count)."""
-    named = numbered_cell(nb.cells[culprit], culprit + 1)
-    why = ("this cell called exit() or quit(), which stops the Python kernel" if called_exit else
-           "the Python kernel stopped while this cell ran (os._exit() or running out of memory end it)")
-    for cell in nb.cells[culprit + 1:]:
-        if cell.cell_type == "code":
-            cell.outputs = [nbformat.v4.new_output("error", ename=NOT_RUN, traceback=[],
-                                                   evalue=f"the kernel was stopped by {named}, so this cell did not run")]
-    if nb.cells[culprit].cell_type == "code":
-        nb.cells[culprit].outputs.append(nbformat.v4.new_output("error", ename=KERNEL_DIED, traceback=[], evalue=why))
-
-
 def kernel_death(nb) -> str | None:
-    """'cell N (first line)' of the cell that stopped the kernel, or None."""
+    """'cell N (first line)' of the first cell that stopped the kernel, or None."""
     return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1)
                  if any(o.get("ename") == KERNEL_DIED for o in cell.get("outputs", []) if o.output_type == "error")), None)
 
@@ -320,8 +291,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "
               "notebook has a time budget: make it finish sooner.")
     if died := kernel_death(nb):
-        print(f"✘ {died} stopped the Python kernel, so later cells did not run: remove its exit(), quit() or "
-              "os._exit() call, or make it use less memory, and run the check again.")
+        print(f"✘ {died} stopped the Python kernel. Grading, like this check, then starts a new kernel, re-runs the "
+              "cells before it and goes on without it, so nothing that cell defines exists later: remove its exit(), "
+              "quit() or os._exit() call, or make it use less memory, and run the check again.")
     if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow or died:
         print(f"({NUMBERING_NOTE})")
     if problem:

@@ -97,7 +97,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
-from .cells import asks_kernel_to_exit
+from .cells import KERNEL_DIED, asks_kernel_to_exit
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
@@ -1179,8 +1179,8 @@ class GradingExecute(Execute):
         """Give a code cell an error output, so nbgrader scores it 0."""
         if cell.cell_type != "code":
             return
-        cell.outputs.append(new_output("error", ename="KernelDied", evalue=message,
-                                       traceback=[f"KernelDied: {message}"]))
+        cell.outputs.append(new_output("error", ename=KERNEL_DIED, evalue=message,
+                                       traceback=[f"{KERNEL_DIED}: {message}"]))
 
     def _fail_rest(self, cells, message: str) -> None:
         """Mark every code cell that was never run as failed."""

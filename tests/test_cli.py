@@ -166,6 +166,9 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     solution = next(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code")
     test_id = next(m["grade_id"] for m in meta[solution:] if m.get("grade") and not m.get("solution"))
     nb.cells[solution].source = "raise NotImplementedError()"
+    # and a later answer that ends the kernel: grading (and check) restart it and go on without that cell
+    last = max(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code")
+    nb.cells[last].source += "\nexit()"
     stubbed = tmp_path / "stubbed" / path.name
     stubbed.parent.mkdir()
     nbformat.write(nb, stubbed)
@@ -176,6 +179,8 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     # the test cell's own error is a consequence: the line names the solution cell that raised first
     solution_id = meta[solution]["grade_id"]
     assert f"an earlier cell failed first: {solution_id}, NotImplementedError" in line, line
+    assert (f"✘ cell {last + 1} (" in out and "stopped the Python kernel. Grading, like this check, then starts a new "
+            "kernel, re-runs the cells before it and goes on without it" in out), out
 
 
 def test_check_flags_an_edited_test_cell_even_when_the_edit_makes_it_pass(tmp_path, monkeypatch, capsys):
@@ -538,12 +543,13 @@ def _graded_cell(source: str, grade_id: str, test: bool):
 
 
 @pytest.mark.parametrize("stop, why", [
-    ("import os\nos._exit(1)", "the Python kernel stopped while this cell ran (os._exit() or running out of memory"),
+    ("import os\nos._exit(1)", "the kernel stopped while running this cell (DeadKernelError)"),
     # IPython's exit() stops the kernel a moment after the cell ends, while a quick next cell may still run
-    ("import os\nexit()", "this cell called exit() or quit(), which stops the Python kernel"),
+    ("import os\nexit()", "the cell called exit() or quit(), which stops the kernel; the grader restarted it"),
 ], ids=["os-exit", "exit"])
-def test_a_cell_that_ends_the_kernel_is_named_and_the_cells_after_it_count_as_not_run(tmp_path, stop, why):
-    """exit() in a cell used to end check with nbclient's DeadKernelError traceback, and no table."""
+def test_a_cell_that_ends_the_kernel_is_named_and_the_rest_run_after_a_restart_as_grading_does(tmp_path, stop, why):
+    """exit() in a cell used to end check with nbclient's DeadKernelError traceback, and no table; then check
+    counted every later cell as not run, while grading restarts the kernel, re-runs the cells before and goes on."""
     import nbformat
 
     from autograder.check import exercise_rows, kernel_death, run_notebook
@@ -552,18 +558,19 @@ def test_a_cell_that_ends_the_kernel_is_named_and_the_cells_after_it_count_as_no
         nbformat.v4.new_code_cell("x = 1"),
         _graded_cell("def f():\n    return 2", "ex_f", test=False),
         _graded_cell("assert f() == 2", "test_f", test=True),
-        _graded_cell(stop, "ex_g", test=False),
+        _graded_cell(f"y = 3\n{stop}", "ex_g", test=False),
         nbformat.v4.new_code_cell("pass"),
-        _graded_cell("assert x == 1", "test_g", test=True),
+        _graded_cell("assert y == 3", "test_y", test=True),
+        _graded_cell("assert x == 1 and f() == 2", "test_g", test=True),
         nbformat.v4.new_markdown_cell("the end"),
     ])
     run_notebook(nb, tmp_path, timeout=60)
-    assert kernel_death(nb) == "cell 4 (import os)"
+    assert kernel_death(nb) == "cell 4 (y = 3)"
+    assert why in nb.cells[3].outputs[-1].evalue, nb.cells[3].outputs
     rows = {grade_id: (message, passed) for _, grade_id, _, message, passed in exercise_rows(nb)}
-    assert rows["test_f"][1] is True, rows
-    message, passed = rows["test_g"]
-    assert passed is False, message
-    assert message.startswith("✘ Failed: NotRun: the kernel was stopped by cell 4 (import os), so this cell did not run"), message
+    assert rows["test_f"][1] is True and rows["test_g"][1] is True, rows  # replayed x and f: as graded
+    message, passed = rows["test_y"]  # the stopping cell is not replayed, so its y never exists
+    assert passed is False and "NameError: name 'y' is not defined" in message, message
     assert f"[an earlier cell failed first: ex_g, KernelDied: {why}" in message, message
 
 
@@ -576,20 +583,10 @@ def test_exit_that_keeps_the_kernel_is_not_blamed_for_a_later_stop(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("exit(keep_kernel=True)"),
                                          nbformat.v4.new_code_cell("x = 1"),
                                          nbformat.v4.new_code_cell("import os\nos._exit(1)"),
-                                         nbformat.v4.new_code_cell("y = 2")])
+                                         nbformat.v4.new_code_cell("print(x + 1)")])
     run_notebook(nb, tmp_path, timeout=60)
     assert kernel_death(nb) == "cell 3 (import os)"
-    assert [o.ename for o in nb.cells[3].outputs] == ["NotRun"] and nb.cells[1].outputs == []
-
-
-def test_a_kernel_death_named_at_a_text_cell_marks_the_code_cells_after_it_without_a_crash(tmp_path):
-    import nbformat
-
-    from autograder.check import kernel_death, mark_kernel_death
-
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("x = 1")])
-    mark_kernel_death(nb, 0, called_exit=False)  # a markdown cell named: nothing to attach to, no crash
-    assert kernel_death(nb) is None and nb.cells[1].outputs[0].ename == "NotRun"
+    assert nb.cells[1].outputs == [] and [o.get("text") for o in nb.cells[3].outputs] == ["2\n"]
 
 
 def test_a_test_cell_that_wrote_to_stderr_shows_the_student_its_first_line(tmp_path):
