@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -330,12 +331,28 @@ def file_system_error(exc: OSError) -> str:
             "(grade resumes where it stopped; collect files again what it had not filed)")
 
 
+def unrecognized(command: str, command_parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """The error for arguments the command does not take: the unknown options by name, with the command's own.
+
+    An unknown option's value can be taken for the command's positional argument (check
+    --build DIR X.ipynb reads DIR as the notebook), which leaves the real positional among the
+    leftovers: naming only the options says what to remove.
+    """
+    options = [arg.split("=", 1)[0] for arg in extra if re.match(r"-[A-Za-z-]", arg)]
+    if not options:
+        return f"unrecognized arguments: {' '.join(extra)}"
+    known = [f"{a.option_strings[-1]} {a.metavar or a.dest.upper()}" if a.nargs != 0 else a.option_strings[-1]
+             for a in command_parser._actions if a.option_strings and a.dest != "help"]
+    takes = f"its options are {', '.join(known)}" if known else "it takes no options"
+    return f"{command} does not take {', '.join(options)}: {takes} (see --help)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse argv, run the command, turn known errors into a message and an exit code."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command's own parser, so the usage shown is the command's
-        args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.command_parser.error(unrecognized(args.command, args.command_parser, extra))
     try:
         return _run(args)
     except AutograderError as exc:

@@ -43,10 +43,15 @@ def empty_build(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv, words", [
     ([], "required"),
-    (["release", "--bogus"], "python -m autograder release: error: unrecognized arguments: --bogus"),
+    (["release", "--bogus"], "python -m autograder release: error: release does not take --bogus: its options are "
+                             "--build DIR, --due-date WHEN (see --help)"),
     (["export", "--student", "alice", "--build", "{build}"],
-     "usage: python -m autograder export [-h] [--build DIR]\npython -m autograder export: error: unrecognized arguments: "
-     "--student alice"),
+     "usage: python -m autograder export [-h] [--build DIR]\npython -m autograder export: error: export does not take "
+     "--student: its options are --build DIR (see --help)"),
+    # the unknown option's value is read as the notebook: only the option is named, not the real notebook
+    (["check", "--build", "{build}", "x.ipynb"], "check: error: check does not take --build: its options are "
+                                                 "--timeout SECONDS (see --help)"),
+    (["check", "x.ipynb", "y.ipynb"], "check: error: unrecognized arguments: y.ipynb"),
     (["collect"], "required: path"),
     (["collect", "/no/such/download.zip", "--build", "{build}"], "does not exist"),
     (["grade", "--workers", "0", "--build", "{build}"], "whole number >= 1"),
