@@ -805,6 +805,30 @@ def test_oversized_files_keep_their_student_and_a_copy_and_big_outputs_are_dropp
     assert Path(copy).read_bytes() == files["Fay Li_10006_assignsubmission_file_/02-shapes-and-loss.ipynb"]  # streamed
 
 
+def test_an_oversized_zip_member_that_is_damaged_is_rejected_for_its_student_without_a_half_copy(course, tmp_path,
+                                                                                                    monkeypatch):
+    """A member too large to read is only streamed when its copy is kept: a bad CRC found then leaves no copy."""
+    import autograder.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "MAX_READ_BYTES", 40_000)
+    big = b"{" + b" " * 50_000 + b"}"
+    name = "Fay Li_10006_assignsubmission_file_/02-shapes-and-loss.ipynb"
+    zpath = tmp_path / "d.zip"
+    with zipfile.ZipFile(zpath, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr(name, big)
+    data = bytearray(zpath.read_bytes())
+    at = data.index(big)  # stored: the member's bytes lie in the file as they are
+    data[at + 25_000] = ord("x")  # a flipped byte in transit: zipfile finds the bad CRC at the member's end
+    zpath.write_bytes(bytes(data))
+    report = collect(course, zpath)
+    reasons = {r.file: (r.reason, r.student, r.copy) for r in report.rejected}
+    reason, who, copy = reasons[name]
+    assert who == "10006" and reason.startswith("too large to open"), reason
+    assert "; no copy kept: it is damaged (Bad CRC-32" in reason and reason.endswith("download it again"), reason
+    assert copy is None and not list(course.rejected_dir.rglob("*.ipynb"))  # no truncated file passed off as a copy
+    assert report.students["10006"].status == "no valid notebook"
+
+
 def test_nbgrader_metadata_an_editor_dropped_is_put_back_from_the_release_by_cell_id(course, tmp_path):
     """Answer cells without their nbgrader metadata are not found by nbgrader (the notebook scores 0)."""
     import copy
