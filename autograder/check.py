@@ -96,7 +96,7 @@ def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) ->
     return None
 
 
-def run_notebook(nb, folder: Path, timeout: float):
+def run_notebook(nb, folder: Path, timeout: float, drop_warnings: bool = True):
     """Execute every cell in a fresh python3 kernel started in folder, as grading executes it; errors are recorded.
 
     The executor is grading's (GradingExecute, without the sandbox): the same preloaded modules,
@@ -104,7 +104,7 @@ def run_notebook(nb, folder: Path, timeout: float):
     os._exit(), running out of memory): that cell fails (KernelDied), a new kernel re-runs the
     cells before it, and the rest run. Warnings on stderr are then removed as grading removes
     them (nbgrader's IgnorePattern with the grader's pattern), so a cell that only warned passes
-    here as it does when graded.
+    here as it does when graded; drop_warnings=False keeps them (for a test that forbids them).
     """
     import tempfile
 
@@ -127,7 +127,8 @@ def run_notebook(nb, folder: Path, timeout: float):
             raise AutograderError(f"{exc}; the check runs the notebook in a Python kernel (ipykernel), which must be "
                                   "installed where Python runs the check: run it from this repository's .venv "
                                   "(make venv installs requirements.txt)") from exc
-    IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
+    if drop_warnings:
+        IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
     return nb
 
 
