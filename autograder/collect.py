@@ -51,8 +51,9 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
     notebook to several students, as a class download does).
 A copy named like 'NAME (1).ipynb', 'NAME-1.ipynb', 'Copy of NAME.ipynb' or 'NAME-final.ipynb'
 counts as NAME; when a student has two files for one notebook the newer one is kept (at the same
-time, the higher-numbered copy) and the other is reported as a duplicate. Canvas files of two users
-with the same name are not filed.
+time, the one with more answers filled in, then the higher-numbered copy, a '-final' one, the one in
+fewer folders) and the other is reported as a duplicate. Canvas files of two users with the same
+name are not filed.
 A download adds to what was collected before: its notebooks replace the student's earlier files
 for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand-in is kept in
 <course>/replaced/<student>/<its time>/).
@@ -329,6 +330,11 @@ def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
         if m:
             return name, (m.group("prefix") or "")
     return None
+
+
+def is_final(stem: str) -> bool:
+    """True for a student's 'NAME-final' / 'NAME_final (1)': the copy its student called final."""
+    return re.search(rf"[_\-\s]+final(?:{COPY_FORMS})?$", stem, flags=re.IGNORECASE) is not None
 
 
 def copy_number(stem: str) -> int:
@@ -655,6 +661,21 @@ def graded_release_cells(course: Course) -> dict[str, dict[str, tuple[str, dict]
     return out
 
 
+def released_answers(course: Course) -> dict[str, dict[str, str]]:
+    """{notebook: {grade id: source}} of the release's answer cells (their stubs, as students receive them)."""
+    out = {}
+    for path in course.release_dir.glob("*.ipynb"):
+        out[path.stem] = {meta["grade_id"]: c.source for c in nbformat.read(path, as_version=4).cells
+                          if (meta := c.metadata.get("nbgrader", {})).get("solution") and "grade_id" in meta}
+    return out
+
+
+def answers_given(nb: nbformat.NotebookNode, stubs: dict[str, str]) -> int:
+    """How many of nb's answer cells differ from their released stub (stubs: grade id -> source)."""
+    return sum(1 for c in nb.cells if (gid := c.metadata.get("nbgrader", {}).get("grade_id")) in stubs
+               and c.metadata["nbgrader"].get("solution") and c.source.strip() != stubs[gid].strip())
+
+
 def restore_metadata(nb: nbformat.NotebookNode, released: dict[str, tuple[str, dict]]) -> int:
     """Give back the release's nbgrader metadata to cells that have none (same id and type); return how many.
 
@@ -799,30 +820,51 @@ def split_shared_ids(filed: list[Filed], seen: dict[str, set[str]]) -> tuple[lis
     return kept, rejected
 
 
-def drop_duplicates(filed: list[Filed]) -> tuple[list[Filed], list[Record]]:
+def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None = None
+                    ) -> tuple[list[Filed], list[Record]]:
     """Keep one file per (student, notebook): a file named after it over one filed there for its exercises
-    (exercises_notebook), then the newest, and at equal times the highest-numbered copy."""
+    (exercises_notebook), then the newest; at equal times (an LMS often gives every file of a hand-in one time)
+    the one with more answers filled in (stubs: notebook -> grade id -> released source), then the
+    highest-numbered copy, then a file named '-final', then the one in the fewest folders, then the last name."""
+    stubs = stubs or {}
     groups: dict[tuple[str, str], list[Filed]] = {}
     for f in filed:
         groups.setdefault((f.student, f.notebook), []).append(f)
-    kept, rejected = [], []
-    for (student, notebook), group in sorted(groups.items()):
+
+    def key(f: Filed) -> tuple:
+        path = f.entry.path
         # the file named after its notebook first; a browser names a later download of the same file 'NAME (1)',
         # an LMS resubmission 'NAME-1'
-        group.sort(key=lambda f: (f.named is None, f.entry.mtime, copy_number(f.entry.path.stem), str(f.entry.path)))
+        return (f.named is None, f.entry.mtime, answers_given(f.nb, stubs.get(f.notebook, {})), copy_number(path.stem),
+                is_final(path.stem), -len(path.parts), str(path))
+
+    kept, rejected = [], []
+    for (student, notebook), group in sorted(groups.items()):
+        group.sort(key=key)
         winner = group[-1]
         kept.append(winner)
+        w = key(winner)
         for loser in group[:-1]:
+            lo = key(loser)
+            same = "both have the same time; "
             if loser.named is not None and winner.named is None:
                 why = f"kept {winner.entry.path}, the file named after it; this one is named {loser.named}.ipynb"
-            elif loser.entry.mtime < winner.entry.mtime:
+            elif lo[1] < w[1]:
                 why = f"kept the newer {winner.entry.path}"
-            elif copy_number(loser.entry.path.stem) < copy_number(winner.entry.path.stem):
-                why = (f"both have the same time; kept {winner.entry.path}, the higher-numbered copy (a browser numbers "
-                       "the later download); check by hand if that is wrong")
+            elif lo[2] < w[2]:
+                why = (f"{same}kept {winner.entry.path}, which has more answers filled in ({w[2]} of its answer cells "
+                       f"differ from the release, {lo[2]} here)")
+            elif lo[3] < w[3]:
+                why = (f"{same}kept {winner.entry.path}, the higher-numbered copy (a browser numbers the later "
+                       "download); check by hand if that is wrong")
+            elif lo[4] < w[4]:
+                why = f"{same}kept {winner.entry.path}, the file named final; check by hand if that is wrong"
+            elif lo[5] < w[5]:
+                why = (f"{same}kept {winner.entry.path}, the one in fewer folders; check by hand which one the "
+                       "student meant")
             else:
-                why = (f"both have the same time and copy number; kept {winner.entry.path} (the last path in name order); "
-                       "check by hand which one the student meant")
+                why = (f"{same}kept {winner.entry.path} (the last path in name order); check by hand which one the "
+                       "student meant")
             rejected.append(Record(str(loser.entry.path), f"duplicate: {student} handed in {notebook}.ipynb more than "
                                                           f"once; {why}", student))
     return kept, rejected
@@ -1006,7 +1048,7 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
                                               release_cells=graded_release_cells(course))
     filed, shared = split_shared_ids(filed, seen)
-    filed, duplicates = drop_duplicates(filed)
+    filed, duplicates = drop_duplicates(filed, released_answers(course))
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")

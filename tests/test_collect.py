@@ -709,6 +709,41 @@ def test_equal_times_keep_the_higher_numbered_copy_and_say_so(course, tmp_path):
     assert submitted(course, "zoe") == {"02-shapes-and-loss.ipynb": second}
 
 
+def answer_notebook(source: str) -> bytes:
+    """A notebook with one answer cell (grade id ex_a) holding source."""
+    cell = nbformat.v4.new_code_cell(source)
+    cell.id = "answer-cell"
+    cell.metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "grade_id": "ex_a",
+                                 "schema_version": 3}
+    return nbformat.writes(nbformat.v4.new_notebook(cells=[cell])).encode()
+
+
+def test_at_equal_times_the_file_with_answers_then_final_then_fewer_folders_wins(course, tmp_path):
+    """Many LMS downloads give every file of a hand-in one time: the last path in name order used to win, and a
+    blank notebook beside the solved one (or in a backup folder) was graded, for 0 points."""
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()"
+    nbformat.write(nbformat.reads(answer_notebook(stub).decode(), 4), course.release_dir / "02-shapes-and-loss.ipynb")
+    blank, solved, other = answer_notebook(stub), answer_notebook("x = 1"), answer_notebook("x = 2")
+    download = write_tree(tmp_path / "d", {
+        "ann/02-shapes-and-loss.ipynb": blank, "ann/02-shapes-and-loss-final.ipynb": solved,
+        "bob/02-shapes-and-loss.ipynb": solved, "bob/backup/02-shapes-and-loss.ipynb": blank,
+        "cyd/02-shapes-and-loss.ipynb": solved, "cyd/old/02-shapes-and-loss.ipynb": other,
+        "dee/02-shapes-and-loss.ipynb": other, "dee/02-shapes-and-loss-final.ipynb": solved,
+    })
+    for path in download.rglob("*.ipynb"):
+        os.utime(path, (1_700_000_000, 1_700_000_000))
+    report = collect(course, download)
+    for student in ("ann", "bob", "cyd", "dee"):
+        assert submitted(course, student) == {"02-shapes-and-loss.ipynb": solved}, student
+    reasons = {r.file: r.reason for r in report.rejected}
+    assert len(reasons) == 4, reasons
+    assert ("same time; kept ann/02-shapes-and-loss-final.ipynb, which has more answers filled in (1 of its answer "
+            "cells differ from the release, 0 here)") in reasons["ann/02-shapes-and-loss.ipynb"]
+    assert "which has more answers filled in" in reasons["bob/backup/02-shapes-and-loss.ipynb"]
+    assert "kept cyd/02-shapes-and-loss.ipynb, the one in fewer folders" in reasons["cyd/old/02-shapes-and-loss.ipynb"]
+    assert "kept dee/02-shapes-and-loss-final.ipynb, the file named final" in reasons["dee/02-shapes-and-loss.ipynb"]
+
+
 def test_jupyter_copies_are_collected_and_the_highest_numbered_one_wins_a_tie(course, tmp_path):
     """'NAME-copy' made collect crash (copy_number found no digits); Copy10 is a later copy than Copy2."""
     alone = write_tree(tmp_path / "alone", {"yan/02-shapes-and-loss-copy.ipynb": notebook_bytes("copy")})
