@@ -56,7 +56,8 @@ fewer folders) and the other is reported as a duplicate. Canvas files of two use
 name are not filed.
 A download adds to what was collected before: its notebooks replace the student's earlier files
 for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand-in is kept in
-<course>/replaced/<student>/<its time>/).
+<course>/replaced/<student>/<its time>/). A file older than the one collected before for its
+notebook (an earlier download collected again) is rejected, not filed back over the newer one.
 A notebook over 50 MiB is filed with its outputs removed (grading runs the cells again); files
 over 512 MiB are not read, only rejected and copied.
 A hand-in's time is its newest file's: in a zip, the member's UTC time when the zipper recorded
@@ -146,6 +147,7 @@ class StudentReport:
     timestamp: str | None = None
     replaced: str | None = None  # where the hand-in this one replaced was kept
     moved: dict[str, str] = field(default_factory=dict)  # file -> notebook, for files named after another notebook
+    file_times: dict[str, str] = field(default_factory=dict)  # notebook -> its filed file's time (TIMESTAMP_FORMAT)
 
 
 @dataclass
@@ -918,12 +920,32 @@ def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[
 def filed_time(folder: Path) -> dt.datetime | None:
     """The time in a filed hand-in's timestamp.txt (UTC), or None when it has none."""
     stamp = folder / "timestamp.txt"
-    if not stamp.is_file():
-        return None
+    return parse_time(stamp.read_text(encoding="utf-8")) if stamp.is_file() else None
+
+
+def parse_time(text) -> dt.datetime | None:
+    """A time written in TIMESTAMP_FORMAT (UTC), or None for anything else."""
     try:
-        return dt.datetime.strptime(stamp.read_text(encoding="utf-8").strip(), TIMESTAMP_FORMAT).replace(tzinfo=dt.timezone.utc)
+        return dt.datetime.strptime(str(text).strip(), TIMESTAMP_FORMAT).replace(tzinfo=dt.timezone.utc)
     except ValueError:
         return None
+
+
+def older_than_filed(course: Course, filed: list[Filed], earlier: dict) -> tuple[list[Filed], list[Record]]:
+    """Split off each file older than the file of the same notebook collected before (earlier: the collect log's
+    students): an older download collected after a newer one must not put an earlier version back."""
+    kept, older = [], []
+    for f in filed:
+        before = parse_time(earlier.get(f.student, {}).get("file_times", {}).get(f.notebook, ""))
+        on_file = course.step_dir("submitted", f.student) / f"{f.notebook}.ipynb"
+        if before is None or f.entry.mtime >= before or not on_file.is_file():
+            kept.append(f)
+            continue
+        older.append(Record(str(f.entry.path), (
+            f"older ({f.entry.mtime:%Y-%m-%d %H:%M} UTC) than the {f.notebook}.ipynb collected before "
+            f"({before:%Y-%m-%d %H:%M} UTC), which stays filed; to file this one instead, delete {on_file} and "
+            "collect again"), f.student))
+    return kept, older
 
 
 def filed_notebooks(course: Course, student: str) -> list[str]:
@@ -1055,6 +1077,8 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
+        filed, older = older_than_filed(course, filed, earlier)
+        rejected += older  # report.rejected is this list
         keep_rejected_copies(course, entries, rejected)
         with course.gradebook() as gb:
             for sid in sorted(seen):
@@ -1095,6 +1119,8 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
     if kept_earlier := [nb for nb in before if nb not in new]:
         rec.notes.append(f"kept from the earlier hand-in: {', '.join(kept_earlier)}")
     rec.timestamp = rec.timestamp or earlier.get("timestamp")
+    times = {**earlier.get("file_times", {}), **{f.notebook: f.entry.mtime.strftime(TIMESTAMP_FORMAT) for f in files}}
+    rec.file_times = {nb: times[nb] for nb in rec.notebooks if nb in times}
     return rec
 
 

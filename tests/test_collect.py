@@ -533,6 +533,8 @@ def test_a_student_s_subfolder_never_becomes_a_student_nor_replaces_another_s_wo
     assert course.submitted_students() == []
     collect(course, write_tree(tmp_path / "class", {"alice/02-shapes-and-loss.ipynb": first,
                                                      "carl/02-shapes-and-loss.ipynb": notebook_bytes("carl")}))
+    later = time.time() + 60  # solo was written first; as her later hand-in it must be newer than the class's file
+    os.utime(solo / "alice/work/02-shapes-and-loss.ipynb", (later, later))
     report = collect(course, solo)  # alice is known now
     assert list(report.students) == ["alice"] and report.students["alice"].status == "updated"
     assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": alice}
@@ -783,6 +785,37 @@ def test_a_later_download_adds_to_the_hand_in_and_keeps_what_it_lacks(course, tm
     assert sorted(again.notebooks) == ["00-vectors-shapes-and-gradients", "02-shapes-and-loss"]
     saved = json.loads((course.reports_dir / "collect.json").read_text())["students"]["hana"]
     assert saved["missing"] == [] and saved["status"] == "unchanged"
+
+
+def test_an_older_download_collected_after_a_newer_one_does_not_put_the_older_file_back(course, tmp_path):
+    """Collecting the first download again used to refile alice's older notebook over her later one, keep the
+    later hand-in time, and make feedback say she handed in again."""
+    def download(name: str, files: dict[str, bytes], when: int) -> Path:
+        root = write_tree(tmp_path / name, files)
+        for path in root.rglob("*.ipynb"):
+            os.utime(path, (when, when))
+        return root
+
+    first = download("first", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("v1"),
+                               "alice/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("00")}, 1_800_000_000)
+    second = download("second", {"alice/Copy of 02-shapes-and-loss.ipynb": notebook_bytes("v2")}, 1_800_400_000)
+    collect(course, first)
+    assert collect(course, second).students["alice"].status == "updated"
+    stamp = stamp_of(course, "alice")
+    again = collect(course, first)
+    rec = again.students["alice"]
+    assert rec.status == "unchanged" and rec.replaced is None
+    assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": notebook_bytes("v2"),
+                                          "00-vectors-shapes-and-gradients.ipynb": notebook_bytes("00")}
+    assert stamp_of(course, "alice") == stamp
+    (older,) = [r for r in again.rejected if r.student == "alice"]
+    assert older.file == "alice/02-shapes-and-loss.ipynb"
+    assert older.reason.startswith("older (2027-01-15 08:00 UTC) than the 02-shapes-and-loss.ipynb collected before "
+                                   "(2027-01-19 23:06 UTC), which stays filed; to file this one instead, delete "), older
+    assert Path(older.copy).read_bytes() == notebook_bytes("v1")  # kept, as any file not filed is
+    newer = download("third", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("v3")}, 1_800_500_000)
+    assert collect(course, newer).students["alice"].status == "updated"
+    assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("v3")
 
 
 def test_a_byte_order_mark_and_copy_names_are_filed_for_the_right_student(course, tmp_path):
