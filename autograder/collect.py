@@ -310,6 +310,9 @@ def read_download(path: Path) -> tuple[list[Entry], list[Record]]:
         size = path.stat().st_size
         raise AutograderError(f"{path} is a damaged or incomplete zip file ({size} bytes, no zip directory at its end); "
                               "re-download it from the LMS")
+    if path.suffix.lower() == ".ipynb":
+        raise AutograderError(f"{path} is a single notebook; collect takes a folder or a .zip: put it in a folder "
+                              "(cp -p keeps the file's time, which becomes the hand-in time) and collect that folder with --student ID")
     raise AutograderError(f"{path} is neither a folder nor a zip file; expected an LMS download")
 
 
@@ -1048,6 +1051,18 @@ def shared_notebooks(entries: list[Entry], notebooks: list[str], known: frozense
     return {nb: sorted(who) for nb, who in owners.items() if len(who) > 1}
 
 
+def check_outside_course(course: Course, path: Path) -> None:
+    """Refuse a download that is the course folder, lies inside it, or holds it: its files are the course's own
+    (release, submitted, rejected ...), which collect would file as students named after its folders."""
+    here, root = Path(path).resolve(), Path(course.root).resolve()
+    if here == root or root in here.parents:
+        raise AutograderError(f"{path} is inside the course folder {root}: collect takes an LMS download (a folder or "
+                              ".zip of the students' files), not the course's own folders")
+    if here in root.parents:
+        raise AutograderError(f"{path} holds the course folder {root}: collect takes an LMS download (a folder or "
+                              ".zip of the students' files); put the download somewhere else, or give its own folder")
+
+
 def collect(course: Course, path: Path, student: str | None = None) -> CollectReport:
     """File the download at path as submissions (all of them student's, when given); register its students in the gradebook."""
     path = Path(path)
@@ -1055,6 +1070,7 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     if student is not None and is_assignment_name(student, notebooks):
         raise AutograderError(f"--student {student}: that is the name of the assignment or of one of its notebooks, "
                               "not a student id; give the id of the student whose files these are")
+    check_outside_course(course, path)
     entries, unreadable = read_download(path)
     known = known_students(course)
     unwrapped = []

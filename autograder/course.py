@@ -75,9 +75,12 @@ def check_build_folder(root: Path, create: bool = True) -> None:
                 raise AutograderError(f"{path} is a file, but the course needs a folder there ({root}); "
                                       "--build (or $PART_II_BUILD) must name a folder, the one that holds course/")
             break
+    nested = not root.is_dir() and (root.parent / "release" / ASSIGNMENT).is_dir()
+    if create and nested:  # release would make a second course inside the first
+        raise AutograderError(f"{root.parent} is a course folder itself: give --build {root.parent.parent}, the folder "
+                              "that holds course/")
     if not create and not root.is_dir():
-        inside = root.parent / "release" / ASSIGNMENT
-        hint = (f"; {root.parent} is a course folder itself: give --build {root.parent.parent}" if inside.is_dir() else
+        hint = (f"; {root.parent} is a course folder itself: give --build {root.parent.parent}" if nested else
                 "; --build (or $PART_II_BUILD) names the folder that holds course/")
         raise AutograderError(f"there is no course in {root.parent} ({root} does not exist): run "
                               f"`python -m autograder release` first{hint}")

@@ -481,6 +481,9 @@ def test_a_course_folder_given_as_build_gets_a_hint_and_no_folder_is_made(tmp_pa
         assert code == 2, err
         assert f"there is no course in {course} ({course}/course does not exist)" in err, err
         assert f"{course} is a course folder itself: give --build {course.parent}" in err, err
+    # release would build a second course in course/course
+    code, err, _ = run(["release", "--build", str(course)], capsys)
+    assert code == 2 and f"{course} is a course folder itself: give --build {course.parent}, the folder" in err, err
     assert sorted(p.name for p in course.iterdir()) == ["release"]
 
 

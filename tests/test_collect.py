@@ -371,6 +371,17 @@ def test_bad_paths_raise_clear_errors(course, tmp_path):
     (tmp_path / "plain.txt").write_text("x")
     with pytest.raises(AutograderError, match="neither a folder nor a zip"):
         collect(course, tmp_path / "plain.txt")
+    (tmp_path / "02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("mailed"))
+    with pytest.raises(AutograderError, match="is a single notebook; collect takes a folder or a .zip: put it in a "
+                                              r"folder \(cp -p keeps"):
+        collect(course, tmp_path / "02-shapes-and-loss.ipynb")
+    # the course's own folders would be filed as students named release, submitted, rejected ...
+    (course.root / "submitted").mkdir(exist_ok=True)
+    for own, words in [(course.root, "is inside the course folder"), (course.root / "submitted", "is inside the course"),
+                       (course.root.parent, "holds the course folder")]:
+        with pytest.raises(AutograderError, match=words):
+            collect(course, own)
+    assert course.submitted_students() == [] and not course.rejected_dir.exists()
     good = tmp_path / "good.zip"
     with zipfile.ZipFile(good, "w") as zf:
         zf.writestr("ivan/02-shapes-and-loss.ipynb", notebook_bytes("ivan"))
