@@ -10,6 +10,7 @@ All steps share one layout under the course root (``$PART_II_BUILD/course`` by d
     grading/                   one private scratch folder per grading job
     reports/                   collect.json, grades.csv, grades-per-cell.csv, totals.png
     gradebook.db               the SQLite gradebook (unless $PART_II_DB_URL points elsewhere)
+    gradebook-url.txt          the gradebook URL release used, when not that file (read when $PART_II_DB_URL is unset)
 """
 
 from __future__ import annotations
@@ -40,10 +41,39 @@ class AutograderError(Exception):
 
 
 def load_config(build: Path | None = None) -> Config:
-    """Read autograder/nbgrader_config.py; ``build`` overrides $PART_II_BUILD (and is exported to children)."""
+    """Read autograder/nbgrader_config.py; ``build`` overrides $PART_II_BUILD (and is exported to children).
+
+    Without $PART_II_DB_URL, a course released with another gradebook keeps it: the URL release
+    recorded in the course folder (DB_URL_RECORD) is used, not a new, empty SQLite file.
+    """
     if build is not None:
         os.environ["PART_II_BUILD"] = str(Path(build).resolve())
-    return PyFileConfigLoader(CONFIG_FILE.name, path=str(PACKAGE)).load_config()
+    config = PyFileConfigLoader(CONFIG_FILE.name, path=str(PACKAGE)).load_config()
+    if "PART_II_DB_URL" not in os.environ and (recorded := recorded_db_url(Path(config.CourseDirectory.root))):
+        config.CourseDirectory.db_url = recorded
+    return config
+
+
+DB_URL_RECORD = "gradebook-url.txt"  # in the course root: the gradebook URL release used, when not the default
+
+
+def recorded_db_url(root: Path) -> str | None:
+    """The gradebook URL recorded in the course root by release, or None (the default SQLite gradebook)."""
+    try:
+        text = (root / DB_URL_RECORD).read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return text or None
+
+
+def record_db_url(root: Path, url: str) -> None:
+    """Write url as the course's gradebook (owner-only: it may hold a password); remove the record for the default."""
+    path = root / DB_URL_RECORD
+    if url == f"sqlite:///{root / 'gradebook.db'}":
+        path.unlink(missing_ok=True)
+        return
+    path.touch(mode=0o600)
+    path.write_text(url + "\n", encoding="utf-8")
 
 
 @functools.cache
@@ -141,7 +171,8 @@ def gradebook_error(url: str, exc: Exception) -> str:
     cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
     return (f"cannot use the gradebook {shown}: {cause}; expected a database this machine can open and write: "
             "for SQLite a gradebook file (or none yet) in a folder that exists, for a server a running one that "
-            "holds that database (set by $PART_II_DB_URL, else build/course/gradebook.db)")
+            "holds that database (set by $PART_II_DB_URL, else the URL release recorded in the course's "
+            f"{DB_URL_RECORD}, else build/course/gradebook.db)")
 
 
 @dataclass(frozen=True)

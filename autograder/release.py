@@ -25,7 +25,7 @@ import nbformat
 
 from .cells import cell_points, headings, nbgrader_meta
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError,
-                     Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs)
+                     Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url)
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -260,6 +260,7 @@ def write_formgrader_config(course: Course) -> Path:
     """
     from .formgrader import formgrader_lines
 
+    record_db_url(course.root, course.db_url)  # later commands without $PART_II_DB_URL use this gradebook
     path = course.root / "nbgrader_config.py"
     local_db = f"sqlite:///{course.root / 'gradebook.db'}"
     db_line = ("c.CourseDirectory.db_url = 'sqlite:///' + os.path.join(_here, 'gradebook.db')\n"

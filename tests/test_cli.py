@@ -258,6 +258,33 @@ def test_a_gradebook_that_cannot_be_opened_is_reported_without_a_traceback(tmp_p
         assert "s3cret" not in err and "Traceback" not in err, err
 
 
+def test_a_course_released_with_another_gradebook_keeps_it_when_the_variable_is_unset(tmp_path, monkeypatch, capsys):
+    """A shell without $PART_II_DB_URL used to open a new, empty course/gradebook.db beside the real one; release
+    then pointed formgrader at it, and the course had two gradebooks."""
+    import stat
+
+    from autograder.course import DB_URL_RECORD, Course
+    from autograder.release import write_formgrader_config
+
+    build = tmp_path / "b"
+    other = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    monkeypatch.setenv("PART_II_DB_URL", other)
+    course = Course.load(build)
+    write_formgrader_config(course)  # what release does last
+    record = course.root / DB_URL_RECORD
+    assert record.read_text().strip() == other and stat.S_IMODE(record.stat().st_mode) == 0o600
+    monkeypatch.delenv("PART_II_DB_URL")
+    assert Course.load(build).db_url == other
+    code, err, _ = run(["export", "--build", str(build)], capsys)
+    assert code == 2 and not (course.root / "gradebook.db").exists(), err
+    third = f"sqlite:///{tmp_path / 'third.db'}"
+    monkeypatch.setenv("PART_II_DB_URL", third)  # set, the variable still says which gradebook
+    assert Course.load(build).db_url == third
+    monkeypatch.setenv("PART_II_DB_URL", f"sqlite:///{course.root / 'gradebook.db'}")
+    write_formgrader_config(Course.load(build))  # released again with the default gradebook: nothing to remember
+    assert not record.exists()
+
+
 def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(tmp_path, capsys, monkeypatch):
     import shutil
 
