@@ -138,6 +138,37 @@ def test_a_failed_raises_check_names_the_exception_classes_only(got, message):
     assert trusted_checks.record_failure(RAISES, got) == message
 
 
+def test_a_float32_answer_graded_outside_the_kernel_gets_the_float64_hint_and_no_value():
+    """The grader's records kept only the dtype kind, so the feedback said 'the value differs' where the
+    self-check said float32 was too coarse (found by a feedback review)."""
+    import numpy as np
+    import torch
+
+    from autograder.trusted_checks import checks
+
+    expected = {"kind": "close", "label": "table 6.1 losses", "expected": checks.to_plain(np.log([2.0, 4.0, 8.0])),
+                "rtol": checks.RTOL, "atol": checks.ATOL}
+    hint = "; the result is float32, too coarse for this check: compute in float64 (np.float64, torch.float64)"
+    for answer in (torch.tensor(np.log([2.0, 4.0, 8.0]), dtype=torch.float32), np.log([2.0, 4.0, 8.0]).astype(np.float32)):
+        got = json.loads(json.dumps({"kind": "close", "actual": checks.to_plain(answer)}))  # as the record travels
+        assert trusted_checks.record_failure(expected, got) == f"table 6.1 losses: the value differs from the expected one{hint}"
+    wrong = {"kind": "close", "actual": checks.to_plain(np.float32([0.7, 1.4, 2.0]))}
+    assert trusted_checks.record_failure(expected, wrong) == "table 6.1 losses: the value differs from the expected one"
+    right = {"kind": "close", "actual": checks.to_plain(np.log([2.0, 4.0, 8.0]))}
+    assert trusted_checks.record_failure(expected, right) is None
+
+
+@pytest.mark.parametrize("forged", [
+    {"ndarray": [1.0], "dtype": "f", "shape": [1], "precision": "float128"},
+    {"ndarray": [1], "dtype": "i", "shape": [1], "precision": "float32"},
+    {"ndarray": [1.0], "dtype": "f", "shape": [1], "precision": ["float32"]},
+])
+def test_a_record_naming_a_precision_it_cannot_have_is_unsupported(forged):
+    from autograder.trusted_checks import checks
+
+    assert isinstance(checks.from_plain(forged), checks.Unsupported)
+
+
 def test_records_check_raises_sends_are_judged_as_the_self_check_words_them(monkeypatch, capsys):
     """Records made by checks.py's check_raises in record mode (kind, label, raised, ok) give the same names."""
     sent = []

@@ -42,6 +42,7 @@ MODE_ENV = "PART_II_CHECKS"  # "record" in grading kernels; unset everywhere els
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"
 MAX_ELEMENTS = 100_000  # values larger than this are not sent (the check then fails)
 MAX_DEPTH = 16
+LOW_PRECISION = ("float32", "float16")  # float dtypes a record names, for _precision_note (bfloat16 arrives as float32)
 
 
 def _from_tensor(value):
@@ -121,8 +122,8 @@ def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: flo
     if np.isnan(a).any():
         return f"{label}: the result contains nan"
     if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=False):
-        if not reveal:
-            return f"{label}: the value differs from the expected one"
+        if not reveal:  # the precision note tells no value: only that float64 would have passed
+            return f"{label}: the value differs from the expected one{_precision_note(actual, a, e)}"
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-nan differences: nothing may reach stderr
             diff = np.nanmax(np.abs(np.where(a == e, 0.0, a - e)))
@@ -483,7 +484,12 @@ def to_plain(value, _depth: int = 0):
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf" or value.size > MAX_ELEMENTS:
             return {"unsupported": f"array of {value.size} {value.dtype}"}
-        return {"ndarray": _finite_list(value.tolist()), "dtype": value.dtype.kind, "shape": list(value.shape)}
+        plain = {"ndarray": _finite_list(value.tolist()), "dtype": value.dtype.kind, "shape": list(value.shape)}
+        if value.dtype.name in LOW_PRECISION:  # so the grader's comparison can say float32 is too coarse
+            plain["precision"] = value.dtype.name
+        return plain
+    if isinstance(value, np.floating) and value.dtype.name in LOW_PRECISION:
+        return to_plain(np.asarray(value), _depth)
     if isinstance(value, np.generic):
         value = value.item()
     if value is None or isinstance(value, (bool, str)):
@@ -539,7 +545,7 @@ def from_plain(data, _depth: int = 0):
             return float(data["float"])
         if set(data) == {"tuple"} and isinstance(data["tuple"], list):
             return tuple(from_plain(v, _depth + 1) for v in data["tuple"])
-        if set(data) == {"ndarray", "dtype", "shape"}:
+        if set(data) in ({"ndarray", "dtype", "shape"}, {"ndarray", "dtype", "shape", "precision"}):
             return _decode_array(data)
         if set(data) == {"unsupported"}:
             return Unsupported(data["unsupported"])
@@ -557,6 +563,10 @@ def _decode_array(data: dict):
         return Unsupported("array")
     if list(array.shape) != data["shape"]:
         return Unsupported("array")
+    if "precision" in data:  # the values came from that dtype: converting back is exact
+        if data["dtype"] != "f" or data["precision"] not in LOW_PRECISION:
+            return Unsupported("array")
+        return array.astype(data["precision"])
     return array
 
 
