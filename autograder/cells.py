@@ -16,7 +16,10 @@ BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 # A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure):
 # grading removes such outputs with nbgrader's IgnorePattern, and check does the same
 WARNING_PATTERN = r"\w*Warning: "
-KERNEL_DIED = "KernelDied"  # the grader's error on a cell that stopped the kernel, or was not run after too many stops
+KERNEL_DIED = "KernelDied"  # the grader's error on a cell that stopped the kernel (it ran again without that cell)
+TOO_MANY_PROCESSES = "TooManyProcesses"  # ... on a cell whose processes the grader stopped with the kernel (fork bomb)
+NOT_RUN = "NotRun"  # ... on a cell not run because the kernel stopped too many times
+KERNEL_STOPS = (KERNEL_DIED, TOO_MANY_PROCESSES)  # the cells that stopped the kernel
 HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
@@ -176,3 +179,10 @@ def is_edited(cell) -> bool:
         return True
     finally:
         cell.source = source
+
+
+def numbered_cell(cell, number: int) -> str:
+    """'cell N (its first line)': N counts every cell from 1 at the top; JupyterLab shows no cell numbers, the line
+    lets the student find it."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "empty")
+    return f"cell {number} ({first[:60]}{'…' if len(first) > 60 else ''})"

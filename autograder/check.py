@@ -33,8 +33,8 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import (KERNEL_DIED, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only,
-                    graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta, outcome_message)
+from .cells import (KERNEL_STOPS, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only,
+                    graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
@@ -135,7 +135,7 @@ def run_notebook(nb, folder: Path, timeout: float, drop_warnings: bool = True):
 def kernel_death(nb) -> str | None:
     """'cell N (first line)' of the first cell that stopped the kernel, or None."""
     return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1)
-                 if any(o.get("ename") == KERNEL_DIED for o in cell.get("outputs", []) if o.output_type == "error")), None)
+                 if any(o.get("ename") in KERNEL_STOPS for o in cell.get("outputs", []) if o.output_type == "error")), None)
 
 
 TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error names of a cell stopped at the time limit
@@ -143,13 +143,6 @@ TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error na
 
 NUMBERED_CELL = re.compile(r"\bcell \d+ \(")
 NUMBERING_NOTE = "cell numbers count every cell from the top of the notebook, text cells included"
-
-
-def numbered_cell(cell, number: int) -> str:
-    """'cell N (its first line)': N counts every cell from 1 at the top; JupyterLab shows no cell numbers, the line
-    lets the student find it."""
-    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "empty")
-    return f"cell {number} ({first[:60]}{'…' if len(first) > 60 else ''})"
 
 
 def timed_out_cells(nb) -> list[str]:

@@ -45,7 +45,7 @@ from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 
-from .cells import (BEGIN_HIDDEN, END_HIDDEN, hidden_line_numbers, is_test_cell, last_heading, nbgrader_meta,
+from .cells import (BEGIN_HIDDEN, END_HIDDEN, KERNEL_STOPS, hidden_line_numbers, is_test_cell, last_heading, nbgrader_meta,
                     outcome_message, visible_source)
 from .collect import load_collect_log, match_notebook
 from .course import ASSIGNMENT, AutograderError, Course, case_hint, quiet_nbgrader_logs
@@ -112,6 +112,8 @@ class GetGradesNotingPending(GetGrades):
         nb, resources = super().preprocess(nb, resources)
         if self.notebook_id in self.tampered:
             nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
+        if stopped := kernel_stops(nb):
+            nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
         pending = resources["nbgrader"]["pending"]
         if pending:
             nb.cells.insert(0, new_markdown_cell(provisional_note(pending)))
@@ -168,6 +170,26 @@ def tampered_note(edited: list[str], deleted: list[str]) -> str:
         parts.append(f"You deleted the test cell{'s' if len(deleted) > 1 else ''} {', '.join(deleted)}: "
                      f"{'they were' if len(deleted) > 1 else 'it was'} put back and run for grading.")
     return f"**Test cells put back.** {' '.join(parts)} The test cells below are the released ones."
+
+
+def kernel_stops(nb) -> list[str]:
+    """The cells of a graded notebook that stopped the kernel: each by its grade id, else by its first line."""
+    out = []
+    for cell in nb.cells:
+        if any(o.get("output_type") == "error" and o.get("ename") in KERNEL_STOPS for o in cell.get("outputs", [])):
+            first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+            out.append(nbgrader_meta(cell).get("grade_id") or f"the cell that begins `{first[:60]}`")
+    return out
+
+
+def kernel_stop_note(cells: list[str]) -> str:
+    """The note opening a page where cells stopped the kernel: grading went on without them -> markdown."""
+    one = len(cells) == 1
+    return (f"**The kernel stopped.** {', '.join(cells)} stopped the Python kernel (`exit()`, `quit()`, `os._exit()`, "
+            "running out of memory or time, or starting too many processes). Grading started a new kernel, re-ran "
+            f"the cells before {'it' if one else 'each'} and went on without {'it' if one else 'them'}, so nothing "
+            f"{'it defines' if one else 'they define'} exists in later cells. Remove such calls, or make the cell "
+            "lighter, before you hand in again.")
 
 
 def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:

@@ -97,7 +97,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
-from .cells import KERNEL_DIED, asks_kernel_to_exit
+from .cells import KERNEL_DIED, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
@@ -1101,7 +1101,8 @@ class GradingExecute(Execute):
             # the watch may fire after the cell's reply came in, before the kernel's death was noticed
             if stopped or watch.stopped_at:
                 failed.add(index)
-                self._fail_cell(cells[index], self._too_many_processes(watch) or stopped)
+                self._fail_cell(cells[index], self._too_many_processes(watch) or stopped,
+                                TOO_MANY_PROCESSES if watch.stopped_at else KERNEL_DIED)
                 return index + 1
             if self._exit_requested:
                 failed.add(index)
@@ -1175,19 +1176,18 @@ class GradingExecute(Execute):
             return False
 
     @staticmethod
-    def _fail_cell(cell, message: str) -> None:
-        """Give a code cell an error output, so nbgrader scores it 0."""
+    def _fail_cell(cell, message: str, ename: str = KERNEL_DIED) -> None:
+        """Give a code cell an error output (ename: one of cells.py's grader errors), so nbgrader scores it 0."""
         if cell.cell_type != "code":
             return
-        cell.outputs.append(new_output("error", ename=KERNEL_DIED, evalue=message,
-                                       traceback=[f"{KERNEL_DIED}: {message}"]))
+        cell.outputs.append(new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"]))
 
     def _fail_rest(self, cells, message: str) -> None:
-        """Mark every code cell that was never run as failed."""
+        """Mark every code cell that was never run as failed (NotRun)."""
         for cell in cells:
             if cell.cell_type == "code" and cell.source.strip():
                 cell.outputs = []
-                self._fail_cell(cell, message)
+                self._fail_cell(cell, message, NOT_RUN)
 
 
 # --- the registry of pre-started kernels ------------------------------------------------------

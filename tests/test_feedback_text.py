@@ -144,6 +144,28 @@ def test_the_note_on_test_cells_put_back_names_each_and_says_what_grading_ran():
     assert "You deleted the test cells test_c, test_d: they were put back" in deleted_only and "changed" not in deleted_only
 
 
+def test_the_note_on_a_kernel_stop_names_the_cells_and_says_grading_went_on_without_them():
+    """The page only showed a KernelDied line in the cell; that the rest ran in a new kernel without it was unsaid."""
+    import nbformat
+
+    from autograder.feedback import kernel_stop_note, kernel_stops
+
+    answer = nbformat.v4.new_code_cell("def f():\n    return 1\nexit()")
+    answer.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "ex_f"}
+    answer.outputs = [nbformat.v4.new_output("error", ename="KernelDied", evalue="", traceback=[])]
+    plain = nbformat.v4.new_code_cell("\nimport os; os.fork()")
+    plain.outputs = [nbformat.v4.new_output("error", ename="TooManyProcesses", evalue="", traceback=[])]
+    later = nbformat.v4.new_code_cell("print(1)")
+    later.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue="", traceback=[])]
+    nb = nbformat.v4.new_notebook(cells=[answer, plain, later, nbformat.v4.new_markdown_cell("exit()")])
+    assert kernel_stops(nb) == ["ex_f", "the cell that begins `import os; os.fork()`"]
+    one = kernel_stop_note(["ex_f"])
+    assert one.startswith("**The kernel stopped.** ex_f stopped the Python kernel (`exit()`"), one
+    assert "re-ran the cells before it and went on without it, so nothing it defines exists in later cells" in one
+    two = kernel_stop_note(kernel_stops(nb))
+    assert "before each and went on without them, so nothing they define exists" in two, two
+
+
 def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
     """Missing, rejected by collect (the reason and the file named), not gradable (the grader's reason); graded ones not."""
     import json

@@ -239,3 +239,33 @@ def test_a_grader_error_after_a_test_cell_keeps_the_grader_s_words_and_any_other
     assert (timeout[0].ename, timeout[0].evalue) == ("CellTimeoutError", GRADER_ERRORS["CellTimeoutError"])
     own = _hidden_outputs([new_output("error", ename="MyError", evalue="hidden _q = [0.1, 0.9]", traceback=[])])
     assert own[0].ename == "Exception" and "details not shown" in own[0].evalue and "_q" not in own[0].evalue
+
+
+@pytest.mark.parametrize("ename, words", [
+    ("KernelDied", "this cell stopped the Python kernel (exit(), quit(), os._exit(), running out of memory or past the "
+                   "CPU time limit): the grader started a new kernel, re-ran the cells before this one and went on "
+                   "without it, so nothing this cell defines exists in later cells"),
+    ("TooManyProcesses", "this cell started too many processes (a fork bomb?), so the grader stopped it together with "
+                         "the kernel"),
+    ("NotRun", "not run: the kernel stopped too many times in this notebook"),
+])
+def test_each_grader_error_after_a_test_cell_says_what_the_grader_did(ename, words):
+    """All three used to read 'the kernel stopped while running this cell or before it' (found by a feedback review):
+    not what happened, nor that grading went on without the cell."""
+    from nbformat.v4 import new_output
+
+    from autograder.trusted_checks import _hidden_outputs
+
+    (shown,) = _hidden_outputs([new_output("error", ename=ename, evalue="student text _q = [0.1]", traceback=[])])
+    assert shown.ename == ename and shown.evalue.startswith(words) and "_q" not in shown.evalue, shown
+
+
+def test_cells_never_run_after_too_many_kernel_stops_are_not_blamed_for_stopping_it():
+    import nbformat
+
+    from autograder.sandbox import GradingExecute
+
+    cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_markdown_cell("text"), nbformat.v4.new_code_cell("  ")]
+    GradingExecute()._fail_rest(cells, "not run: the kernel died too many times")
+    assert [[o.ename for o in c.get("outputs", [])] for c in cells] == [["NotRun"], [], []]
+
