@@ -397,7 +397,7 @@ class TrustedChecks(NbGraderPreprocessor):
             elif cell.get("cell_type") == "code":
                 strip_records(cell)
                 if seen_test and self.hide_outputs_after_tests and cell.outputs:
-                    cell.outputs = _hidden_outputs(cell.outputs)
+                    cell.outputs = _hidden_outputs(cell.outputs, cell.source)
         return nb, resources
 
     def _verdict(self, cell, expected: list | None, names: frozenset = frozenset()) -> list:
@@ -428,18 +428,41 @@ class DropEmptyGradeMetadata(NbGraderPreprocessor):
         return cell, resources
 
 
-def _hidden_outputs(outputs: list) -> list:
-    """What is kept of a cell that ran after a test cell: that it failed (and how), or a note."""
+def _hidden_outputs(outputs: list, source: str = "") -> list:
+    """What is kept of a cell that ran after a test cell: that it failed (and how), or a note.
+
+    A syntax error is described from the cell's source, compiled here (it never ran, so it could
+    not have seen a hidden input): the student learns the line and what the compiler expected.
+    """
     for output in outputs:
         if output.get("output_type") == "error":
             name = output.get("ename", "")
             name = name if name in SAFE_ENAMES or name in GRADER_ERRORS else "Exception"
             # a grader error's fixed wording, never the output's own (a student may raise an exception of that name)
-            message = GRADER_ERRORS.get(name, "details not shown: cells that run after a test cell could display its "
-                                              "hidden inputs")
+            message = GRADER_ERRORS.get(name) or syntax_error(source, name) or (
+                "details not shown: cells that run after a test cell could display its hidden inputs")
             return [new_output("error", ename=name, evalue=message, traceback=[f"{name}: {message}"])]
     return [new_output("stream", name="stdout",
                        text="[output not shown: cells that run after a test cell could display its hidden inputs]\n")]
+
+
+IPYTHON_SYNTAX = re.compile(r"^\s*[%!]", re.MULTILINE)  # a magic or shell line: IPython compiles what Python cannot
+
+
+def syntax_error(source: str, ename: str) -> str | None:
+    """'<the compiler's message> (line N)' when ename is a syntax error and compiling source here raises one of that
+    class, else None. IPython syntax (%magic, !command) is not Python: such a cell gets None."""
+    if ename not in ("SyntaxError", "IndentationError", "TabError") or IPYTHON_SYNTAX.search(source):
+        return None
+    try:
+        compile(source, "<cell>", "exec")
+    except SyntaxError as err:
+        if type(err).__name__ != ename:
+            return None
+        return f"{err.msg} (line {err.lineno} of the cell)" if err.lineno else err.msg
+    except ValueError:  # a null byte in the source
+        return None
+    return None
 
 
 def visible_test_names(nb, originals: dict) -> frozenset:

@@ -269,3 +269,25 @@ def test_cells_never_run_after_too_many_kernel_stops_are_not_blamed_for_stopping
     GradingExecute()._fail_rest(cells, "not run: the kernel died too many times")
     assert [[o.ename for o in c.get("outputs", [])] for c in cells] == [["NotRun"], [], []]
 
+
+@pytest.mark.parametrize("source, ename, shown", [
+    ("def loss(p:\n    return 1", "SyntaxError", "'(' was never closed (line 1 of the cell)"),
+    ("if ok\n    x = 1", "SyntaxError", "expected ':' (line 1 of the cell)"),
+    ("def f():\nreturn 1", "IndentationError", "expected an indented block after function definition on line 1 "
+                                                "(line 2 of the cell)"),
+    # IPython syntax compiles there, not here: no guess
+    ("%timeit f(\nx = 1", "SyntaxError", "details not shown"),
+    # a cell that compiles raised its SyntaxError at run time (eval, exec): its message could hold anything
+    ("eval(secret)", "SyntaxError", "details not shown"),
+])
+def test_a_syntax_error_after_a_test_cell_is_described_from_the_cell_s_own_source(source, ename, shown):
+    """An answer cell with a syntax error said only 'details not shown: ... could display its hidden inputs': a cell
+    that never ran cannot, and the student needs the line (found by a feedback review)."""
+    from nbformat.v4 import new_output
+
+    from autograder.trusted_checks import _hidden_outputs
+
+    (out,) = _hidden_outputs([new_output("error", ename=ename, evalue="from the kernel: _q = [0.1]", traceback=[])],
+                             source)
+    assert out.ename == ename and out.evalue.startswith(shown) and "_q" not in out.evalue, out
+
