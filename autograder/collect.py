@@ -715,7 +715,14 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
     for e in entries:
         if _is_system(e.path):
-            ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)"))
+            # in a student's folder it still tells that the student handed something in (a checkpoint alone, say)
+            folder = e.path.parts[0] if len(e.path.parts) >= 2 and owner is None else None
+            who = owner if owner is not None else (
+                student_from_folder(folder) if folder and not _is_system(PurePosixPath(folder))
+                and not is_assignment_name(folder, notebooks) else None)
+            if who is not None:
+                seen.setdefault(who, set())
+            ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)", who))
             continue
         same = None  # the released course file this file is an unchanged copy of
         if e.path.suffix.lower() != ".ipynb" and e.opener is None and e.unreadable is None:
@@ -1102,6 +1109,8 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
         for sid in sorted(seen):
             files = [f for f in filed if f.student == sid]
             notes = [f"{r.file}: {r.reason}" for r in rejected if r.student == sid]
+            if not files:  # nothing filed: what was handed in is worth saying, system files included
+                notes += [f"{r.file}: {r.reason}" for r in ignored if r.student == sid]
             report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
         save_report(course, report)
     return report

@@ -44,11 +44,16 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     again after the job was graded."""
     collected = collect_log["students"].get(student, {})
     notes = [f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student]
+    notes += [f"{file} filed as {nb}.ipynb: it holds that notebook's exercises"
+              for file, nb in sorted(collected.get("moved", {}).items())]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
     if job is None:
         if not collected.get("notebooks"):
-            # a student who handed in only files that could not be graded has a row saying which and why
-            return ("no valid notebook", notes) if any(n.startswith("rejected ") for n in notes) else \
+            # a student who handed in only files that could not be graded has a row saying which and why (a Jupyter
+            # checkpoint alone is a system file, ignored, but handed in)
+            notes += [f"ignored {r['file']}: {r['reason']}" for r in collect_log.get("ignored", [])
+                      if r.get("student") == student]
+            return ("no valid notebook", notes) if any(n.startswith(("rejected ", "ignored ")) for n in notes) else \
                 ("no submission", notes or ["nothing was collected"])
         return "not graded", notes + ["not graded yet; run `python -m autograder grade`"]
     if job["state"] == "error":

@@ -666,11 +666,15 @@ def test_export_gives_every_student_who_handed_in_anything_a_row(course, tmp_pat
         gb.update_or_create_assignment(ASSIGNMENT)
     collect(course, write_tree(tmp_path / "flat", {"ivy_125_458_part-ii.zip": b"PK\3\4",
                                                    "jack_126_459_02-shapes-and-loss.ipynb.txt": b"{}"}))
+    collect(course, write_tree(tmp_path / "folders", {"u14/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb":
+                                                      notebook_bytes("checkpoint")}))
     grades_csv = export(course)[0]
     import csv
     with open(grades_csv, newline="", encoding="utf-8") as fh:
         rows = {r["student_id"]: r for r in csv.DictReader(fh)}
-    assert sorted(rows) == ["ivy", "jack"]
+    assert sorted(rows) == ["ivy", "jack", "u14"]
+    assert rows["u14"]["status"] == "no valid notebook", rows["u14"]
+    assert "ignored u14/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb: system file" in rows["u14"]["notes"]
     assert rows["ivy"]["status"] == "no valid notebook" and rows["ivy"]["score"] == "0"
     assert "rejected ivy_125_458_part-ii.zip: not a notebook (.zip)" in rows["ivy"]["notes"]
     assert "rename it to 02-shapes-and-loss.ipynb" in rows["jack"]["notes"]
@@ -827,6 +831,24 @@ def test_an_older_download_collected_after_a_newer_one_does_not_put_the_older_fi
     newer = download("third", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("v3")}, 1_800_500_000)
     assert collect(course, newer).students["alice"].status == "updated"
     assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("v3")
+
+
+def test_a_student_who_handed_in_only_a_jupyter_checkpoint_gets_a_row_saying_so(course, tmp_path):
+    """Their only file was a system file, ignored without a student: they had no row at all (found by review)."""
+    download = write_tree(tmp_path / "d", {
+        "u14/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb": notebook_bytes("checkpoint"),
+        "ann/02-shapes-and-loss.ipynb": notebook_bytes("ann"), "ann/.DS_Store": b"\0",
+        "__MACOSX/ann/._02-shapes-and-loss.ipynb": b"\0\5\26\7",
+    })
+    report = collect(course, download)
+    assert sorted(report.students) == ["ann", "u14"]  # no student named __MACOSX
+    u14 = report.students["u14"]
+    assert u14.status == "no valid notebook" and u14.notebooks == {}
+    assert u14.notes == ["u14/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb: system file (OS or Jupyter "
+                         "metadata)"], u14.notes
+    assert report.students["ann"].status == "new" and report.students["ann"].notes == []
+    saved = json.loads((course.reports_dir / "collect.json").read_text())["students"]
+    assert saved["u14"]["status"] == "no valid notebook"
 
 
 def test_a_byte_order_mark_and_copy_names_are_filed_for_the_right_student(course, tmp_path):
@@ -997,6 +1019,11 @@ def test_a_notebook_saved_under_a_sibling_s_name_is_filed_as_the_one_it_holds_an
         "Your file ann/00-vectors-shapes-and-gradients.ipynb holds the exercises of 02-shapes-and-loss, not of "
         "00-vectors-shapes-and-gradients, so it was graded as 02-shapes-and-loss. No file you handed in held the "
         "exercises of 00-vectors-shapes-and-gradients, so it scored 0.")}
+    from autograder.export import student_notes  # grades.csv said only 'missing 00-...' (found by review)
+
+    _, notes = student_notes("ann", load_collect_log(course), None)
+    assert notes[:2] == ["ann/00-vectors-shapes-and-gradients.ipynb filed as 02-shapes-and-loss.ipynb: it holds that "
+                         "notebook's exercises", "missing 00-vectors-shapes-and-gradients.ipynb (scored 0)"], notes
 
 
 def zip_with_raw_names(path: Path, members: dict[bytes, bytes], extra: dict[bytes, bytes] | None = None) -> Path:
