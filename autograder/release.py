@@ -77,6 +77,7 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
         if moment.tzinfo is not None:
             raise ValueError(f"{what} {text!r} gives both an offset and a time zone; expected {forms}")
         moment = moment.replace(tzinfo=tz)
+        check_wall_time(moment, text, what)
     try:
         moment = moment if moment.tzinfo is not None else moment.astimezone()  # a naive moment is local time
         naive_utc(moment)  # the form it is kept in: 0001-01-01 00:00+05:00 has none
@@ -84,6 +85,27 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
         raise ValueError(f"the {what} {text!r} is out of range: in UTC it falls outside the years 1 to 9999; "
                          f"expected {forms}") from None
     return moment
+
+
+def check_wall_time(moment: dt.datetime, text: str, what: str) -> None:
+    """ValueError when moment's wall time does not exist in its zone (the clocks skip it) or happens twice (they go
+    back): zoneinfo would silently pick one reading."""
+    first, second = moment.replace(fold=0), moment.replace(fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return
+    wall = moment.replace(tzinfo=None)
+    offsets = " or ".join(f"'{wall:%Y-%m-%d %H:%M}{_offset(m)}'" for m in (first, second))
+    if first.astimezone(dt.timezone.utc).astimezone(moment.tzinfo).replace(tzinfo=None) != wall:
+        raise ValueError(f"the {what} {text!r} does not exist in {moment.tzinfo}: the clocks skip that time (daylight "
+                         f"saving); give a time that exists, or an offset: {offsets}")
+    raise ValueError(f"the {what} {text!r} happens twice in {moment.tzinfo} (the clocks go back); give the offset "
+                     f"to say which: {offsets}")
+
+
+def _offset(moment: dt.datetime) -> str:
+    """moment's UTC offset as '+HH:MM'."""
+    minutes = int(moment.utcoffset().total_seconds() // 60)
+    return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
 def parse_due_date(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:

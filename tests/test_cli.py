@@ -70,6 +70,13 @@ def empty_build(tmp_path, monkeypatch):
     (["release", "--due-date", "soon", "--build", "{build}"], "cannot read the due date 'soon'; expected '2026-03-01 23:59'"),
     (["release", "--due-date", "2026-03-01", "--build", "{build}"], "the due date '2026-03-01' has no time of day"),
     (["release", "--due-date", "2026-03-01 23:59 Mars/Base", "--build", "{build}"], "unknown time zone 'Mars/Base'"),
+    # zoneinfo silently read a wall time the clocks skip, or pass twice (found by review)
+    (["release", "--due-date", "2026-03-08 02:30 America/New_York", "--build", "{build}"],
+     "the due date '2026-03-08 02:30 America/New_York' does not exist in America/New_York: the clocks skip that time "
+     "(daylight saving); give a time that exists, or an offset: '2026-03-08 02:30-05:00' or '2026-03-08 02:30-04:00'"),
+    (["extend", "--student", "ann", "--until", "2026-11-01 01:30 America/New_York", "--build", "{build}"],
+     "the end of the extension '2026-11-01 01:30 America/New_York' happens twice in America/New_York (the clocks go "
+     "back); give the offset to say which: '2026-11-01 01:30-04:00' or '2026-11-01 01:30-05:00'"),
     (["release", "--due-date", "0001-01-01 00:00+05:00", "--build", "{build}"],
      "the due date '0001-01-01 00:00+05:00' is out of range: in UTC it falls outside the years 1 to 9999"),
     (["extend", "--student", "ann", "--until", "9999-12-31 23:59 Etc/GMT+12", "--build", "{build}"],
