@@ -114,6 +114,8 @@ class GetGradesNotingPending(GetGrades):
             nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
+        if failed_tests(nb):
+            nb.cells.insert(0, new_markdown_cell(FAILED_CHECKS_NOTE))
         pending = resources["nbgrader"]["pending"]
         if pending:
             nb.cells.insert(0, new_markdown_cell(provisional_note(pending)))
@@ -170,6 +172,20 @@ def tampered_note(edited: list[str], deleted: list[str]) -> str:
         parts.append(f"You deleted the test cell{'s' if len(deleted) > 1 else ''} {', '.join(deleted)}: "
                      f"{'they were' if len(deleted) > 1 else 'it was'} put back and run for grading.")
     return f"**Test cells put back.** {' '.join(parts)} The test cells below are the released ones."
+
+
+FAILED_CHECKS_NOTE = (
+    "**Why a test failed.** A failed test below names the check that failed, but not the values: your code could "
+    "have put hidden inputs into them. Run your notebook in JupyterLab (or `python -m autograder check` on it): the "
+    "visible checks then print what your code gave and what was expected. Hidden tests check the same properties "
+    "on other inputs.")
+
+
+def failed_tests(nb) -> list[str]:
+    """Grade ids of the autograded test cells that scored less than their points (metadata from GetGrades)."""
+    return [meta.get("grade_id", "") for cell in nb.cells
+            if (meta := nbgrader_meta(cell)).get("grade") and not meta.get("solution")
+            and meta.get("points") is not None and (meta.get("score") or 0) < meta["points"]]
 
 
 def kernel_stops(nb) -> list[str]:

@@ -166,6 +166,26 @@ def test_the_note_on_a_kernel_stop_names_the_cells_and_says_grading_went_on_with
     assert "before each and went on without them, so nothing they define exists" in two, two
 
 
+def test_only_autograded_tests_that_lost_points_count_as_failed():
+    import nbformat
+
+    from autograder.feedback import failed_tests
+
+    def cell(meta):
+        c = nbformat.v4.new_code_cell("check_true('x', True)")
+        c.metadata["nbgrader"] = meta
+        return c
+
+    nb = nbformat.v4.new_notebook(cells=[
+        cell({"grade": True, "solution": False, "grade_id": "test_full", "points": 2, "score": 2.0}),
+        cell({"grade": True, "solution": False, "grade_id": "test_half", "points": 2, "score": 1.0}),
+        cell({"grade": True, "solution": False, "grade_id": "test_zero", "points": 1, "score": 0}),
+        cell({"grade": True, "solution": True, "grade_id": "answer_hand", "points": 2, "score": 0}),  # written answer
+        cell({"solution": True, "grade_id": "ex_code"}),
+    ])
+    assert failed_tests(nb) == ["test_half", "test_zero"]
+
+
 def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
     """Missing, rejected by collect (the reason and the file named), not gradable (the grader's reason); graded ones not."""
     import json

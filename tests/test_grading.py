@@ -25,6 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adversarial_catalogue import NOTEBOOK as CATALOGUE_NOTEBOOK
 from autograder.course import REPO, AutograderError, Course
 from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
@@ -226,6 +227,12 @@ def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
     noted = {name for name, text in pages.items() if "Test cells put back." in text}
     assert {name.split("/")[0] for name in noted} == {"edited-tests", "tampered-test-cells", "duplicate-grade-ids"}, noted
     assert sum(name.startswith("edited-tests/") for name in noted) == 1, noted
+    # a page with a failed test says where the values are; one where a cell stopped the kernel says what grading did
+    explained = {name for name, text in pages.items() if "Why a test failed." in text}
+    assert f"partial/{partial_nb}" in explained and not any(n.startswith("perfect/") for n in explained), explained
+    stopped = pages[f"kernel-death/{CATALOGUE_NOTEBOOK}"]
+    assert "The kernel stopped." in stopped and "Grading started a new kernel, re-ran the cells before each" in stopped
+    assert not any("The kernel stopped." in text for name, text in pages.items() if name.startswith("perfect/"))
 
 
 def test_broken_file_is_reported_and_kept_not_lost(graded):
