@@ -705,6 +705,26 @@ def released_files(course: Course) -> dict[str, str]:
             for p in sorted(course.bundle_dir.rglob("*")) if p.is_file() and p.suffix != ".ipynb"}
 
 
+def checkpoint_owner(path: PurePosixPath, notebooks: list[str], owner: str | None) -> str | None:
+    """The student of a Jupyter checkpoint of one of the notebooks, STUDENT/.ipynb_checkpoints/NAME-checkpoint.ipynb
+    (or any such checkpoint with owner, --student's id); None for any other file. No other system file names a
+    student: a wrapping folder, an old/ folder or code/ holding one is no student."""
+    parts = path.parts[-2:] if owner is not None else path.parts
+    if len(parts) != (2 if owner is not None else 3) or parts[-2] != ".ipynb_checkpoints":
+        return None
+    stem = PurePosixPath(parts[-1]).stem
+    if PurePosixPath(parts[-1]).suffix.lower() != ".ipynb" or not stem.lower().endswith("-checkpoint"):
+        return None
+    if not (hit := match_notebook(stem[:-len("-checkpoint")], notebooks)) or hit[1]:
+        return None
+    if owner is not None:
+        return owner
+    folder = parts[0]
+    if _is_system(PurePosixPath(folder)) or is_assignment_name(folder, notebooks) or folder in ("code", "data"):
+        return None
+    return student_from_folder(folder)
+
+
 def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str] | None = None,
              owner: str | None = None, release_cells: dict[str, dict[str, tuple[str, dict]]] | None = None,
              ) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
@@ -715,12 +735,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
     for e in entries:
         if _is_system(e.path):
-            # in a student's folder it still tells that the student handed something in (a checkpoint alone, say)
-            folder = e.path.parts[0] if len(e.path.parts) >= 2 and owner is None else None
-            who = owner if owner is not None else (
-                student_from_folder(folder) if folder and not _is_system(PurePosixPath(folder))
-                and not is_assignment_name(folder, notebooks) else None)
-            if who is not None:
+            who = checkpoint_owner(e.path, notebooks, owner)
+            if who is not None:  # a student who handed in only Jupyter's checkpoint still gets a row saying so
                 seen.setdefault(who, set())
             ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)", who))
             continue
@@ -893,13 +909,21 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[str, str, Path | None]:
+def filed_bytes(f: Filed) -> bytes:
+    """What collect writes for a filed notebook: the file as handed in, or as collect repaired it (see its note)."""
+    return f.entry.data if not f.note else nbformat.writes(f.nb).encode("utf-8")
+
+
+def write_submission(course: Course, student: str, files: list[Filed],
+                     earlier_times: dict[str, str] | None = None) -> tuple[str, str, Path | None]:
     """File a student's notebooks in submitted/<student>/part-ii over their earlier hand-in; return (status,
     timestamp, where the earlier hand-in was kept).
 
     A download adds to what was collected before: its notebooks replace theirs, and a notebook it
     lacks keeps its earlier file (a late download may hold only the notebook handed in late). The
-    hand-in's time is its latest file's, as nbgrader has one time per submission.
+    hand-in's time is its latest file's, as nbgrader has one time per submission: of the files
+    filed now, and of the earlier ones kept (earlier_times: notebook -> time, from collect.json;
+    the earlier timestamp.txt when a kept notebook's own time is unknown), not of files replaced.
     """
     dest = course.step_dir("submitted", student)
     incoming = dest.parent / f".incoming-{ASSIGNMENT}"
@@ -910,10 +934,14 @@ def write_submission(course: Course, student: str, files: list[Filed]) -> tuple[
     else:
         incoming.mkdir(parents=True)
     earlier = filed_time(incoming)
-    timestamp = max([f.entry.mtime for f in files] + ([earlier] if earlier else [])).strftime(TIMESTAMP_FORMAT)
+    replaced = {f.notebook for f in files}
+    kept_times = [parse_time((earlier_times or {}).get(p.stem, "")) for p in incoming.glob("*.ipynb")
+                  if p.stem not in replaced]
+    if any(t is None for t in kept_times):  # recorded before collect kept each notebook's time
+        kept_times = [t for t in kept_times if t is not None] + ([earlier] if earlier else [])
+    timestamp = max([f.entry.mtime for f in files] + kept_times).strftime(TIMESTAMP_FORMAT)
     for f in files:
-        data = f.entry.data if not f.note else nbformat.writes(f.nb).encode("utf-8")
-        (incoming / f"{f.notebook}.ipynb").write_bytes(data)
+        (incoming / f"{f.notebook}.ipynb").write_bytes(filed_bytes(f))
     (incoming / "timestamp.txt").write_text(timestamp + "\n", encoding="utf-8")
     if dest.exists():
         if _digest(dest) == _digest(incoming):
@@ -948,7 +976,8 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict) -> tuple
     for f in filed:
         before = parse_time(earlier.get(f.student, {}).get("file_times", {}).get(f.notebook, ""))
         on_file = course.step_dir("submitted", f.student) / f"{f.notebook}.ipynb"
-        if before is None or f.entry.mtime >= before or not on_file.is_file():
+        # the same file read with other times (collected again with TZ set, say) is filed: its time is corrected
+        if before is None or f.entry.mtime >= before or not on_file.is_file() or filed_bytes(f) == on_file.read_bytes():
             kept.append(f)
             continue
         older.append(Record(str(f.entry.path), (
@@ -1135,7 +1164,7 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
     rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note] + notes
     rec.moved = {str(f.entry.path): f.notebook for f in files if f.named}
     if files:
-        rec.status, rec.timestamp, kept = write_submission(course, student, files)
+        rec.status, rec.timestamp, kept = write_submission(course, student, files, earlier.get("file_times", {}))
         rec.replaced = str(kept) if kept else None
     new = {f.notebook: str(f.entry.path) for f in files}
     old = earlier.get("notebooks", {})

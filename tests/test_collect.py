@@ -828,6 +828,15 @@ def test_an_older_download_collected_after_a_newer_one_does_not_put_the_older_fi
     assert older.reason.startswith("older (2027-01-15 08:00 UTC) than the 02-shapes-and-loss.ipynb collected before "
                                    "(2027-01-19 23:06 UTC), which stays filed; to file this one instead, delete "), older
     assert Path(older.copy).read_bytes() == notebook_bytes("v1")  # kept, as any file not filed is
+    # the same file read with an earlier time (collected again with TZ set, say) is filed, and its time corrected
+    shifted = download("shifted", {"alice/Copy of 02-shapes-and-loss.ipynb": notebook_bytes("v2")}, 1_800_300_000)
+    assert collect(course, shifted).rejected == []
+    assert stamp_of(course, "alice").startswith("2027-01-18 19:20")
+    # as the message says: delete the filed file and the older one is filed, with its own time (found by review)
+    (course.step_dir("submitted", "alice") / "02-shapes-and-loss.ipynb").unlink()
+    assert collect(course, first).students["alice"].status == "updated"
+    assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("v1")
+    assert stamp_of(course, "alice").startswith("2027-01-15 08:00"), "the deleted file's later time stayed"
     newer = download("third", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("v3")}, 1_800_500_000)
     assert collect(course, newer).students["alice"].status == "updated"
     assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("v3")
@@ -849,6 +858,17 @@ def test_a_student_who_handed_in_only_a_jupyter_checkpoint_gets_a_row_saying_so(
     assert report.students["ann"].status == "new" and report.students["ann"].notes == []
     saved = json.loads((course.reports_dir / "collect.json").read_text())["students"]
     assert saved["u14"]["status"] == "no valid notebook"
+    # no other system file names a student: not a wrapping folder, an old/ folder or code/ (found by review)
+    junk = write_tree(tmp_path / "junk", {
+        "cy/02-shapes-and-loss.ipynb": notebook_bytes("cy"), "dee/02-shapes-and-loss.ipynb": notebook_bytes("dee"),
+        "old/.DS_Store": b"\0", "code/part-ii/__pycache__/x.pyc": b"\0",
+        "code/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb": notebook_bytes("code")})
+    assert sorted(collect(course, junk).students) == ["cy", "dee"]
+    wrapped = write_tree(tmp_path / "wrapped", {
+        "submissions/eve/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb": notebook_bytes("eve"),
+        "submissions/fay/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb": notebook_bytes("fay")})
+    with pytest.raises(AutograderError, match="found no student files"):
+        collect(course, wrapped)
 
 
 def test_a_byte_order_mark_and_copy_names_are_filed_for_the_right_student(course, tmp_path):
