@@ -59,19 +59,30 @@ DB_URL_RECORD = "gradebook-url.txt"  # in the course root: the gradebook URL rel
 
 def recorded_db_url(root: Path) -> str | None:
     """The gradebook URL recorded in the course root by release, or None (the default SQLite gradebook)."""
+    path = root / DB_URL_RECORD
     try:
-        text = (root / DB_URL_RECORD).read_text(encoding="utf-8").strip()
+        text = path.read_text(encoding="utf-8").strip()
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AutograderError(f"cannot read {path} ({exc}): it holds the gradebook URL release used; make it readable, "
+                              "or delete it and set $PART_II_DB_URL to the course's gradebook") from None
     return text or None
 
 
 def record_db_url(root: Path, url: str) -> None:
-    """Write url as the course's gradebook (owner-only: it may hold a password); remove the record for the default."""
+    """Write url as the course's gradebook (owner-only: it may hold a password); remove the record for the course's
+    own SQLite file, however its URL spells it, so a copied build keeps using its own copy."""
+    from sqlalchemy.engine import make_url
+
     path = root / DB_URL_RECORD
-    if url == f"sqlite:///{root / 'gradebook.db'}":
-        path.unlink(missing_ok=True)
-        return
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        database = (Path.cwd() / parsed.database).resolve()  # an absolute path stays itself
+        if database == (root / "gradebook.db").resolve():
+            path.unlink(missing_ok=True)
+            return
+        url = parsed.set(database=str(database)).render_as_string(hide_password=False)  # not relative to cwd
     path.touch(mode=0o600)
     path.write_text(url + "\n", encoding="utf-8")
 

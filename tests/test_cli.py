@@ -52,6 +52,8 @@ def empty_build(tmp_path, monkeypatch):
     (["check", "--build", "{build}", "x.ipynb"], "check: error: check does not take --build: its options are "
                                                  "--timeout SECONDS (see --help)"),
     (["check", "x.ipynb", "y.ipynb"], "check: error: unrecognized arguments: y.ipynb"),
+    (["check", "x.ipynb", "--", "--y.ipynb"], "check: error: unrecognized arguments: --y.ipynb"),  # no option after --
+    (["export", "--", "-5"], "export: error: unrecognized arguments: -- -5"),
     (["collect"], "required: path"),
     (["collect", "/no/such/download.zip", "--build", "{build}"], "does not exist"),
     (["grade", "--workers", "0", "--build", "{build}"], "whole number >= 1"),
@@ -73,7 +75,8 @@ def empty_build(tmp_path, monkeypatch):
     # zoneinfo silently read a wall time the clocks skip, or pass twice (found by review)
     (["release", "--due-date", "2026-03-08 02:30 America/New_York", "--build", "{build}"],
      "the due date '2026-03-08 02:30 America/New_York' does not exist in America/New_York: the clocks skip that time "
-     "(daylight saving); give a time that exists, or an offset: '2026-03-08 02:30-05:00' or '2026-03-08 02:30-04:00'"),
+     "(a daylight-saving or other clock change); give a time that exists, or an offset: '2026-03-08 02:30-05:00' or "
+     "'2026-03-08 02:30-04:00'"),
     (["extend", "--student", "ann", "--until", "2026-11-01 01:30 America/New_York", "--build", "{build}"],
      "the end of the extension '2026-11-01 01:30 America/New_York' happens twice in America/New_York (the clocks go "
      "back); give the offset to say which: '2026-11-01 01:30-04:00' or '2026-11-01 01:30-05:00'"),
@@ -122,6 +125,26 @@ def test_a_due_date_is_read_in_the_zone_it_names_or_else_in_local_time(monkeypat
         assert parse_due_date("2026-03-01 16:59") == utc  # Berlin
         assert parse_due_date("2026-03-01 15:59 UTC") == utc
         assert parse_due_date(" None ") is None
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_local_time_the_clocks_skip_or_pass_twice_is_refused_too(monkeypatch):
+    """Without a zone the time is this machine's: '2026-03-08 02:30' in New York became 01:30-05:00 (found by review)."""
+    import time
+
+    from autograder.release import parse_moment
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        with pytest.raises(ValueError, match=r"'2026-03-08 02:30' does not exist in this machine's time zone: .* "
+                                             r"'2026-03-08 02:30-05:00' or '2026-03-08 02:30-04:00'"):
+            parse_moment("2026-03-08 02:30")
+        with pytest.raises(ValueError, match=r"'2026-11-01 01:30' happens twice in this machine's time zone"):
+            parse_moment("2026-11-01 01:30")
+        assert parse_moment("2026-03-08 03:30").utcoffset().total_seconds() == -4 * 3600
     finally:
         monkeypatch.undo()
         time.tzset()
@@ -290,6 +313,14 @@ def test_a_course_released_with_another_gradebook_keeps_it_when_the_variable_is_
     monkeypatch.setenv("PART_II_DB_URL", f"sqlite:///{course.root / 'gradebook.db'}")
     write_formgrader_config(Course.load(build))  # released again with the default gradebook: nothing to remember
     assert not record.exists()
+    # the course's own file spelled otherwise is not recorded either: a copied build must keep its own copy
+    monkeypatch.chdir(build)
+    monkeypatch.setenv("PART_II_DB_URL", "sqlite+pysqlite:///course/../course/gradebook.db")
+    write_formgrader_config(Course.load(build))
+    assert not record.exists()
+    monkeypatch.setenv("PART_II_DB_URL", "sqlite:///elsewhere.db")  # relative to where release ran: made absolute
+    write_formgrader_config(Course.load(build))
+    assert record.read_text().strip() == f"sqlite:///{(build / 'elsewhere.db').resolve()}"
 
 
 def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(tmp_path, capsys, monkeypatch):
