@@ -78,6 +78,8 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
             raise ValueError(f"{what} {text!r} gives both an offset and a time zone; expected {forms}")
         moment = moment.replace(tzinfo=tz)
         check_wall_time(moment, text, what)
+    if moment.tzinfo is None:
+        check_wall_time(moment, text, what)
     try:
         moment = moment if moment.tzinfo is not None else moment.astimezone()  # a naive moment is local time
         naive_utc(moment)  # the form it is kept in: 0001-01-01 00:00+05:00 has none
@@ -88,18 +90,25 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
 
 
 def check_wall_time(moment: dt.datetime, text: str, what: str) -> None:
-    """ValueError when moment's wall time does not exist in its zone (the clocks skip it) or happens twice (they go
-    back): zoneinfo would silently pick one reading."""
-    first, second = moment.replace(fold=0), moment.replace(fold=1)
-    if first.utcoffset() == second.utcoffset():
+    """ValueError when moment's wall time (in its zone; naive: this machine's) does not exist there (the clocks skip
+    it) or happens twice (they go back): Python would silently pick one reading."""
+    local = moment.tzinfo is None
+    try:
+        first, second = (moment.replace(fold=f).astimezone() if local else moment.replace(fold=f) for f in (0, 1))
+        if first.utcoffset() == second.utcoffset():
+            return
+        utc = first.astimezone(dt.timezone.utc)
+        back = (utc.astimezone() if local else utc.astimezone(moment.tzinfo)).replace(tzinfo=None, fold=0)
+    except (OverflowError, OSError, ValueError):  # out of range: parse_moment says so
         return
-    wall = moment.replace(tzinfo=None)
+    wall = moment.replace(tzinfo=None, fold=0)
+    zone = "this machine's time zone" if local else str(moment.tzinfo)
     offsets = " or ".join(f"'{wall:%Y-%m-%d %H:%M}{_offset(m)}'" for m in (first, second))
-    if first.astimezone(dt.timezone.utc).astimezone(moment.tzinfo).replace(tzinfo=None) != wall:
-        raise ValueError(f"the {what} {text!r} does not exist in {moment.tzinfo}: the clocks skip that time (daylight "
-                         f"saving); give a time that exists, or an offset: {offsets}")
-    raise ValueError(f"the {what} {text!r} happens twice in {moment.tzinfo} (the clocks go back); give the offset "
-                     f"to say which: {offsets}")
+    if back != wall:
+        raise ValueError(f"the {what} {text!r} does not exist in {zone}: the clocks skip that time (a daylight-saving "
+                         f"or other clock change); give a time that exists, or an offset: {offsets}")
+    raise ValueError(f"the {what} {text!r} happens twice in {zone} (the clocks go back); give the offset to say "
+                     f"which: {offsets}")
 
 
 def _offset(moment: dt.datetime) -> str:
