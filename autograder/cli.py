@@ -331,14 +331,18 @@ def file_system_error(exc: OSError) -> str:
             "(grade resumes where it stopped; collect files again what it had not filed)")
 
 
-def unrecognized(command: str, command_parser: argparse.ArgumentParser, extra: list[str]) -> str:
+def unrecognized(command: str, command_parser: argparse.ArgumentParser, extra: list[str],
+                 argv: list[str] | None = None) -> str:
     """The error for arguments the command does not take: the unknown options by name, with the command's own.
 
     An unknown option's value can be taken for the command's positional argument (check
     --build DIR X.ipynb reads DIR as the notebook), which leaves the real positional among the
     leftovers: naming only the options says what to remove.
     """
-    options = [arg.split("=", 1)[0] for arg in extra if re.match(r"-[A-Za-z-]", arg)]
+    argv = sys.argv[1:] if argv is None else argv
+    positional = set(argv[argv.index("--") + 1:]) if "--" in argv else set()  # after '--' nothing is an option
+    options = [arg.split("=", 1)[0] for arg in extra
+               if re.match(r"-[A-Za-z]|--[A-Za-z]", arg) and arg not in positional]
     if not options:
         return f"unrecognized arguments: {' '.join(extra)}"
     known = [f"{a.option_strings[-1]} {a.metavar or a.dest.upper()}" if a.nargs != 0 else a.option_strings[-1]
@@ -352,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command's own parser, so the usage shown is the command's
-        args.command_parser.error(unrecognized(args.command, args.command_parser, extra))
+        args.command_parser.error(unrecognized(args.command, args.command_parser, extra, argv))
     try:
         return _run(args)
     except AutograderError as exc:

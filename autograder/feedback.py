@@ -201,8 +201,9 @@ def kernel_stops(nb) -> list[str]:
 def kernel_stop_note(cells: list[str]) -> str:
     """The note opening a page where cells stopped the kernel: grading went on without them -> markdown."""
     one = len(cells) == 1
-    return (f"**The kernel stopped.** {', '.join(cells)} stopped the Python kernel (`exit()`, `quit()`, `os._exit()`, "
-            "running out of memory or time, or starting too many processes). Grading started a new kernel, re-ran "
+    return (f"**The kernel stopped.** The Python kernel stopped, or stopped answering, while {', '.join(cells)} ran "
+            "(`exit()`, `quit()`, `os._exit()`, running out of memory or time, or starting too many processes stop "
+            "it). Grading started a new kernel, re-ran "
             f"the cells before {'it' if one else 'each'} and went on without {'it' if one else 'them'}, so nothing "
             f"{'it defines' if one else 'they define'} exists in later cells. Remove such calls, or make the cell "
             "lighter, before you hand in again.")

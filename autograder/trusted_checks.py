@@ -84,9 +84,9 @@ SAFE_ENAMES = frozenset(name for name, obj in vars(builtins).items()
                         if isinstance(obj, type) and issubclass(obj, BaseException))
 GRADER_ERRORS = {  # the grader's own words for the failures it causes; shown even after a test cell
     "CellTimeoutError": "the cell ran longer than its time limit and was stopped by the grader",
-    KERNEL_DIED: ("this cell stopped the Python kernel (exit(), quit(), os._exit(), running out of memory or "
-                  "past the CPU time limit): the grader started a new kernel, re-ran the cells before this one and "
-                  "went on without it, so nothing this cell defines exists in later cells"),
+    KERNEL_DIED: ("the Python kernel stopped, or stopped answering, while this cell ran (exit(), quit(), os._exit(), "
+                  "running out of memory or past the CPU time limit stop it): the grader started a new kernel, re-ran "
+                  "the cells before this one and went on without it, so nothing this cell defines exists in later cells"),
     TOO_MANY_PROCESSES: ("this cell started too many processes (a fork bomb?), so the grader stopped it together "
                          "with the kernel, then re-ran the cells before it in a new kernel and went on without it"),
     NOT_RUN: "not run: the kernel stopped too many times in this notebook",

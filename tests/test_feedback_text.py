@@ -160,7 +160,8 @@ def test_the_note_on_a_kernel_stop_names_the_cells_and_says_grading_went_on_with
     nb = nbformat.v4.new_notebook(cells=[answer, plain, later, nbformat.v4.new_markdown_cell("exit()")])
     assert kernel_stops(nb) == ["ex_f", "the cell that begins `import os; os.fork()`"]
     one = kernel_stop_note(["ex_f"])
-    assert one.startswith("**The kernel stopped.** ex_f stopped the Python kernel (`exit()`"), one
+    assert one.startswith("**The kernel stopped.** The Python kernel stopped, or stopped answering, while ex_f ran "
+                          "(`exit()`"), one
     assert "re-ran the cells before it and went on without it, so nothing it defines exists in later cells" in one
     two = kernel_stop_note(kernel_stops(nb))
     assert "before each and went on without them, so nothing they define exists" in two, two
