@@ -181,8 +181,18 @@ def is_edited(cell) -> bool:
         cell.source = source
 
 
+def first_line(text: str) -> str:
+    """The first non-blank line of text, stripped ('' when there is none)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
 def numbered_cell(cell, number: int) -> str:
     """'cell N (its first line)': N counts every cell from 1 at the top; JupyterLab shows no cell numbers, the line
     lets the student find it."""
-    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "empty")
+    first = first_line(cell.source) or "empty"
     return f"cell {number} ({first[:60]}{'…' if len(first) > 60 else ''})"
+
+
+def stopped_kernel(cell) -> bool:
+    """True for a cell the grader failed for stopping the kernel (KERNEL_STOPS)."""
+    return any(o.get("output_type") == "error" and o.get("ename") in KERNEL_STOPS for o in cell.get("outputs", []))

@@ -31,10 +31,8 @@ import math
 import re
 from pathlib import Path
 
-import nbformat
-
-from .cells import (KERNEL_STOPS, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only,
-                    graded_cells, is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message)
+from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, graded_cells,
+                    is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message, stopped_kernel)
 from .collect import NotANotebook, match_notebook, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
@@ -133,8 +131,7 @@ def run_notebook(nb, folder: Path, timeout: float, drop_warnings: bool = True):
 
 def kernel_death(nb) -> str | None:
     """'cell N (first line)' of the first cell that stopped the kernel, or None."""
-    return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1)
-                 if any(o.get("ename") in KERNEL_STOPS for o in cell.get("outputs", []) if o.output_type == "error")), None)
+    return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1) if stopped_kernel(cell)), None)
 
 
 TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error names of a cell stopped at the time limit
@@ -171,7 +168,7 @@ def cell_error(cell, number: int) -> str | None:
 def stderr_excerpt(cell) -> str:
     """The first line a cell wrote to stderr, for the student whose own code wrote it (this runs in their notebook)."""
     text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stderr")
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = first_line(text)
     where = " (logging and print(..., file=sys.stderr) write there; warnings do not count)"
     return f" Its first line: {first[:120]}{'…' if len(first) > 120 else ''}{where}" if first else where
 

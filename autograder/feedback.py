@@ -45,8 +45,8 @@ from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 
-from .cells import (BEGIN_HIDDEN, END_HIDDEN, KERNEL_STOPS, hidden_line_numbers, is_test_cell, last_heading, nbgrader_meta,
-                    outcome_message, visible_source)
+from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, hidden_line_numbers, is_test_cell, last_heading,
+                    nbgrader_meta, outcome_message, stopped_kernel, visible_source)
 from .collect import load_collect_log, match_notebook
 from .course import ASSIGNMENT, AutograderError, Course, case_hint, quiet_nbgrader_logs
 from .export import late_by, released_test_ids, tampered_cells
@@ -190,12 +190,8 @@ def failed_tests(nb) -> list[str]:
 
 def kernel_stops(nb) -> list[str]:
     """The cells of a graded notebook that stopped the kernel: each by its grade id, else by its first line."""
-    out = []
-    for cell in nb.cells:
-        if any(o.get("output_type") == "error" and o.get("ename") in KERNEL_STOPS for o in cell.get("outputs", [])):
-            first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-            out.append(nbgrader_meta(cell).get("grade_id") or f"the cell that begins `{first[:60]}`")
-    return out
+    return [nbgrader_meta(cell).get("grade_id") or f"the cell that begins `{first_line(cell.source)[:60]}`"
+            for cell in nb.cells if stopped_kernel(cell)]
 
 
 def kernel_stop_note(cells: list[str]) -> str:

@@ -77,9 +77,7 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
         if moment.tzinfo is not None:
             raise ValueError(f"{what} {text!r} gives both an offset and a time zone; expected {forms}")
         moment = moment.replace(tzinfo=tz)
-        check_wall_time(moment, text, what)
-    if moment.tzinfo is None:
-        check_wall_time(moment, text, what)
+    check_wall_time(moment, text, what)  # a fixed offset has no gaps or folds: nothing to refuse
     try:
         moment = moment if moment.tzinfo is not None else moment.astimezone()  # a naive moment is local time
         naive_utc(moment)  # the form it is kept in: 0001-01-01 00:00+05:00 has none

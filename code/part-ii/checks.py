@@ -42,7 +42,8 @@ MODE_ENV = "PART_II_CHECKS"  # "record" in grading kernels; unset everywhere els
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"
 MAX_ELEMENTS = 100_000  # values larger than this are not sent (the check then fails)
 MAX_DEPTH = 16
-LOW_PRECISION = ("float32", "float16")  # float dtypes a record names, for _precision_note (bfloat16 arrives as float32)
+EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}  # a rounding step of each coarse float type
+LOW_PRECISION = ("float32", "float16")  # the ones a record names, for _dtype_note (bfloat16 arrives as float32)
 
 
 def _from_tensor(value):
@@ -132,12 +133,20 @@ def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: flo
     return None
 
 
+def _coarse_dtype(actual) -> str:
+    """'float32', 'float16' or 'bfloat16' when actual (numpy or torch) has that dtype, else ''."""
+    dtype = str(getattr(actual, "dtype", "")).removeprefix("torch.")
+    return dtype if dtype in EPS else ""
+
+
 def _precision_note(actual, a: np.ndarray, e: np.ndarray) -> str:
     """A hint when actual is float32/16 (or bfloat16) and within a few of that type's rounding steps of e (relative
     to e's largest magnitude): the dtype is at fault, not the maths."""
-    dtype = str(getattr(actual, "dtype", "")).removeprefix("torch.")
-    eps = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}.get(dtype)
-    if eps is None or not np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))):
+    dtype = _coarse_dtype(actual)
+    if not dtype:
+        return ""
+    eps = EPS[dtype]
+    if not np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))):
         return ""
     return f"; the result is {dtype}, too coarse for this check: compute in float64 (np.float64, torch.float64)"
 
@@ -145,8 +154,8 @@ def _precision_note(actual, a: np.ndarray, e: np.ndarray) -> str:
 def _dtype_note(actual) -> str:
     """For a hidden comparison: that actual is float32/16 (or bfloat16), whether or not it is close; a note that
     depended on the distance to the expected value would tell something about a value the student may not see."""
-    dtype = str(getattr(actual, "dtype", "")).removeprefix("torch.")
-    if dtype not in ("float32", "float16", "bfloat16"):
+    dtype = _coarse_dtype(actual)
+    if not dtype:
         return ""
     return f"; the result is {dtype}, and the checks compare at float64 precision: compute in float64 (np.float64, torch.float64)"
 
@@ -494,7 +503,7 @@ def to_plain(value, _depth: int = 0):
         if value.dtype.kind not in "biuf" or value.size > MAX_ELEMENTS:
             return {"unsupported": f"array of {value.size} {value.dtype}"}
         plain = {"ndarray": _finite_list(value.tolist()), "dtype": value.dtype.kind, "shape": list(value.shape)}
-        if value.dtype.name in LOW_PRECISION:  # so the grader's comparison can say float32 is too coarse
+        if value.dtype.name in LOW_PRECISION:  # so the grader's comparison can name the dtype (_dtype_note)
             plain["precision"] = value.dtype.name
         return plain
     if isinstance(value, np.floating) and value.dtype.name in LOW_PRECISION:
