@@ -656,23 +656,22 @@ def not_a_notebook_reason(path: PurePosixPath, notebooks: list[str]) -> str:
     return reason
 
 
-def graded_release_cells(course: Course) -> dict[str, dict[str, tuple[str, dict]]]:
+def release_notebooks(course: Course) -> dict[str, nbformat.NotebookNode]:
+    """{notebook: the release's notebook} (the student version), read once per collect."""
+    return {path.stem: nbformat.read(path, as_version=4) for path in course.release_dir.glob("*.ipynb")}
+
+
+def graded_release_cells(release: dict[str, nbformat.NotebookNode]) -> dict[str, dict[str, tuple[str, dict]]]:
     """{notebook: {cell id: (cell type, nbgrader metadata)}} for the release's cells that carry nbgrader metadata."""
-    out = {}
-    for path in course.release_dir.glob("*.ipynb"):
-        cells = nbformat.read(path, as_version=4).cells
-        out[path.stem] = {c.id: (c.cell_type, c.metadata["nbgrader"]) for c in cells
-                          if "id" in c and c.metadata.get("nbgrader")}
-    return out
+    return {name: {c.id: (c.cell_type, c.metadata["nbgrader"]) for c in nb.cells
+                   if "id" in c and c.metadata.get("nbgrader")} for name, nb in release.items()}
 
 
-def released_answers(course: Course) -> dict[str, dict[str, str]]:
+def released_answers(release: dict[str, nbformat.NotebookNode]) -> dict[str, dict[str, str]]:
     """{notebook: {grade id: source}} of the release's answer cells (their stubs, as students receive them)."""
-    out = {}
-    for path in course.release_dir.glob("*.ipynb"):
-        out[path.stem] = {meta["grade_id"]: c.source for c in nbformat.read(path, as_version=4).cells
-                          if (meta := c.metadata.get("nbgrader", {})).get("solution") and "grade_id" in meta}
-    return out
+    return {name: {meta["grade_id"]: c.source for c in nb.cells
+                   if (meta := c.metadata.get("nbgrader", {})).get("solution") and "grade_id" in meta}
+            for name, nb in release.items()}
 
 
 def answers_given(nb: nbformat.NotebookNode, stubs: dict[str, str]) -> int:
@@ -1111,6 +1110,7 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     known = known_students(course)
     unwrapped = []
     released = released_files(course)
+    release = release_notebooks(course)
     if student is None:
         bundled = frozenset(PurePosixPath(p).parts[0] for p in released.values() if "/" in p)  # code/, data/
         entries, unwrapped = unwrap(entries, notebooks, known, bundled)
@@ -1120,9 +1120,9 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
         raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed}); "
                               "--student is for a download of one student's files")
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
-                                              release_cells=graded_release_cells(course))
+                                              release_cells=graded_release_cells(release))
     filed, shared = split_shared_ids(filed, seen)
-    filed, duplicates = drop_duplicates(filed, released_answers(course))
+    filed, duplicates = drop_duplicates(filed, released_answers(release))
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
