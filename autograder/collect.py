@@ -147,6 +147,7 @@ class StudentReport:
     timestamp: str | None = None
     replaced: str | None = None  # where the hand-in this one replaced was kept
     moved: dict[str, str] = field(default_factory=dict)  # file -> notebook, for files named after another notebook
+    moved_earlier: dict[str, str] = field(default_factory=dict)  # the same, of files an earlier collect filed
     file_times: dict[str, str] = field(default_factory=dict)  # notebook -> its filed file's time (TIMESTAMP_FORMAT)
 
 
@@ -1162,7 +1163,6 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
     before = filed_notebooks(course, student)
     rec = StudentReport(student, "unchanged" if before else "no valid notebook")
     rec.notes = [f"{f.entry.path}: {f.note}" for f in files if f.note] + notes
-    rec.moved = {str(f.entry.path): f.notebook for f in files if f.named}
     if files:
         rec.status, rec.timestamp, kept = write_submission(course, student, files, earlier.get("file_times", {}))
         rec.replaced = str(kept) if kept else None
@@ -1170,6 +1170,10 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
     old = earlier.get("notebooks", {})
     rec.notebooks = {nb: new.get(nb) or old.get(nb, "(collected earlier)") for nb in filed_notebooks(course, student)}
     rec.missing = [n for n in notebooks if n not in rec.notebooks]
+    rec.moved = {str(f.entry.path): f.notebook for f in files if f.named}
+    # a file an earlier collect filed as another notebook stays filed so until a newer file replaces it
+    earlier_moves = {**earlier.get("moved_earlier", {}), **earlier.get("moved", {})}
+    rec.moved_earlier = {file: nb for file, nb in earlier_moves.items() if nb in rec.notebooks and nb not in new}
     if kept_earlier := [nb for nb in before if nb not in new]:
         rec.notes.append(f"kept from the earlier hand-in: {', '.join(kept_earlier)}")
     rec.timestamp = rec.timestamp or earlier.get("timestamp")

@@ -45,7 +45,7 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     collected = collect_log["students"].get(student, {})
     notes = [f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student]
     notes += [f"{file} filed as {nb}.ipynb: it holds that notebook's exercises"
-              for file, nb in sorted(collected.get("moved", {}).items())]
+              for file, nb in sorted({**collected.get("moved_earlier", {}), **collected.get("moved", {})}.items())]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
     if job is None:
         if not collected.get("notebooks"):

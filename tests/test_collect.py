@@ -1046,6 +1046,37 @@ def test_a_notebook_saved_under_a_sibling_s_name_is_filed_as_the_one_it_holds_an
                          "notebook's exercises", "missing 00-vectors-shapes-and-gradients.ipynb (scored 0)"], notes
 
 
+
+def test_a_file_filed_as_another_notebook_is_named_in_grades_csv_until_a_newer_file_replaces_it(course, tmp_path):
+    """The note used to be only in the student's latest collect record: handing in another notebook dropped it."""
+    from autograder.collect import load_collect_log
+    from autograder.export import student_notes
+
+    releases = {"00-vectors-shapes-and-gradients": graded_notebook([("ex_shape", "answer"), ("test_shape", "test")]),
+                "02-shapes-and-loss": graded_notebook([("ex_softmax", "answer"), ("test_softmax", "test")])}
+    for name, nb in releases.items():
+        nbformat.write(nb, course.release_dir / f"{name}.ipynb")
+    holds = {name: nbformat.writes(nb).encode() for name, nb in releases.items()}
+    note = "ann/00-vectors-shapes-and-gradients.ipynb filed as 02-shapes-and-loss.ipynb: it holds that notebook's exercises"
+
+    def notes_after(files: dict[str, bytes], when: float) -> list[str]:
+        download = write_tree(tmp_path / f"d{when:.0f}", files)
+        for path in files:
+            os.utime(download / path, (when, when))
+        report = collect(course, download)
+        return student_notes("ann", load_collect_log(course), None)[1], report
+
+    notes, _ = notes_after({"ann/00-vectors-shapes-and-gradients.ipynb": holds["02-shapes-and-loss"]}, 1.7e9)
+    assert note in notes, notes
+    notes, report = notes_after({"ann/00-vectors-shapes-and-gradients.ipynb": holds["00-vectors-shapes-and-gradients"]},
+                                1.8e9)
+    assert submitted(course, "ann") == {f"{k}.ipynb": v for k, v in holds.items()}, "02 is still the earlier file, 00 the new one"
+    assert report.students["ann"].moved == {}, "nothing was moved by this collect"
+    assert note in notes, notes
+    notes, _ = notes_after({"ann/02-shapes-and-loss.ipynb": holds["02-shapes-and-loss"] + b"\n"}, 1.9e9)
+    assert not any("filed as" in n for n in notes), notes
+
+
 def zip_with_raw_names(path: Path, members: dict[bytes, bytes], extra: dict[bytes, bytes] | None = None) -> Path:
     """A zip whose member names are the given bytes, not flagged UTF-8 (as Windows' zipper writes its code page)."""
     placeholders = {raw: chr(ord("A") + i) * len(raw) for i, raw in enumerate(members)}
