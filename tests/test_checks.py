@@ -16,9 +16,9 @@ import probability_practice as pp
 
 
 def fake_module() -> types.ModuleType:
-    """A module with a function `double` whose calls the tests watch."""
+    """A module with a function `double` whose calls the tests watch, and `triple`, which calls nothing."""
     module = types.ModuleType("helpers")
-    exec("def double(x):\n    return 2 * x\n", module.__dict__)
+    exec("def double(x):\n    return 2 * x\n\ndef triple(x):\n    return 3 * x\n", module.__dict__)
     return module
 
 
@@ -35,8 +35,8 @@ def test_a_block_that_calls_nothing_forbidden_passes():
     helpers = fake_module()
     original = helpers.double
     with checks.forbidden_calls("triple", (helpers, "double")):
-        result = 3 * 4
-    assert result == 12
+        result = helpers.triple(4)
+    assert result == 12, "the block's own calls run normally inside the guard"
     assert helpers.double is original
 
 
@@ -314,6 +314,46 @@ def test_check_close_says_a_float32_answer_is_too_coarse_when_rounding_is_all_th
 def test_check_close_gives_no_precision_note_for_a_wrong_or_float64_answer(actual, expected):
     message = checks.close_failure("x", actual, expected)
     assert message and "too coarse" not in message, message
+
+
+def test_a_float32_result_converted_to_a_python_float_gets_the_float64_hint_only_where_values_are_shown():
+    """F.cross_entropy(...).item() on float32 logits is a Python float with float32's error: the hint used to need
+    the dtype, which .item() drops. A hidden check says nothing that depends on how close the value is."""
+    logits, target = np.array([[1.0, 2.0, 0.5]]), np.array([1])
+    expected = F.cross_entropy(torch.tensor(logits), torch.tensor(target)).item()  # float64
+    got = F.cross_entropy(torch.tensor(logits, dtype=torch.float32), torch.tensor(target)).item()
+    assert got != expected
+    message = checks.close_failure("ce", got, expected)
+    assert "only to float32 precision" in message and ".item()" in message, message
+    assert checks.close_failure("ce", got, expected, reveal=False) == "ce: the value differs from the expected one"
+    assert "float32" not in checks.close_failure("ce", expected + 1e-3, expected)  # wrong, not rounded
+
+
+@pytest.mark.parametrize("actual, expected, same", [
+    ([[1, 2], [3]], [[1, 2], [3]], True),  # ragged lists (token ids per document) used never to pass
+    ([[1, 2], [3]], [[1, 2], [4]], False),
+    ((2, 3), [2, 3], True), ([2, 3], (2, 3), True),  # either order of list and tuple
+    (torch.Size([2, 3]), (2, 3), True),
+    (np.array([3]), 3, False), (torch.tensor([3]), 3, False),  # the shape counts, as in check_close
+    (np.array([[np.inf]]), np.inf, False),
+    (np.int64(3), 3, True), ("b", "b", True), ((1, 2), [1, 2, 3], False),
+    ([np.array([1, 2]), np.array([3])], [np.array([1, 2]), np.array([3])], True),
+], ids=["ragged", "ragged-differs", "tuple-vs-list", "list-vs-tuple", "torch-size", "array-vs-scalar",
+        "tensor-vs-scalar", "inf-array-vs-inf", "numpy-int", "string", "lengths", "list-of-arrays"])
+def test_check_equal_compares_items_lists_and_tuples_alike_and_arrays_by_shape(actual, expected, same):
+    message = checks.equal_failure("x", actual, expected)
+    assert (message is None) == same, message
+    if not same:
+        assert checks.equal_failure("x", checks.from_plain(checks.to_plain(actual)), expected) is not None
+
+
+@pytest.mark.parametrize("kwargs", [{"rtol": float("nan")}, {"rtol": "a"}, {"atol": -1e-9}, {"atol": float("inf")},
+                                    {"rtol": None}, {"atol": True}])
+def test_check_close_refuses_a_tolerance_that_is_not_a_finite_non_negative_number(kwargs):
+    """A mistake in a test cell: said as such, not a numpy warning on stderr or a bare TypeError."""
+    name, value = next(iter(kwargs.items()))
+    with pytest.raises(ValueError, match=f"check_close: {name} must be a finite number >= 0, got {value!r}"):
+        checks.check_close("x", 1.0, 1.0, **kwargs)
 
 
 def test_check_close_reads_bfloat16_tensors_and_writes_nothing_to_stderr(capfd):

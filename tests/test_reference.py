@@ -7,6 +7,7 @@ data/part-ii/arithmetic.json, never from probability_practice itself.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 import warnings
 
 import numpy as np
@@ -341,7 +342,7 @@ def test_weighted_bce_optimum_is_stationary(p, w):
 def test_bernoulli_mle_minimises_nll(n, data, theta):
     k = data.draw(st.integers(0, n))
     mle = pp.bernoulli_mle(k, n)
-    assert mle == k / n
+    assert mle == float(Fraction(k, n))  # the correctly rounded k/n, from exact arithmetic
     assert pp.bernoulli_nll(mle, k, n) <= pp.bernoulli_nll(theta, k, n) + 1e-12
     record = torch.tensor([1.0] * k + [0.0] * (n - k), dtype=torch.float64)
     close(pp.bernoulli_nll(theta, k, n), -torch.distributions.Bernoulli(probs=T(theta)).log_prob(record).sum(),
@@ -419,7 +420,8 @@ def test_float32_softmax_rows_are_accepted_as_distributions():
     p = pp.softmax(z)
     assert p.dtype == np.float32
     loss = pp.nll_from_probs(p, np.zeros(4, dtype=np.int64))
-    close(loss, pp.nll_from_logits(z.astype(np.float64), np.zeros(4, dtype=np.int64)), rtol=1e-5, what="float32 path")
+    torch64 = F.cross_entropy(T(z.astype(np.float64)), torch.zeros(4, dtype=torch.long), reduction="none")
+    close(loss, torch64, rtol=1e-5, what="float32 path vs PyTorch in float64")
 
 
 def test_large_logits_do_not_overflow():
@@ -464,11 +466,17 @@ def test_log_softmax_is_never_positive(dtype):
 @pytest.mark.parametrize("sigma, dtype", [(1e-170, np.float64), (1e160, np.float64), (1e-23, np.float32),
                                           (3e-23, np.float32), (1.0, np.float32)])
 def test_gaussian_nll_of_extreme_sigmas_is_finite_and_exact(sigma, dtype):
-    """ln sigma + ln(2 pi)/2 + k^2/2 at y = mean + k sigma, where sigma**2 would overflow or underflow."""
+    """-ln N(y; 0, sigma^2) at y = k sigma, where sigma**2 would overflow or underflow in floats."""
+    import mpmath
+
+    mpmath.mp.dps = 50
     s = dtype(sigma)
     for k in (0.0, 3.0):
         y = dtype(k) * s
-        expected = math.log(float(s)) + 0.5 * math.log(2 * math.pi) + 0.5 * (float(y) / float(s)) ** 2
+        # -ln of the density itself, in 50-digit arithmetic (mpmath, sympy's), not the code's rewritten form
+        sig, yy = mpmath.mpf(float(s)), mpmath.mpf(float(y))
+        density = mpmath.exp(-yy**2 / (2 * sig**2)) / mpmath.sqrt(2 * mpmath.pi * sig**2)
+        expected = float(-mpmath.log(density))
         got = pp.gaussian_nll(y, dtype(0.0), s)
         assert math.isclose(got, expected, rel_tol=1e-6 if dtype == np.float32 else 1e-13), (sigma, k, got, expected)
 
@@ -621,6 +629,25 @@ BAD_INPUTS = [
     ("empirical-support-none", lambda: pp.empirical_distribution([1], None), TypeError, ["support", "NoneType"]),
     ("empirical-samples-none", lambda: pp.empirical_distribution(None, [1]), TypeError, ["samples", "NoneType"]),
     ("empirical-unhashable", lambda: pp.empirical_distribution([1], [[1]]), TypeError, ["support", "hashable"]),
+    # found by review (2026-12-03): silent wrong numbers, nan, or messages that did not say where
+    ("bce-pairwise-broadcast-mean", lambda: pp.bce_with_logits(np.array([[2.0], [-1.0]]), np.array([1.0, 0.0]),
+                                                              reduction="mean"), ValueError,
+     ["z (2, 1)", "y (2,)", "(2, 2)", "every pair", "before the mean"]),
+    ("bce-pos-weight-grows-the-loss", lambda: pp.bce_with_logits([2.0, -1.0], [1.0, 0.0], pos_weight=[[1.0], [2.0]]),
+     ValueError, ["pos_weight", "(2,)", "(2, 1)"]),
+    ("reduce-log-probs-minus-inf", lambda: pp.reduce_losses([np.inf, -np.inf]), ValueError,
+     ["losses", "-inf", "(1,)", "log-probabilities"]),
+    ("targets-torch-ignore-index", lambda: pp.cross_entropy(Z, [2, -100]), ValueError,
+     ["targets", "-100 at index (1,)", "ignore_index=-100"]),
+    ("targets-out-of-range-where", lambda: pp.nll_from_logits(np.zeros((2, 2, 3)), [[0, 1], [3, 0]]), ValueError,
+     ["target", "got 3 at index (1, 0)"]),
+    ("targets-classes-at-dim-1", lambda: pp.cross_entropy(np.zeros((2, 3, 4)), np.zeros((2, 4), int)), ValueError,
+     ["targets must have shape (2, 3)", "class axis", "last"]),
+    ("grad-soft-targets", lambda: pp.softmax_cross_entropy_grad([[1.0, 2.0, 3.0]], [[0.0, 0.0, 1.0]]), ValueError,
+     ["integer class indices", "soft targets", "not supported"]),
+    ("counts-fractional", lambda: pp.bernoulli_mle(3.5, 10), TypeError, ["k", "integer count", "3.5"]),
+    ("joint-cell-position", lambda: pp.conditional_from_joint([[0.1, 2.0], [0.3, 0.4]]), ValueError,
+     ["joint", "2.0 at index (0, 1)"]),
 ]
 
 
@@ -636,14 +663,93 @@ def test_bad_input_raises_clear_error(call, error, parts):
 @pytest.mark.parametrize("call, message", [
     (lambda: pp.expectation([0, 1, 2], [0.5, 0.6, -0.1]), "got -0.1 at index (2,)"),
     (lambda: pp.nll_from_probs([[0.5, 0.5], [1.2, 0.0]], [0, 0]), "got 1.2 at index (1, 0)"),
-    (lambda: pp.nll_from_probs([[0.5, 0.5], [0.5, 0.6]], [0, 0]), "row (1,) sums to 1.100000"),
+    (lambda: pp.nll_from_probs([[0.5, 0.5], [0.5, 0.6]], [0, 0]), "along axis 1; probs[1, :] sums to 1.100000"),
+    (lambda: pp.kl_divergence([[0.3, 0.5], [0.7, 0.6]], [[0.5, 0.5], [0.5, 0.5]], axis=0), "along axis 0; p[:, 1] sums to 1.100000"),
+    (lambda: pp.entropy([0.5, 0.6]), "p must sum to 1; its 2 values sum to 1.100000"),
     (lambda: pp.neg_log_prob([[0.5, 1.5]]), "got 1.5 at index (0, 1)"),
-], ids=["negative", "above-one", "row-sum", "separate-events"])
+], ids=["negative", "above-one", "row-sum", "column-sum", "vector-sum", "separate-events"])
 def test_probability_errors_print_plain_indices(call, message):
     """Indices in probability errors read (2,), not (np.int64(2),): notebook 01 prints such a message."""
     with pytest.raises(ValueError) as info:
         call()
     assert message in str(info.value) and "np." not in str(info.value), str(info.value)
+
+
+def test_inputs_a_student_passes_as_pytorch_gives_them_get_pytorch_s_numbers():
+    """Counts from y.sum() (a float or a 0-d tensor), samples as a tensor, a scalar label: accepted, same numbers."""
+    y = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    assert pp.bernoulli_mle(y.sum(), len(y)) == float(Fraction(6, 10))
+    assert pp.bernoulli_mle(float(y.sum()), len(y)) == float(Fraction(6, 10))
+    assert pp.bernoulli_nll(0.5, np.int64(6), torch.tensor(10)) == pytest.approx(10 * math.log(2), rel=1e-15)
+    samples = torch.tensor([1, 1, 0, 2, 1])
+    expected = torch.bincount(samples, minlength=3).double() / len(samples)
+    np.testing.assert_array_equal(pp.empirical_distribution(samples, [0, 1, 2]), expected.numpy())
+    np.testing.assert_array_equal(pp.empirical_distribution(samples.tolist(), torch.arange(3)), expected.numpy())
+    z = torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64)
+    torch_loss = F.binary_cross_entropy_with_logits(z, torch.ones(3, dtype=torch.float64), pos_weight=torch.tensor(2.0,
+                                                    dtype=torch.float64), reduction="sum").item()
+    assert pp.bce_with_logits(z.numpy(), 1.0, pos_weight=2.0, reduction="sum") == pytest.approx(torch_loss, rel=1e-12)
+
+
+def test_scalar_results_do_not_overflow_round_or_go_negative_where_the_maths_does_not():
+    """perplexity of a float32 loss in float64, and inf without a warning; the weighted optimum for a tiny weight;
+    entropy and cross-entropy at p = 1 + 5e-7 (inside the sum tolerance) not negative."""
+    import warnings
+
+    assert pp.perplexity(np.float32(89.0)) == pytest.approx(math.exp(89.0), rel=1e-15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pp.perplexity(3000.0) == math.inf
+    # q* = w p / (w p + 1 - p) at p = 1 is exactly 1 for every w > 0
+    assert pp.weighted_bce_optimum(1.0, 1e-17) == 1.0
+    assert pp.weighted_bce_optimum(0.5, 1e-17) == pytest.approx(float(Fraction(1, 10**17 + 1)), rel=1e-12)
+    p = [1 + 5e-7, 0.0]
+    assert pp.entropy(p) == 0.0 and pp.cross_entropy_dist(p, p) == 0.0
+
+
+def test_options_no_other_test_reaches_agree_with_pytorch_in_float64():
+    """unit="bits", reduction="sum" with weights, soft targets with a mask, logsumexp on a non-last axis of
+    large logits, variance of a non-uniform PMF, conditioning on columns: each against an independent path."""
+    rng = np.random.default_rng(7)
+    p, q = rng.dirichlet(np.ones(5), size=3), rng.dirichlet(np.ones(5), size=3)
+    kl_torch = F.kl_div(T(q).log(), T(p), reduction="none").sum(-1) / math.log(2)
+    close(pp.kl_divergence(p, q, unit="bits"), kl_torch, what="KL in bits")
+    ce_torch = -(T(p) * T(q).log()).sum(-1) / math.log(2)
+    close(pp.cross_entropy_dist(p, q, unit="bits"), ce_torch, what="cross-entropy in bits")
+    close(pp.entropy(p, unit="bits"), torch.distributions.Categorical(probs=T(p)).entropy() / math.log(2),
+          what="entropy in bits")
+
+    z, y = rng.normal(size=6), rng.random(6)
+    close(pp.bce_with_logits(z, y, reduction="sum"), F.binary_cross_entropy_with_logits(T(z), T(y), reduction="sum"),
+          what="bce sum")
+    close(pp.bce_with_logits(z, y, pos_weight=3.0, reduction="sum"),
+          F.binary_cross_entropy_with_logits(T(z), T(y), pos_weight=T(3.0), reduction="sum"), what="weighted bce sum")
+
+    logits, targets, w = rng.normal(size=(4, 3)), np.array([0, 2, 1, 2]), np.array([0.5, 2.0, 1.5])
+    close(pp.cross_entropy(logits, targets, class_weights=w, reduction="sum"),
+          F.cross_entropy(T(logits), torch.tensor(targets), weight=T(w), reduction="sum"), what="weighted CE sum")
+    losses = rng.random(4)
+    close(pp.reduce_losses(losses, weights=w[targets], reduction="sum"), (T(losses) * T(w[targets])).sum(),
+          what="weighted reduce sum")
+
+    soft = rng.dirichlet(np.ones(3), size=4)
+    mask = np.array([True, False, True, True])
+    per_row = F.cross_entropy(T(logits), T(soft), reduction="none")
+    close(pp.cross_entropy(logits, soft, mask=mask), per_row[torch.tensor(mask)].mean(), what="soft targets, masked")
+
+    big = np.array([[1000.0, -1000.0], [999.0, -1001.0], [0.0, -999.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        close(pp.logsumexp(big, axis=0), torch.logsumexp(T(big), dim=0), what="logsumexp over axis 0")
+
+    values, probs = [0, 1, 5], [Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)]
+    mean = sum(v * q for v, q in zip(values, probs))
+    exact_var = sum(q * (v - mean) ** 2 for v, q in zip(values, probs))
+    assert pp.variance(values, [float(q) for q in probs]) == pytest.approx(float(exact_var), rel=1e-14)
+
+    joint = np.array([[0.1, 0.3], [0.2, 0.4]])
+    close(pp.conditional_from_joint(joint, given_axis=1), T(joint) / T(joint).sum(dim=0, keepdim=True),
+          what="p(x | y): columns")
 
 
 def test_torch_all_masked_is_nan_which_we_refuse():

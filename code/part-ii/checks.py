@@ -129,7 +129,8 @@ def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: flo
             warnings.simplefilter("ignore", RuntimeWarning)  # all-nan differences: nothing may reach stderr
             diff = np.nanmax(np.abs(np.where(a == e, 0.0, a - e)))
         shown_a, shown_e = _shown(a, e)
-        return f"{label}: got {shown_a}, expected {shown_e} (max abs difference {diff:.3g}){_precision_note(actual, a, e)}"
+        note = _precision_note(actual, a, e) or _float32_note(actual, a, e)
+        return f"{label}: got {shown_a}, expected {shown_e} (max abs difference {diff:.3g}){note}"
     return None
 
 
@@ -151,6 +152,18 @@ def _precision_note(actual, a: np.ndarray, e: np.ndarray) -> str:
     return f"; the result is {dtype}, too coarse for this check: compute in float64 (np.float64, torch.float64)"
 
 
+def _float32_note(actual, a: np.ndarray, e: np.ndarray) -> str:
+    """A hint when a float64 value (a Python float from .item() or float()) agrees with e only to float32
+    precision, as a float32 computation converted afterwards does; for visible checks only (it uses closeness)."""
+    if _coarse_dtype(actual) or a.dtype != np.float64 or not np.isfinite(e).all() or not np.isfinite(a).all():
+        return ""
+    eps = EPS["float32"]
+    if not np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))):
+        return ""
+    return ("; it agrees with the expected value only to float32 precision: was it computed in float32 (PyTorch's "
+            "default dtype) and converted with .item() or float()? compute in float64 (torch.float64, np.float64)")
+
+
 def _dtype_note(actual) -> str:
     """For a hidden comparison: that actual is float32/16 (or bfloat16), whether or not it is close; a note that
     depended on the distance to the expected value would tell something about a value the student may not see."""
@@ -160,27 +173,44 @@ def _dtype_note(actual) -> str:
     return f"; the result is {dtype}, and the checks compare at float64 precision: compute in float64 (np.float64, torch.float64)"
 
 
+def _same(actual, expected, _depth: int = 0) -> bool:
+    """actual == expected exactly: lists and tuples item by item (either kind, ragged allowed), arrays and tensors
+    by shape and values, anything else by ==."""
+    if hasattr(actual, "detach"):
+        try:
+            actual = _from_tensor(actual)
+        except Exception:  # noqa: BLE001 - a tensor numpy cannot read equals nothing
+            return False
+    if isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple)) and _depth < MAX_DEPTH:
+        return len(actual) == len(expected) and all(_same(a, e, _depth + 1) for a, e in zip(actual, expected))
+    try:
+        if isinstance(actual, np.ndarray) or isinstance(expected, (list, tuple, np.ndarray)):
+            return np.shape(actual) == np.shape(expected) and bool(np.array_equal(actual, expected))
+        return bool(actual == expected)
+    except (TypeError, ValueError):  # a ragged array, an array compared with a string
+        return False
+
+
 def equal_failure(label: str, actual, expected, *, reveal: bool = True) -> str | None:
     """Why actual is not exactly expected (shapes, strings, integers, tuples), or None."""
-    if isinstance(expected, (list, np.ndarray)):
-        try:
-            same = np.shape(actual) == np.shape(expected) and bool(np.array_equal(actual, expected))
-        except (TypeError, ValueError):  # e.g. a ragged list
-            same = False
-    else:
-        try:
-            same = bool(actual == expected)
-        except (TypeError, ValueError):  # e.g. an array compared with a scalar
-            same = False
-    if same:
+    if _same(actual, expected):
         return None
     if not reveal:
         return f"{label}: the value differs from the expected one"
     return f"{label}: got {actual!r}, expected {expected!r}"
 
 
+def _check_tolerance(name: str, value) -> None:
+    """ValueError unless value is a finite, non-negative real number (a test cell's mistake, not a student's)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value < 0:
+        raise ValueError(f"check_close: {name} must be a finite number >= 0, got {value!r}")
+
+
 def check_close(label: str, actual, expected, *, rtol: float = RTOL, atol: float = ATOL, reveal: bool = True) -> None:
     """Assert actual equals expected elementwise within rtol/atol (same shape; inf must match inf)."""
+    _check_tolerance("rtol", rtol)
+    _check_tolerance("atol", atol)
     if recording():
         _emit("close", label, actual=actual, expected=expected, rtol=float(rtol), atol=float(atol), reveal=bool(reveal))
         return

@@ -139,11 +139,14 @@ def _check_distribution(p: np.ndarray, name: str, axis: int = -1) -> None:
     sums = p.sum(axis=axis, dtype=np.float64)
     bad = np.abs(sums - 1.0) > PROB_ATOL * max(1.0, math.sqrt(p.shape[axis]))  # float32 rounding grows ~ sqrt(K)
     if np.any(bad):
-        where = _first_index(np.atleast_1d(bad))
-        got = np.atleast_1d(sums)[where]
-        raise ValueError(
-            f"{name} must sum to 1 along axis {axis}; row {where} sums to {got:.6f}"
-        )
+        if p.ndim == 1:
+            raise ValueError(f"{name} must sum to 1; its {p.shape[0]} values sum to {float(sums):.6f}")
+        where = _first_index(bad)
+        ax = axis % p.ndim
+        slot = [str(i) for i in where]
+        slot.insert(ax, ":")
+        raise ValueError(f"{name} must sum to 1 along axis {ax}; {name.split()[0]}[{', '.join(slot)}] sums to "
+                         f"{float(sums[where]):.6f}")
 
 
 def _check_probabilities(p: np.ndarray, name: str) -> None:
@@ -171,12 +174,16 @@ def _as_int_targets(targets, name: str = "targets") -> np.ndarray:
 
 def _check_target_range(targets: np.ndarray, num_classes: int, name: str, skip=None) -> None:
     """Reject class indices outside [0, K), ignoring entries where skip is True."""
-    check = targets if skip is None else targets[~skip]
-    bad = (check < 0) | (check >= num_classes)
+    bad = (targets < 0) | (targets >= num_classes)
+    if skip is not None:
+        bad &= ~skip
     if bad.any():
-        raise ValueError(
-            f"{name} must lie in [0, {num_classes - 1}] (K={num_classes} classes), got {check[bad][0]}"
-        )
+        idx = _first_index(np.atleast_1d(bad)) if targets.ndim else ()
+        value = int(targets[idx])
+        hint = ("; -100 is PyTorch's ignore_index: leave those targets out (pp.cross_entropy takes ignore_index=-100 "
+                "or a mask)" if value == -100 else "")
+        where = f" at index {idx}" if targets.ndim else ""
+        raise ValueError(f"{name} must lie in [0, {num_classes - 1}] (K={num_classes} classes), got {value}{where}{hint}")
 
 
 def _check_weights(w: np.ndarray, name: str) -> None:
@@ -395,6 +402,9 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     loss = _as_float_array(losses, "losses")
     _check_nonempty(loss, "losses")
+    if np.isneginf(loss).any():
+        raise ValueError(f"losses must not be -inf (got -inf at index {_first_index(np.atleast_1d(np.isneginf(loss)))}); "
+                         "a loss is a negative log-probability: were log-probabilities passed instead?")
     scored = np.ones(loss.shape, bool) if mask is None else _check_mask(mask, loss.shape)
     w = np.ones(loss.shape) if weights is None else _as_float_array(weights, "weights")
     if w.shape != loss.shape:
@@ -428,6 +438,9 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
 def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weights=None, reduction: str = "mean"):
     """Cross-entropy in nats of logits [..., K] against int targets [...] or soft targets [..., K].
 
+    The class axis is the LAST one: PyTorch's F.cross_entropy takes [B, K, T] (classes at dim 1), this takes
+    [B, T, K]; with K == T a tensor in PyTorch's layout would pass unnoticed and give another number.
+
     Integer targets score one class per position (the index lookup -log softmax(z)_y,
     no one-hot array); soft targets (floating point, logits' shape) are a distribution per row.
     reduction as in reduce_losses: mean or sum -> float, none -> [...] per position.
@@ -455,7 +468,7 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
             soft_hint = " (soft targets must be floating point: these are integers)" if y.shape == z.shape else ""
             raise ValueError(
                 f"targets must have shape {z.shape[:-1]} (int class indices) or {z.shape} (soft targets), "
-                f"got {y.shape}{soft_hint}"
+                f"got {y.shape}{soft_hint}; the class axis of logits is the last one (PyTorch's is dim 1)"
             )
         if ignore_index is not None and (isinstance(ignore_index, bool) or not (
                 isinstance(ignore_index, Integral) or isinstance(ignore_index, float) and ignore_index.is_integer())):
@@ -479,9 +492,13 @@ def softmax_cross_entropy_grad(logits, target) -> np.ndarray:
     """d loss / d logits = softmax(z) - onehot(y): logits [..., K], target int [...] -> [..., K] (per position)."""
     z = _as_float_array(logits, "logits")
     _check_nonempty(z, "logits", min_ndim=1)
-    y = _as_int_targets(target, "target")
+    t = _as_array(target, "target", "integer class indices")
+    if t.shape == z.shape and t.shape != z.shape[:-1] and np.issubdtype(t.dtype, np.floating):
+        raise ValueError(f"target must be integer class indices of shape {z.shape[:-1]}; soft targets {t.shape} are "
+                         "not supported here (their gradient is softmax(z) - target)")
+    y = _as_int_targets(t, "target")
     if y.shape != z.shape[:-1]:
-        raise ValueError(f"target must have shape {z.shape[:-1]}, got {y.shape}")
+        raise ValueError(f"target must have shape {z.shape[:-1]} (logits without the class axis), got {y.shape}")
     _check_target_range(y, z.shape[-1], "target")
     grad = softmax(z, axis=-1)
     np.put_along_axis(grad, y[..., None], np.take_along_axis(grad, y[..., None], axis=-1) - 1.0, axis=-1)
@@ -504,7 +521,8 @@ def entropy(p, axis: int = -1, unit: str = "nats") -> np.ndarray:
     ax = _norm_axis(axis, p.ndim)
     _check_distribution(p, "p", axis=ax)
     terms = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
-    return (0.0 - terms.sum(axis=ax)) / _log_in(unit)  # 0.0 - x, not -x: a certain outcome prints 0, not -0
+    # 0.0 - x, not -x: a certain outcome prints 0, not -0; p may exceed 1 by PROB_ATOL, which would give -5e-7
+    return np.maximum(0.0 - terms.sum(axis=ax), 0.0) / _log_in(unit)
 
 
 def _distribution_pair(p, q, axis: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -526,7 +544,7 @@ def cross_entropy_dist(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
     pos = p > 0
     with np.errstate(divide="ignore"):
         terms = np.where(pos, -p * np.log(np.where(pos, q, 1.0)), 0.0)  # q = 0 under p > 0 gives +inf
-    return terms.sum(axis=ax) / _log_in(unit)
+    return np.maximum(terms.sum(axis=ax), 0.0) / _log_in(unit)  # >= 0, as in entropy
 
 
 def kl_divergence(p, q, axis: int = -1, unit: str = "nats") -> np.ndarray:
@@ -564,11 +582,16 @@ def perplexity(mean_loss, unit: str = "nats") -> float:
         raise ValueError(f"mean_loss must be a single number (an already averaged loss), got shape {loss.shape}")
     if loss < 0:
         raise ValueError(f"mean_loss must be >= 0 (a negative log-probability of events), got {float(loss)}")
-    return float(np.exp(loss)) if unit == "nats" else float(np.exp2(loss))
+    with np.errstate(over="ignore"):  # a summed loss passed by mistake overflows to inf, not a warning on stderr
+        return float(np.exp(np.float64(loss))) if unit == "nats" else float(np.exp2(np.float64(loss)))
 
 
 def perplexity_from_probs(target_probs, mask=None) -> float:
-    """Geometric mean of 1/p over scored target probabilities [...]: exp(-(1/M) sum ln p); inf if some p is 0."""
+    """Geometric mean of 1/p over scored target probabilities [...]: exp(-(1/M) sum ln p); inf if some p is 0.
+
+    Every entry is the probability the model gave one target (e.g. [B, T]), not a distribution over the
+    vocabulary: pick the targets' entries first (probs[..., y]).
+    """
     p = _as_float_array(target_probs, "target_probs")
     _check_nonempty(p, "target_probs")
     _check_probabilities(p, "target_probs")
@@ -606,6 +629,7 @@ def conditional_from_joint(joint, given_axis: int = 0) -> np.ndarray:
         raise ValueError(f"joint must be a 2-D table [X, Y], got shape {j.shape}")
     _check_nonempty(j, "joint")
     ax = _norm_axis(given_axis, 2, "given_axis")
+    _check_probabilities(j, "joint")  # first: its message gives the cell's (row, column)
     _check_distribution(j.ravel(), "joint (all cells)")
     marginal = j.sum(axis=1 - ax, keepdims=True)
     if (marginal == 0).any():
@@ -654,6 +678,10 @@ def empirical_distribution(samples, support) -> np.ndarray:
         if given is None or isinstance(given, Number) or isinstance(given, np.ndarray) and given.ndim == 0 \
                 or not hasattr(given, "__iter__"):
             raise TypeError(f"{name} must be a sequence of values (numbers or strings), got {type(given).__name__}")
+    if hasattr(support, "tolist"):  # a numpy array or torch tensor: its numbers (tensors hash by identity)
+        support = support.tolist()
+    if hasattr(samples, "tolist") and not isinstance(samples, np.ndarray):  # a torch tensor
+        samples = samples.tolist()
     support = list(support)  # a list, a range, dict keys, a Counter's keys
     if isinstance(samples, (list, tuple, np.ndarray)):
         samples = np.asarray(samples).ravel().tolist()  # nested lists and arrays: every element is a sample
@@ -681,9 +709,16 @@ def empirical_distribution(samples, support) -> np.ndarray:
 
 def _check_counts(k, n) -> tuple[int, int]:
     """Validate k successes out of n trials."""
+    counts = []
     for name, v in (("k", k), ("n", n)):
+        if hasattr(v, "item") and getattr(v, "ndim", None) == 0:  # a 0-d numpy array or torch tensor: y.sum()
+            v = v.item()
+        if isinstance(v, float) and v.is_integer():  # a count from a float 0/1 array: y.sum() -> 3.0
+            v = int(v)
         if isinstance(v, bool) or not isinstance(v, Integral):
-            raise TypeError(f"{name} must be an integer count, got {v!r}")
+            raise TypeError(f"{name} must be an integer count, got {v!r} (int(...) of a whole number)")
+        counts.append(v)
+    k, n = counts
     if n <= 0:
         raise ValueError(f"n must be a positive number of trials, got {n}")
     if not 0 <= k <= n:
@@ -741,7 +776,8 @@ def sigmoid(z):
 def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
     """Binary cross-entropy from logits in nats: max(z,0) - y z + ln(1 + e^-|z|), positives weighted by pos_weight.
 
-    z and y broadcast together; y in [0, 1] (a soft label is allowed). With weight w
+    z and y broadcast together (a mean or sum refuses shapes like [N, 1] and [N], which make a loss per pair);
+    y in [0, 1] (a soft label is allowed); pos_weight broadcasts to their shape. With weight w
     the loss is w y softplus(-z) + (1 - y) softplus(z). reduction: none, mean or sum.
     """
     x = _as_float_array(z, "z")
@@ -751,11 +787,18 @@ def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
     _check_finite(x, "z")  # at z = +-inf the stable form is inf - inf
     _check_probabilities(t, "y")
     try:
-        x, t = np.broadcast_arrays(x, t)
+        shape = np.broadcast_shapes(x.shape, t.shape)
     except ValueError:
-        raise ValueError(f"z and y must broadcast together, got shapes {x.shape} and {t.shape}") from None
+        raise ValueError(f"z and y must have the same shape (or one broadcast to the other's), got {x.shape} and "
+                         f"{t.shape}") from None
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    if reduction != "none" and shape not in (x.shape, t.shape):
+        # [N, 1] against [N]: a loss for every (z, y) pair, which a mean or sum would hide in one number
+        raise ValueError(f"z {x.shape} and y {t.shape} broadcast to {shape}, a loss for every pair of them, "
+                         f"before the {reduction}: give them the same shape (e.g. z[:, 0] or y[:, None]), or "
+                         "reduction='none' to keep the pairs")
+    x, t = np.broadcast_arrays(x, t)
     softplus_neg = np.maximum(-x, 0) + np.log1p(np.exp(-np.abs(x)))  # ln(1 + e^-z)
     if pos_weight is None:
         loss = np.maximum(x, 0) - t * x + np.log1p(np.exp(-np.abs(x)))
@@ -766,9 +809,11 @@ def bce_with_logits(z, y, pos_weight=None, reduction: str = "none"):
         if (w <= 0).any():
             raise ValueError(f"pos_weight must be positive, got {w}")
         try:
-            np.broadcast_shapes(w.shape, x.shape)
+            grown = np.broadcast_shapes(w.shape, x.shape) != x.shape
         except ValueError:
-            raise ValueError(f"pos_weight must broadcast with z and y (shape {x.shape}), got shape {w.shape}") from None
+            grown = True
+        if grown:  # PyTorch refuses it too: the weights would add losses, not weigh them
+            raise ValueError(f"pos_weight must broadcast to the shape of z and y {x.shape}, got shape {w.shape}")
         loss = w * t * softplus_neg + (1 - t) * (softplus_neg + x)
     if reduction == "none":
         return loss if loss.ndim else float(loss)
@@ -792,7 +837,7 @@ def weighted_bce_optimum(p, w):
         np.broadcast_shapes(pr.shape, wt.shape)
     except ValueError:
         raise ValueError(f"p and w must broadcast together, got shapes {pr.shape} and {wt.shape}") from None
-    out = wt * pr / (wt * pr + 1.0 - pr)
+    out = wt * pr / (wt * pr + (1.0 - pr))  # not w p + 1 - p: for w = 1e-17, p = 1 that rounds to 0
     return out if out.ndim else float(out)
 
 
@@ -811,9 +856,10 @@ def gaussian_nll(y, mean, sigma):
     if (s <= 0).any():
         raise ValueError(f"sigma must be a positive standard deviation, got {s}")
     try:
-        yy, mu, s = np.broadcast_arrays(yy, mu, s)
+        shape = np.broadcast_shapes(yy.shape, mu.shape, s.shape)
     except ValueError:
         raise ValueError(f"y, mean and sigma must broadcast, got {yy.shape}, {mu.shape}, {s.shape}") from None
+    yy, mu, s = np.broadcast_arrays(yy, mu, s)
     r = (yy - mu) / s
     out = np.log(s) + 0.5 * np.log(2 * np.pi) + 0.5 * r * r
     return out if out.ndim else float(out)
