@@ -83,13 +83,30 @@ def course_copy(course):
         shutil.rmtree(clone, ignore_errors=True)
 
 
-def catalogue_submissions(course, outside: Path, copy_of_course: Path) -> dict[str, bytes]:
-    """{entry id: notebook file bytes} for every entry, built from the course's solved release."""
+@contextlib.contextmanager
+def listening_socket():
+    """A TCP socket listening on this machine's 127.0.0.1 for the block; yields its port, after checking that it
+    accepts a connection here (a probe refused inside the sandbox then shows the sandbox's own network)."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        yield port
+
+
+def catalogue_submissions(course, outside: Path, copy_of_course: Path, listen_port: int) -> dict[str, bytes]:
+    """{entry id: notebook file bytes} for every entry, built from the course's solved release (listen_port: a port
+    that accepts connections on the grading machine's loopback while the class is graded)."""
     from autograder.sample_class import Assignment
 
     solved = Assignment.read(course).solved()[NOTEBOOK]
     fields = {
         "outside": str(outside),
+        "listen_port": int(listen_port),
         "source_notebook": str(course.source_dir / f"{NOTEBOOK}.ipynb"),
         "gradebook": str(course.root / "gradebook.db"),
         "source_glob": str(course.source_dir / "*.ipynb"),

@@ -208,10 +208,11 @@ def _make_graded(folder: Path) -> dict:
     shutil.copytree(released, build, symlinks=True)
     with build_env(build):
         course = Course.load(build)
-    with cat.course_copy(course) as copy_of_course:  # there while the escape probes run
+    # the course copy and a listening loopback port are there while the escape probes run
+    with cat.course_copy(course) as copy_of_course, cat.listening_socket() as port:
         with build_env(build):
             students = build_sample_class(course, trimmed=True)
-            entries = cat.catalogue_submissions(course, folder / "escaped.txt", copy_of_course)
+            entries = cat.catalogue_submissions(course, folder / "escaped.txt", copy_of_course, port)
         extra = [SampleStudent(entry_id, "adversarial catalogue entry", {f"{cat.NOTEBOOK}.ipynb": data})
                  for entry_id, data in entries.items()]
         lms = write_lms_zip(students + extra, folder / "lms.zip")

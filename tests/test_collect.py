@@ -224,15 +224,18 @@ def test_collect_again_reports_unchanged_then_updated(course, tmp_path):
     download = write_tree(tmp_path / "d", {"hana/02-shapes-and-loss.ipynb": notebook_bytes("v1")})
     assert collect(course, download).students["hana"].status == "new"
     assert collect(course, download).students["hana"].status == "unchanged"
+    first_time, handed_in = stamp_of(course, "hana"), os.stat(download / "hana/02-shapes-and-loss.ipynb").st_mtime
     (download / "hana/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("v2"))
+    os.utime(download / "hana/02-shapes-and-loss.ipynb", (handed_in + 60,) * 2)  # a time of its own
     second = collect(course, download).students["hana"]
     assert second.status == "updated"
     assert submitted(course, "hana")["02-shapes-and-loss.ipynb"] == notebook_bytes("v2")
     kept = Path(second.replaced)  # the replaced hand-in is kept, with its time, outside nbgrader's folders
     assert kept.parent == course.replaced_dir / "hana"
     assert (kept / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("v1")
-    assert (kept / "timestamp.txt").is_file()
+    assert (kept / "timestamp.txt").read_text(encoding="utf-8").strip() == first_time, "the replaced hand-in's own time"
     (download / "hana/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("v3"))
+    os.utime(download / "hana/02-shapes-and-loss.ipynb", (handed_in + 120,) * 2)
     third = collect(course, download).students["hana"]
     assert (Path(third.replaced) / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("v2")
     assert (kept / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("v1")  # never overwritten

@@ -909,7 +909,8 @@ def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(gra
     from autograder.feedback import feedback
 
     if not sandbox_works():
-        pytest.skip("without bubblewrap no limit applies to kernels, so nothing stops one from starting")
+        pytest.fail("bubblewrap is not usable here (`make sysdeps` installs it): without it no limit applies to "
+                    "kernels, so this test cannot make one fail to start")
     build, course = copy_course(graded["snapshot"])
     try:
         for path in course.step_dir("submitted", "perfect").glob("*.ipynb"):

@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
                                 close_fork_servers, configure_sandbox, sandbox_uid)
+from adversarial_catalogue import listening_socket  # noqa: E402
 from kernel_outputs import cell_texts  # noqa: E402
 
 READABLE = [REPO / "code" / "part-ii", REPO / "data" / "part-ii"]
@@ -81,7 +82,7 @@ PROBES = {
         "        s.connect((host, port)); return 'connected'\n"
         "    except OSError as e:\n"
         "        return type(e).__name__\n"
-        "print(attempt('127.0.0.1', 22), attempt('1.1.1.1', 80))"
+        "print(attempt('127.0.0.1', {listen_port}), attempt('1.1.1.1', 80))"
     ),
     "read_source": "import glob; print(len(glob.glob({src!r})), os.path.exists({nb!r}))",
     "read_gradebook": "print(os.path.exists({db!r}), os.path.exists({course!r}))",
@@ -180,8 +181,11 @@ def isolation(tmp_path_factory, request, sentinels):
         "repo": str(REPO),
     }
     names = list(PROBES)
-    texts = run_sandboxed([PROBES[n].format(**fields) for n in names], scratch, SandboxLimits(), config,
-                          fork_server=request.param == "fork server")
+    # a port that accepts connections on this machine's loopback: refused inside means the network is not shared
+    with listening_socket() as port:
+        fields["listen_port"] = port
+        texts = run_sandboxed([PROBES[n].format(**fields) for n in names], scratch, SandboxLimits(), config,
+                              fork_server=request.param == "fork server")
     return dict(zip(names, texts)), base
 
 
@@ -212,7 +216,8 @@ def test_the_cpu_limit_counts_from_after_the_start_up(isolation):
 
 
 def test_no_network_not_even_loopback(isolation):
-    """A socket to 127.0.0.1 is refused and the outside world is unreachable."""
+    """A socket to a port listening on this machine's 127.0.0.1 is refused (the sandbox has a loopback of its own)
+    and the outside world is unreachable."""
     outputs, _ = isolation
     loopback, outside = outputs["network"].split()
     assert loopback == "ConnectionRefusedError"

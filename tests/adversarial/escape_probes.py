@@ -1,4 +1,4 @@
-"""Try to leave the sandbox: network, the instructor's source notebook, the gradebook, writing outside scratch,
+"""Try to leave the sandbox: network (a port that listens on the grading machine's loopback), the instructor's source notebook, the gradebook, writing outside scratch,
 and another copy of the course outside the build (a clone of the repository beside this one).
 
 Each probe prints one line; the test reads them from the autograded notebook. Nothing here
@@ -14,7 +14,7 @@ def _attempt(action):
     except Exception as err:  # noqa: BLE001
         return "blocked"
 def _net():
-    s = socket.socket(); s.settimeout(3); s.connect(("127.0.0.1", 22))
+    s = socket.socket(); s.settimeout(3); s.connect(("127.0.0.1", {listen_port}))
 def _read(path):
     return lambda: open(path, "rb").read(1)
 def _write():
