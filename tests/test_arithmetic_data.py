@@ -403,6 +403,9 @@ def _set(case_id, key, value):
         (_set("ch6-table6.1-mean-loss", "expected", "log(8"), "case 'ch6-table6.1-mean-loss': cannot parse 'log(8'"),
         (_set("ch6-table6.1-mean-loss", "expected", "log(x)/2"), "without free symbols"),
         (_set("ch6-ex6.3-nll-two-targets", "inputs", {"probs": [[1]], "target": [0.5]}), "must hold integers"),
+        (_set("ch6-ex6.3-nll-two-targets", "inputs", {"probs": [[1]], "target": [2**70]}), "at most 2**53"),
+        (_set("ch6-ex6.3-nll-two-targets", "inputs", {"probs": [[1]], "target": ["oo"]}), "must hold integers"),
+        (_set("ch6-ex6.8-2-mean-loss", "inputs", {"p": ["1/2", "1/2", "1/4", 1], "mask": [1, 2, 1, 0]}), "0 or 1"),
         (lambda doc: doc["cases"].append(dict(doc["cases"][0])), "appears more than once"),
         (lambda doc: doc.pop("cases"), "'cases' is a required property"),
         (_set("ch6-table6.1-mean-loss", "expected", "10**400"), "too large for float64"),
@@ -412,7 +415,8 @@ def _set(case_id, key, value):
         (_set("ch6-ex6.1-softmax", "inputs", {"logits": [float("inf"), 1]}), "too large for float64; write \"oo\""),
     ],
     ids=["unknown-quantity", "expected-not-symbolic", "wrong-input-name", "unknown-unit", "missing-book-text",
-         "unparsable-expression", "free-symbol", "fractional-target", "duplicate-id", "no-cases", "beyond-float64",
+         "unparsable-expression", "free-symbol", "fractional-target", "huge-target", "infinite-target",
+         "mask-of-2", "duplicate-id", "no-cases", "beyond-float64",
          "ragged-expected", "ragged-input", "json-integer-beyond-float64", "json-infinity"],
 )
 def test_corrupted_file_is_rejected_with_clear_message(tmp_path, mutate, message):
