@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--student", type=_student_id, metavar="ID",
                    help="every file of the download is this student's (for one student's files whose folders "
                         "do not say whose they are)")
+    p.add_argument("--replace-older", action="store_true",
+                   help="file every notebook of the download, also one whose file is older than the one collected "
+                        "before (by default that one is rejected, so an old download cannot put back an earlier "
+                        "version); its file time becomes the hand-in time")
 
     p = sub.add_parser("grade", parents=[common], help="autograde the collected submissions in parallel",
                        description="Autograde every collected submission with nbgrader, N at a time, each in its own "
@@ -266,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "collect":
         from .collect import collect, print_report
 
-        report = collect(course, args.path, student=args.student)
+        report = collect(course, args.path, student=args.student, replace_older=args.replace_older)
         print_report(report)
         return 1 if report.rejected else 0
     if args.command == "grade":

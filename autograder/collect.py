@@ -57,7 +57,8 @@ name are not filed.
 A download adds to what was collected before: its notebooks replace the student's earlier files
 for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand-in is kept in
 <course>/replaced/<student>/<its time>/). A file older than the one collected before for its
-notebook (an earlier download collected again) is rejected, not filed back over the newer one.
+notebook (an earlier download collected again) is rejected, not filed back over the newer one;
+--replace-older files it anyway.
 A notebook over 50 MiB is filed with its outputs removed (grading runs the cells again); files
 over 512 MiB are not read, only rejected and copied.
 A hand-in's time is its newest file's: in a zip, the member's UTC time when the zipper recorded
@@ -969,9 +970,13 @@ def parse_time(text) -> dt.datetime | None:
         return None
 
 
-def older_than_filed(course: Course, filed: list[Filed], earlier: dict) -> tuple[list[Filed], list[Record]]:
+def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
+                     replace_older: bool = False) -> tuple[list[Filed], list[Record]]:
     """Split off each file older than the file of the same notebook collected before (earlier: the collect log's
-    students): an older download collected after a newer one must not put an earlier version back."""
+    students): an older download collected after a newer one must not put an earlier version back.
+    replace_older: keep them all (a genuine resubmission whose file time is earlier, e.g. a zip's)."""
+    if replace_older:
+        return list(filed), []
     kept, older = [], []
     for f in filed:
         before = parse_time(earlier.get(f.student, {}).get("file_times", {}).get(f.notebook, ""))
@@ -982,8 +987,8 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict) -> tuple
             continue
         older.append(Record(str(f.entry.path), (
             f"older ({f.entry.mtime:%Y-%m-%d %H:%M} UTC) than the {f.notebook}.ipynb collected before "
-            f"({before:%Y-%m-%d %H:%M} UTC), which stays filed; to file this one instead, delete {on_file} and "
-            "collect again"), f.student))
+            f"({before:%Y-%m-%d %H:%M} UTC), which stays filed; to file this one instead, collect again with "
+            "--replace-older"), f.student))
     return kept, older
 
 
@@ -1099,8 +1104,9 @@ def check_outside_course(course: Course, path: Path) -> None:
                               ".zip of the students' files); put the download somewhere else, or give its own folder")
 
 
-def collect(course: Course, path: Path, student: str | None = None) -> CollectReport:
-    """File the download at path as submissions (all of them student's, when given); register its students in the gradebook."""
+def collect(course: Course, path: Path, student: str | None = None, replace_older: bool = False) -> CollectReport:
+    """File the download at path as submissions (all of them student's, when given); register its students in the gradebook.
+    replace_older: file a notebook even when its file is older than the one collected before."""
     path = Path(path)
     notebooks = course.notebook_names()
     if student is not None and is_assignment_name(student, notebooks):
@@ -1130,7 +1136,7 @@ def collect(course: Course, path: Path, student: str | None = None) -> CollectRe
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
-        filed, older = older_than_filed(course, filed, earlier)
+        filed, older = older_than_filed(course, filed, earlier, replace_older)
         rejected += older  # report.rejected is this list
         keep_rejected_copies(course, entries, rejected)
         with course.gradebook() as gb:

@@ -522,6 +522,32 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     assert not (build / "course" / "feedback" / "carol").exists(), "no page before grading"
 
 
+def test_collect_replace_older_files_an_older_file_the_default_rejects(tmp_path, capsys, monkeypatch):
+    import os
+    import shutil
+
+    from shared_builds import released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    name = "02-shapes-and-loss.ipynb"
+    release = (build / "course" / "release" / "part-ii" / name).read_bytes()
+    for folder, data, when in (("new", release, 1_800_400_000), ("old", release + b"\n", 1_800_000_000)):
+        (tmp_path / folder / "dana").mkdir(parents=True)
+        (tmp_path / folder / "dana" / name).write_bytes(data)
+        os.utime(tmp_path / folder / "dana" / name, (when, when))
+    assert run(["collect", str(tmp_path / "new"), "--build", str(build)], capsys)[0] == 0
+    code, _, out = run(["collect", str(tmp_path / "old"), "--build", str(build)], capsys)
+    assert code == 1 and "which stays filed; to file this one instead, collect again with --replace-older" in out, out
+    filed = build / "course" / "submitted" / "dana" / "part-ii" / name
+    assert filed.read_bytes() == release
+    code, _, out = run(["collect", str(tmp_path / "old"), "--replace-older", "--build", str(build)], capsys)
+    assert code == 0 and "updated" in out, out
+    assert filed.read_bytes() == release + b"\n"
+
+
 def test_check_names_a_cell_that_ran_out_of_time_and_fails(tmp_path, monkeypatch, capsys):
     """A student's own cell that never ends is interrupted, as grading interrupts it; every test may still pass."""
     import nbformat

@@ -829,17 +829,17 @@ def test_an_older_download_collected_after_a_newer_one_does_not_put_the_older_fi
     (older,) = [r for r in again.rejected if r.student == "alice"]
     assert older.file == "alice/02-shapes-and-loss.ipynb"
     assert older.reason.startswith("older (2027-01-15 08:00 UTC) than the 02-shapes-and-loss.ipynb collected before "
-                                   "(2027-01-19 23:06 UTC), which stays filed; to file this one instead, delete "), older
+                                   "(2027-01-19 23:06 UTC), which stays filed; to file this one instead, collect again with "
+                                   "--replace-older"), older
     assert Path(older.copy).read_bytes() == notebook_bytes("v1")  # kept, as any file not filed is
     # the same file read with an earlier time (collected again with TZ set, say) is filed, and its time corrected
     shifted = download("shifted", {"alice/Copy of 02-shapes-and-loss.ipynb": notebook_bytes("v2")}, 1_800_300_000)
     assert collect(course, shifted).rejected == []
     assert stamp_of(course, "alice").startswith("2027-01-18 19:20")
-    # as the message says: delete the filed file and the older one is filed, with its own time (found by review)
-    (course.step_dir("submitted", "alice") / "02-shapes-and-loss.ipynb").unlink()
-    assert collect(course, first).students["alice"].status == "updated"
+    # as the message says: --replace-older files the older one, with its own time (found by review)
+    assert collect(course, first, replace_older=True).students["alice"].status == "updated"
     assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("v1")
-    assert stamp_of(course, "alice").startswith("2027-01-15 08:00"), "the deleted file's later time stayed"
+    assert stamp_of(course, "alice").startswith("2027-01-15 08:00"), "the replaced file's later time stayed"
     newer = download("third", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("v3")}, 1_800_500_000)
     assert collect(course, newer).students["alice"].status == "updated"
     assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("v3")
