@@ -285,7 +285,8 @@ UNREAPED = ("import os, sys, time\n"
 def test_killed_processes_whose_parent_never_reaps_them_end_the_wait_as_zombies(monkeypatch):
     """kill_processes waits for its processes to end, and a zombie has: psutil.wait_procs waited until they were
     reaped, which a kernel never does, so every cell that left a child behind cost the whole wait (5 s).
-    The wait runs on a fake clock that only its sleeps advance: it must end before its deadline, not at it."""
+    The wait runs on a fake clock that only its sleeps advance: it must end before its deadline, not at it;
+    psutil.wait_procs, which has a clock of its own, must not be used."""
     import subprocess
     import types
 
@@ -301,6 +302,11 @@ def test_killed_processes_whose_parent_never_reaps_them_end_the_wait_as_zombies(
         fake_time = types.SimpleNamespace(monotonic=lambda: clock[0],
                                           sleep=lambda seconds: clock.__setitem__(0, clock[0] + seconds))
         monkeypatch.setattr(fork_server, "time", fake_time)
+
+        def wait_procs(*args, **kwargs):
+            raise AssertionError("psutil.wait_procs waits (on its own clock) until a zombie is reaped")
+
+        monkeypatch.setattr(psutil, "wait_procs", wait_procs)
         assert fork_server.kill_processes([psutil.Process(p) for p in pids], timeout=300) == 3
         waited = clock[0]
         assert all(map(process_gone, pids)), [Path(f"/proc/{p}/stat").read_text() for p in pids if not process_gone(p)]

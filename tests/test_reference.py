@@ -639,6 +639,10 @@ BAD_INPUTS = [
      ["losses", "-inf", "(1,)", "log-probabilities"]),
     ("targets-torch-ignore-index", lambda: pp.cross_entropy(Z, [2, -100]), ValueError,
      ["targets", "-100 at index (1,)", "ignore_index=-100"]),
+    ("empirical-0d-tensor", lambda: pp.empirical_distribution(torch.tensor(1), [1]), TypeError, ["samples", "Tensor"]),
+    ("empirical-float32-tensor", lambda: pp.empirical_distribution(torch.tensor([0.5, 0.1]), [0.5, 0.1]), ValueError,
+     ["outside support", "float32 tensor", "float64"]),
+    ("joint-above-one", lambda: pp.conditional_from_joint([[1.1, 0.0], [0.0, 0.0]]), ValueError, ["1.1 at index (0, 0)"]),
     ("targets-out-of-range-where", lambda: pp.nll_from_logits(np.zeros((2, 2, 3)), [[0, 1], [3, 0]]), ValueError,
      ["target", "got 3 at index (1, 0)"]),
     ("targets-classes-at-dim-1", lambda: pp.cross_entropy(np.zeros((2, 3, 4)), np.zeros((2, 4), int)), ValueError,
@@ -750,6 +754,12 @@ def test_options_no_other_test_reaches_agree_with_pytorch_in_float64():
     joint = np.array([[0.1, 0.3], [0.2, 0.4]])
     close(pp.conditional_from_joint(joint, given_axis=1), T(joint) / T(joint).sum(dim=0, keepdim=True),
           what="p(x | y): columns")
+    # a cell above 1 by float32 rounding is accepted, as in every distribution check (found by review)
+    close(pp.conditional_from_joint([[1 + 4e-7, 0.0], [0.0, 1e-7]]), [[1.0, 0.0], [0.0, 1.0]], what="rounded joint")
+    # a masked target is not checked as a class id: padding may hold PyTorch's -100 (the message suggests a mask)
+    logits4 = rng.normal(size=(2, 3))
+    close(pp.cross_entropy(logits4, [1, -100], mask=[True, False]),
+          F.cross_entropy(T(logits4), torch.tensor([1, -100])), what="masked -100 target")
 
 
 def test_torch_all_masked_is_nan_which_we_refuse():

@@ -118,9 +118,9 @@ def _input_value(name: str, raw):
     value = _map_nested(raw, _leaf_value)
     if name in INT_INPUTS or name in BOOL_INPUTS:
         arr = _float_array(value, f"input {name!r}")
-        # read through float64, which holds every integer up to 2**53 exactly and none of inf
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)) or np.any(np.abs(arr) > 2**53):
-            raise DataFileError(f"input {name!r} must hold integers of magnitude at most 2**53, got {raw!r}")
+        # read through float64, where 2**53 + 1 already rounds to 2**53: below 2**53 every integer is exact
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)) or np.any(np.abs(arr) >= 2**53):
+            raise DataFileError(f"input {name!r} must hold integers of magnitude below 2**53, got {raw!r}")
         if name in BOOL_INPUTS:
             if not np.all((arr == 0) | (arr == 1)):
                 raise DataFileError(f"input {name!r} must hold 0 or 1 (1 = scored), got {raw!r}")

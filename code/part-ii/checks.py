@@ -155,8 +155,17 @@ def _precision_note(actual, a: np.ndarray, e: np.ndarray) -> str:
 def _float32_note(actual, a: np.ndarray, e: np.ndarray) -> str:
     """A hint when a float64 value (a Python float from .item() or float()) agrees with e only to float32
     precision, as a float32 computation converted afterwards does; for visible checks only (it uses closeness)."""
-    if _coarse_dtype(actual) or a.dtype != np.float64 or not np.isfinite(e).all() or not np.isfinite(a).all():
+    try:
+        given = np.asarray(_from_tensor(actual))
+    except Exception:  # noqa: BLE001 - not readable as numbers: no hint
         return ""
+    if _coarse_dtype(actual) or given.dtype.kind != "f" or not np.isfinite(e).all() or not np.isfinite(a).all():
+        return ""
+    # a float32 value converted to float64 is exactly a float32 number; a float64 answer that is merely close
+    # (a forward difference, an epsilon in a log) almost never is
+    with np.errstate(over="ignore"):
+        if not np.array_equal(a.astype(np.float32).astype(np.float64), a):
+            return ""
     eps = EPS["float32"]
     if not np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))):
         return ""
@@ -176,11 +185,13 @@ def _dtype_note(actual) -> str:
 def _same(actual, expected, _depth: int = 0) -> bool:
     """actual == expected exactly: lists and tuples item by item (either kind, ragged allowed), arrays and tensors
     by shape and values, anything else by ==."""
-    if hasattr(actual, "detach"):
-        try:
-            actual = _from_tensor(actual)
-        except Exception:  # noqa: BLE001 - a tensor numpy cannot read equals nothing
-            return False
+    try:
+        actual, expected = _from_tensor(actual), _from_tensor(expected)
+    except Exception:  # noqa: BLE001 - a tensor numpy cannot read equals nothing
+        return False
+    # a numpy scalar as the 0-d array grading decodes it to: np.float32(0.1) == 0.1 is True in float32 arithmetic,
+    # the array comparison is not, and the notebook and the grader must agree
+    actual, expected = (np.asarray(v) if isinstance(v, np.generic) else v for v in (actual, expected))
     if isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple)) and _depth < MAX_DEPTH:
         return len(actual) == len(expected) and all(_same(a, e, _depth + 1) for a, e in zip(actual, expected))
     try:

@@ -128,14 +128,19 @@ def _norm_axis(axis, ndim: int, name: str = "axis") -> int:
     return int(axis) % ndim
 
 
-def _check_distribution(p: np.ndarray, name: str, axis: int = -1) -> None:
-    """Reject probabilities that are negative, above 1, or do not sum to 1 along axis."""
+def _check_distribution_values(p: np.ndarray, name: str) -> None:
+    """Reject probabilities that are negative or above 1 (by more than float32 rounding), naming the index."""
     if (p < 0).any():
         idx = _first_index(p < 0)
         raise ValueError(f"{name} must be non-negative probabilities, got {p[idx]} at index {idx}")
     if (p > 1 + PROB_ATOL).any():
         idx = _first_index(p > 1 + PROB_ATOL)
         raise ValueError(f"{name} must be probabilities in [0, 1], got {p[idx]} at index {idx}")
+
+
+def _check_distribution(p: np.ndarray, name: str, axis: int = -1) -> None:
+    """Reject probabilities that are negative, above 1, or do not sum to 1 along axis."""
+    _check_distribution_values(p, name)
     sums = p.sum(axis=axis, dtype=np.float64)
     bad = np.abs(sums - 1.0) > PROB_ATOL * max(1.0, math.sqrt(p.shape[axis]))  # float32 rounding grows ~ sqrt(K)
     if np.any(bad):
@@ -474,10 +479,10 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
                 isinstance(ignore_index, Integral) or isinstance(ignore_index, float) and ignore_index.is_integer())):
             raise TypeError(f"ignore_index must be an integer class index (PyTorch's default is -100), got {ignore_index!r}")
         ignored = np.zeros(y.shape, bool) if ignore_index is None else (y == int(ignore_index))
-        _check_target_range(y, num_classes, "targets", skip=ignored)
-        safe_y = np.where(ignored, 0, y)
-        per_pos = _nll_rows(z, safe_y)  # -log softmax(z)_y, chunked: no [..., K] array is allocated
         mask = ~ignored if mask is None else (_check_mask(mask, y.shape) & ~ignored)
+        _check_target_range(y, num_classes, "targets", skip=~mask)  # a masked target may be padding, e.g. -100
+        safe_y = np.where(mask, y, 0)
+        per_pos = _nll_rows(z, safe_y)  # -log softmax(z)_y, chunked: no [..., K] array is allocated
         weights = None
         if class_weights is not None:
             cw = _as_float_array(class_weights, "class_weights")
@@ -629,7 +634,7 @@ def conditional_from_joint(joint, given_axis: int = 0) -> np.ndarray:
         raise ValueError(f"joint must be a 2-D table [X, Y], got shape {j.shape}")
     _check_nonempty(j, "joint")
     ax = _norm_axis(given_axis, 2, "given_axis")
-    _check_probabilities(j, "joint")  # first: its message gives the cell's (row, column)
+    _check_distribution_values(j, "joint")  # first: its message gives the cell's (row, column)
     _check_distribution(j.ravel(), "joint (all cells)")
     marginal = j.sum(axis=1 - ax, keepdims=True)
     if (marginal == 0).any():
@@ -675,11 +680,12 @@ def variance(values, probs) -> float:
 def empirical_distribution(samples, support) -> np.ndarray:
     """p_hat(x) = (1/n) #{i: X_i = x} for each x in support [S] -> [S]; unseen values get exactly 0."""
     for name, given in (("samples", samples), ("support", support)):
-        if given is None or isinstance(given, Number) or isinstance(given, np.ndarray) and given.ndim == 0 \
-                or not hasattr(given, "__iter__"):
+        if given is None or isinstance(given, Number) or getattr(given, "ndim", 1) == 0 \
+                or not hasattr(given, "__iter__"):  # a number, or a 0-d array or tensor
             raise TypeError(f"{name} must be a sequence of values (numbers or strings), got {type(given).__name__}")
     if hasattr(support, "tolist"):  # a numpy array or torch tensor: its numbers (tensors hash by identity)
         support = support.tolist()
+    float32 = str(getattr(samples, "dtype", "")) in ("torch.float32", "float32")
     if hasattr(samples, "tolist") and not isinstance(samples, np.ndarray):  # a torch tensor
         samples = samples.tolist()
     support = list(support)  # a list, a range, dict keys, a Counter's keys
@@ -699,7 +705,9 @@ def empirical_distribution(samples, support) -> np.ndarray:
     index = {v: i for i, v in enumerate(support)}
     unknown = [s for s in samples if s not in index]
     if unknown:
-        raise ValueError(f"samples contain values outside support: {unknown[:5]}")
+        hint = "" if not float32 else (" (samples were a float32 tensor, whose values are float32 roundings: 0.1 "
+                                       "reads as 0.10000000149011612; count integer ids, or use float64)")
+        raise ValueError(f"samples contain values outside support: {unknown[:5]}{hint}")
     counts = np.bincount([index[s] for s in samples], minlength=len(support))
     return counts / len(samples)
 
