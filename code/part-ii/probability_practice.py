@@ -291,7 +291,8 @@ def _shifted_lse(chunk: np.ndarray, full: np.ndarray, name: str) -> tuple[np.nda
     m = chunk.max(axis=1)
     if not np.isfinite(m).all():  # +inf (a nan elsewhere in the array is still named first)
         _raise_non_finite(full, name)
-    np.subtract(chunk, m[:, None], out=chunk)
+    with np.errstate(over="ignore"):  # z - m below -1.8e308 is -inf, whose exp is the 0 it should be
+        np.subtract(chunk, m[:, None], out=chunk)
     return m.astype(np.float64), np.log(np.add.reduce(np.exp(chunk, out=chunk), axis=1), dtype=np.float64)
 
 
@@ -325,7 +326,8 @@ def log_softmax(logits, axis: int = -1) -> np.ndarray:
     z = _as_float_array(logits, "logits")
     _check_nonempty(z, "logits", min_ndim=1)
     ax = _norm_axis(axis, z.ndim)
-    out = z - np.expand_dims(logsumexp(z, axis=ax), ax)
+    with np.errstate(over="ignore"):  # a log-probability below -1.8e308 is -inf, as PyTorch gives
+        out = z - np.expand_dims(logsumexp(z, axis=ax), ax)
     # ln q <= 0 exactly; the unshifted float32 sum can round lse a few eps below the row maximum
     return np.minimum(out, 0.0, out=out)
 
@@ -336,7 +338,8 @@ def softmax(logits, axis: int = -1) -> np.ndarray:
     _check_nonempty(z, "logits", min_ndim=1)
     _check_finite(z, "logits")
     ax = _norm_axis(axis, z.ndim)
-    w = np.exp(z - z.max(axis=ax, keepdims=True))
+    with np.errstate(over="ignore"):  # z - m below -1.8e308 is -inf, whose exp is the 0 it should be
+        w = np.exp(z - z.max(axis=ax, keepdims=True))
     return w / w.sum(axis=ax, keepdims=True)
 
 
@@ -366,7 +369,8 @@ def _nll_rows(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     rows = np.arange(z2.shape[0])
     z_y = z2[rows, y.reshape(-1)].astype(np.float64)
     shift, rest = _lse_parts(z2, z)
-    return np.maximum((shift - z_y) + rest, 0.0).astype(z.dtype).reshape(y.shape)
+    with np.errstate(over="ignore"):  # a loss above 1.8e308 is inf, as PyTorch gives
+        return np.maximum((shift - z_y) + rest, 0.0).astype(z.dtype).reshape(y.shape)
 
 
 def nll_from_probs(probs, target) -> np.ndarray:
@@ -674,7 +678,8 @@ def variance(values, probs) -> float:
     mu = _mean(x, p)
     if not math.isfinite(mu):
         raise ValueError(f"E[X] = {mu}: a value with positive probability is infinite, so Var(X) is undefined")
-    return float(np.sum(p * (x - mu) ** 2))
+    with np.errstate(over="ignore"):  # a variance above 1.8e308 is inf in float64
+        return float(np.sum(p * (x - mu) ** 2))
 
 
 def empirical_distribution(samples, support) -> np.ndarray:
