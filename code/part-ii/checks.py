@@ -140,14 +140,16 @@ def _coarse_dtype(actual) -> str:
     return dtype if dtype in EPS else ""
 
 
+def _within_rounding(a: np.ndarray, e: np.ndarray, eps: float) -> bool:
+    """True when a is within 16 rounding steps eps of e (relative, and relative to e's largest magnitude)."""
+    return bool(np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))))
+
+
 def _precision_note(actual, a: np.ndarray, e: np.ndarray) -> str:
     """A hint when actual is float32/16 (or bfloat16) and within a few of that type's rounding steps of e (relative
     to e's largest magnitude): the dtype is at fault, not the maths."""
     dtype = _coarse_dtype(actual)
-    if not dtype:
-        return ""
-    eps = EPS[dtype]
-    if not np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))):
+    if not dtype or not _within_rounding(a, e, EPS[dtype]):
         return ""
     return f"; the result is {dtype}, too coarse for this check: compute in float64 (np.float64, torch.float64)"
 
@@ -166,8 +168,7 @@ def _float32_note(actual, a: np.ndarray, e: np.ndarray) -> str:
     with np.errstate(over="ignore"):
         if not np.array_equal(a.astype(np.float32).astype(np.float64), a):
             return ""
-    eps = EPS["float32"]
-    if not np.allclose(a, e, rtol=16 * eps, atol=16 * eps * float(np.max(np.abs(e), initial=0.0))):
+    if not _within_rounding(a, e, EPS["float32"]):
         return ""
     return ("; it agrees with the expected value only to float32 precision: was it computed in float32 (PyTorch's "
             "default dtype) and converted with .item() or float()? compute in float64 (torch.float64, np.float64)")

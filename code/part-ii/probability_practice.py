@@ -869,10 +869,9 @@ def gaussian_nll(y, mean, sigma):
     if (s <= 0).any():
         raise ValueError(f"sigma must be a positive standard deviation, got {s}")
     try:
-        shape = np.broadcast_shapes(yy.shape, mu.shape, s.shape)
+        yy, mu, s = np.broadcast_arrays(yy, mu, s)
     except ValueError:
         raise ValueError(f"y, mean and sigma must broadcast, got {yy.shape}, {mu.shape}, {s.shape}") from None
-    yy, mu, s = np.broadcast_arrays(yy, mu, s)
     r = (yy - mu) / s
     out = np.log(s) + 0.5 * np.log(2 * np.pi) + 0.5 * r * r
     return out if out.ndim else float(out)
