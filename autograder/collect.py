@@ -147,8 +147,7 @@ class StudentReport:
     notes: list[str] = field(default_factory=list)
     timestamp: str | None = None
     replaced: str | None = None  # where the hand-in this one replaced was kept
-    moved: dict[str, str] = field(default_factory=dict)  # file -> notebook, for files named after another notebook
-    moved_earlier: dict[str, str] = field(default_factory=dict)  # the same, of files an earlier collect filed
+    moved: dict[str, str] = field(default_factory=dict)  # file -> notebook, this collect's files named otherwise
     file_times: dict[str, str] = field(default_factory=dict)  # notebook -> its filed file's time (TIMESTAMP_FORMAT)
 
 
@@ -992,6 +991,20 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
     return kept, older
 
 
+COLLECTED_EARLIER = "(collected earlier)"  # a filed notebook's file, in a record from before collect kept its name
+
+
+def moved_files(filed: dict[str, str], notebooks: list[str]) -> dict[str, str]:
+    """{file: notebook} of a student's filed notebooks (a collect record's notebook -> file) whose file name is not
+    that notebook's: filed as the notebook whose exercises it holds, in this collect or an earlier one."""
+    moved = {}
+    for nb, file in filed.items():
+        hit = match_notebook(PurePosixPath(file).stem, notebooks) if file != COLLECTED_EARLIER else (nb, "")
+        if hit is None or hit[0] != nb:
+            moved[file] = nb
+    return moved
+
+
 def filed_notebooks(course: Course, student: str) -> list[str]:
     """The notebooks (names without .ipynb) of a student's filed hand-in, sorted."""
     return sorted(p.stem for p in course.step_dir("submitted", student).glob("*.ipynb"))
@@ -1174,12 +1187,9 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
         rec.replaced = str(kept) if kept else None
     new = {f.notebook: str(f.entry.path) for f in files}
     old = earlier.get("notebooks", {})
-    rec.notebooks = {nb: new.get(nb) or old.get(nb, "(collected earlier)") for nb in filed_notebooks(course, student)}
+    rec.notebooks = {nb: new.get(nb) or old.get(nb, COLLECTED_EARLIER) for nb in filed_notebooks(course, student)}
     rec.missing = [n for n in notebooks if n not in rec.notebooks]
     rec.moved = {str(f.entry.path): f.notebook for f in files if f.named}
-    # a file an earlier collect filed as another notebook stays filed so until a newer file replaces it
-    earlier_moves = {**earlier.get("moved_earlier", {}), **earlier.get("moved", {})}
-    rec.moved_earlier = {file: nb for file, nb in earlier_moves.items() if nb in rec.notebooks and nb not in new}
     if kept_earlier := [nb for nb in before if nb not in new]:
         rec.notes.append(f"kept from the earlier hand-in: {', '.join(kept_earlier)}")
     rec.timestamp = rec.timestamp or earlier.get("timestamp")

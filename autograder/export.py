@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
-from .collect import load_collect_log
+from .collect import load_collect_log, moved_files
 from .course import ASSIGNMENT, AutograderError, Course
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import job_rows, needs_regrade
@@ -44,8 +44,9 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     again after the job was graded."""
     collected = collect_log["students"].get(student, {})
     notes = [f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student]
+    notebooks = sorted({*collected.get("notebooks", {}), *collected.get("missing", [])})  # the assignment's
     notes += [f"{file} filed as {nb}.ipynb: it holds that notebook's exercises"
-              for file, nb in sorted({**collected.get("moved_earlier", {}), **collected.get("moved", {})}.items())]
+              for file, nb in sorted(moved_files(collected.get("notebooks", {}), notebooks).items())]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
     if job is None:
         if not collected.get("notebooks"):

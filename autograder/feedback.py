@@ -47,7 +47,7 @@ from traitlets import Dict
 
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, hidden_line_numbers, is_test_cell, last_heading,
                     nbgrader_meta, outcome_message, stopped_kernel, visible_source)
-from .collect import load_collect_log, match_notebook
+from .collect import load_collect_log, match_notebook, moved_files
 from .course import ASSIGNMENT, AutograderError, Course, case_hint, quiet_nbgrader_logs
 from .export import late_by, released_test_ids, tampered_cells
 
@@ -355,9 +355,10 @@ def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, jo
     filed = collect_log["students"].get(student, {})
     for nb in filed.get("missing", []):
         reasons[nb] = f"Not handed in: your hand-in has no notebook named {nb}.ipynb, so it scored 0."
-    for nb, file in sorted(filed.get("notebooks", {}).items()):  # a file named after a sibling, filed as what it holds
+    moved = moved_files(filed.get("notebooks", {}), notebooks)
+    for file, nb in sorted(moved.items(), key=lambda item: item[::-1]):  # a file named after a sibling?
         hit = match_notebook(Path(file).stem, notebooks)
-        if hit and hit[0] != nb and hit[0] in reasons:
+        if hit and hit[0] in reasons:
             reasons[hit[0]] = (f"Your file {file} holds the exercises of {nb}, not of {hit[0]}, so it was graded as "
                                f"{nb}. No file you handed in held the exercises of {hit[0]}, so it scored 0.")
     unmatched = []  # rejected files of the student that no notebook's name gives (notes.txt, 04-mywork.ipynb)
