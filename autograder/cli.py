@@ -288,12 +288,22 @@ def _run(args: argparse.Namespace) -> int:
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":
+        from .collect import load_collect_log, nobodys_files
         from .export import export, not_graded, waiting_for_a_grader
 
         with course.lock("export"):
             written = export(course)
         for path in written:
             print(f"wrote {path}")
+        if nobodys := nobodys_files(load_collect_log(course)):
+            n = len(nobodys)
+            print(f"{n} rejected {'file is' if n == 1 else 'files are'} no student's, so grades.csv has no row for "
+                  f"{'it' if n == 1 else 'them'} (see {course.reports_dir / 'collect.json'}; copies in "
+                  f"{course.rejected_dir}):")
+            for r in nobodys[:10]:
+                print(f"  {r['file']}: {r['reason']}")
+            if n > 10:
+                print(f"  … and {n - 10} more")
         waiting = waiting_for_a_grader(written[0])
         if waiting:
             cells, students = sum(waiting.values()), len(waiting)

@@ -35,6 +35,8 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
   one folder per student      STUDENT/02-shapes-and-loss.ipynb (any depth below STUDENT/)
     Moodle folders            Full Name_12345_assignsubmission_file_/…   -> student 12345
   student id in the file name STUDENT_02-shapes-and-loss.ipynb (separator _ - . or space)
+    a name of its own         1011_mywork.ipynb -> student 1011 when the gradebook or another file of the
+                              download names 1011 (then filed as the notebook whose exercises it holds)
     Canvas                    name_12345_67890_02-shapes-and-loss-1.ipynb -> student name
                               (also name_late_12345_67890_…; a -N resubmission suffix is allowed)
     Blackboard                Part II_jdoe_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb -> student jdoe
@@ -66,7 +68,8 @@ one, else its DOS time read in this machine's time zone (set TZ when the LMS ser
 a Blackboard name's time is read in that zone too.
 Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
-in <course>/reports/collect.json and in grades.csv, and copied to <course>/rejected/; a zip member
+in <course>/reports/collect.json and in their student's row of grades.csv (export lists the files of
+no student it could tell), and copied to <course>/rejected/; a zip member
 that cannot be read (damaged, password-protected, Deflate64) is named with what to do, without a
 copy, and the rest of the download is filed. System files (__MACOSX, .DS_Store, ...) and the
 course's own files at their released place (code/, data/) are ignored."""
@@ -391,6 +394,13 @@ def blackboard_time(text: str) -> dt.datetime | None:
         return dt.datetime.strptime(text, "%Y-%m-%d-%H-%M-%S").astimezone(dt.timezone.utc)
     except (OverflowError, OSError, ValueError):
         return None
+
+
+def leading_ids(stem: str) -> list[str]:
+    """The student ids a file stem could start with, longest first: '1011_my-work' gives 1011_my, 1011 (an id may
+    itself hold '.', '_' or '-', so every prefix that ends before one of the separators _ - . or space)."""
+    cut = [m.start() for m in re.finditer(r"[_\-\s.]+", stem) if m.start() > 0 and m.end() < len(stem)]
+    return [s for s in dict.fromkeys(sanitize_id(stem[:i]) for i in reversed(cut)) if s]
 
 
 def lms_prefix(name: str) -> str | None:
@@ -727,12 +737,15 @@ def checkpoint_owner(path: PurePosixPath, notebooks: list[str], owner: str | Non
 
 def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str] | None = None,
              owner: str | None = None, release_cells: dict[str, dict[str, tuple[str, dict]]] | None = None,
-             ) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
+             known: frozenset[str] = frozenset()) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
     """Sort entries into filed notebooks, rejected and ignored files; also return every student seen with the
     Canvas people ('name_userid') whose file names gave that id. With owner, every file is that student's.
-    release_cells (see graded_release_cells) puts back nbgrader metadata an editor dropped."""
+    release_cells (see graded_release_cells) puts back nbgrader metadata an editor dropped. A top-level file whose
+    name gives no notebook ('1011_mywork.ipynb') is the student its name starts with when that id is in known (the
+    gradebook) or names another file of the download; otherwise nobody's, rejected with how to file it."""
     filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
+    claimable = known | {s for e in entries if len(e.path.parts) == 1 and (s := file_owner(e.path.name, notebooks)[0])}
     for e in entries:
         if _is_system(e.path):
             who = checkpoint_owner(e.path, notebooks, owner)
@@ -763,6 +776,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 continue
         else:
             student, timestamp, origin = file_owner(e.path.name, notebooks)
+            if student is None and not _is_system(e.path) and match_notebook(e.path.stem, notebooks) is None:
+                student = next((s for s in leading_ids(e.path.stem) if s in claimable), None)
         if student is not None:
             seen.setdefault(student, set()).update({origin} - {None})
         if e.unreadable is not None:
@@ -787,7 +802,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             hint = f"; did you mean {close[0]}.ipynb?" if close else ""
             wrong_name = f"wrong name: not a notebook of {ASSIGNMENT} (expected one of {expected}){hint}"
             if student is None:
-                rejected.append(Record(str(e.path), wrong_name, student))
+                rejected.append(Record(str(e.path), f"{wrong_name}; {whose_file_help(e.path)}", student))
                 continue
         elif student is None:
             rejected.append(Record(str(e.path), "cannot tell whose file this is: put it in a folder named after the "
@@ -817,6 +832,15 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             continue
         filed.append(Filed(Entry(e.path, e.data, timestamp or e.mtime), student, notebook, nb, note, named))
     return filed, rejected, ignored, seen
+
+
+def whose_file_help(path: PurePosixPath) -> str:
+    """Why a file with a name of its own is nobody's, and the command that files it for its student."""
+    ids = leading_ids(path.stem)
+    example = ids[-1] if ids and ids[-1].isdigit() else "ID"  # a student number is worth echoing, 'my' of my_work is not
+    return ("cannot tell whose file it is (its name starts with no id of a student in the gradebook or in this "
+            "download's other file names): copy it into a folder of its own (cp -p keeps its time) and collect that "
+            f"folder with --student {example}")
 
 
 def exercises_notebook(nb: nbformat.NotebookNode, named: str | None,
@@ -1052,8 +1076,11 @@ def save_report(course: Course, report: CollectReport) -> Path:
     merged = load_collect_log(course)
     for s in report.students:
         merged["students"].pop(s, None)
-    # a student's files of this download replace their old records; a file of no student's, its own old record
+    # a student's files of this download replace their old records; a file of no student's, its own old record,
+    # and so does the same file filed for a student now (collected again with --student)
     again = {r.file for r in report.rejected + report.ignored if not r.student}
+    again |= {f for r in report.students.values() for f in r.notebooks.values()}
+    again |= {r.file for r in report.rejected + report.ignored if r.student}
     for kind in ("rejected", "ignored"):
         merged[kind] = [r for r in merged[kind] if (r.get("student") not in report.students if r.get("student")
                                                     else r.get("file") not in again)]
@@ -1085,6 +1112,11 @@ def load_collect_log(course: Course) -> dict:
                               "Restore it from a backup, or move it away and collect every download again (files "
                               "already filed come out unchanged)")
     return log
+
+
+def nobodys_files(log: dict) -> list[dict]:
+    """The rejected records of a collect log (load_collect_log) that no student could be told for."""
+    return [r for r in log["rejected"] if not r.get("student")]
 
 
 def known_students(course: Course) -> frozenset[str]:
@@ -1140,7 +1172,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed}); "
                               "--student is for a download of one student's files")
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
-                                              release_cells=graded_release_cells(release))
+                                              release_cells=graded_release_cells(release), known=known)
     filed, shared = split_shared_ids(filed, seen)
     filed, duplicates = drop_duplicates(filed, released_answers(release))
     rejected = unreadable + rejected + shared + duplicates

@@ -756,3 +756,35 @@ def test_an_os_error_that_is_no_refusal_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(cli, "_run", broken)
     with pytest.raises(BrokenPipeError):
         cli.main(["export"])
+
+
+def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_export_lists_nobody_s(
+        tmp_path, capsys, monkeypatch):
+    """carol_mywork.ipynb is carol's (carol_00-….ipynb names her) and holds 02's exercises: filed as 02. Nobody else
+    is named 1011, so 1011_mywork.ipynb stays nobody's: collect says how to file it, export that grades.csv lacks it."""
+    import csv
+    import shutil
+
+    from shared_builds import released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    release = build / "course" / "release" / "part-ii"
+    download = tmp_path / "flat"
+    download.mkdir()
+    shutil.copy(release / "00-vectors-shapes-and-gradients.ipynb", download / "carol_00-vectors-shapes-and-gradients.ipynb")
+    shutil.copy(release / "02-shapes-and-loss.ipynb", download / "carol_mywork.ipynb")
+    shutil.copy(release / "02-shapes-and-loss.ipynb", download / "1011_mywork.ipynb")
+    code, err, out = run(["collect", str(download), "--build", str(build)], capsys)
+    assert code == 1, err + out  # a rejected file
+    assert "carol_mywork.ipynb -> 02-shapes-and-loss.ipynb" in out, out
+    assert "1011_mywork.ipynb: wrong name" in out and "--student 1011" in out, out
+    assert (build / "course" / "submitted" / "carol" / "part-ii" / "02-shapes-and-loss.ipynb").exists()
+    code, err, out = run(["export", "--build", str(build)], capsys)
+    assert code == 1, err + out  # carol is not graded yet
+    assert "1 rejected file is no student's, so grades.csv has no row for it" in out, out
+    assert "  1011_mywork.ipynb: wrong name" in out, out
+    with open(build / "course" / "reports" / "grades.csv", newline="", encoding="utf-8") as fh:
+        assert [r["student_id"] for r in csv.DictReader(fh)] == ["carol"]

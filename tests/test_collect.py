@@ -1160,3 +1160,44 @@ def test_a_notebook_under_a_name_of_its_own_is_filed_by_its_exercises_and_other_
     page = reasons["00-vectors-shapes-and-gradients"]
     assert page.startswith("Not handed in: your hand-in has no notebook named 00-vectors-shapes-and-gradients.ipynb")
     assert "Files you handed in that were not accepted: bob/notes.txt (" in page and "bob/scratch.ipynb (wrong name" in page
+
+
+def test_a_file_named_on_its_own_is_the_student_its_name_starts_with_when_that_id_is_known(course, tmp_path):
+    """1011_mywork.ipynb gives no notebook; its student is 1011 when the gradebook or another file names 1011."""
+    with course.gradebook() as gb:
+        gb.update_or_create_student("1012")  # a roster loaded before any collect
+    download = write_tree(tmp_path / "flat", {
+        "1011_02-shapes-and-loss.ipynb": notebook_bytes("1011 02"),
+        "1011_mywork.ipynb": notebook_bytes("1011 mine"),
+        "1012_mywork.ipynb": notebook_bytes("1012 mine"),
+        "1013_mywork.ipynb": notebook_bytes("1013 mine"),
+        "my_homework.ipynb": notebook_bytes("whose?"),
+    })
+    report = collect(course, download)
+    owners = {r.file: r.student for r in report.rejected}
+    assert owners["1011_mywork.ipynb"] == "1011"
+    assert owners["1012_mywork.ipynb"] == "1012"
+    assert owners["1013_mywork.ipynb"] is None and owners["my_homework.ipynb"] is None  # no student named 1013 or my
+    assert report.students["1012"].status == "no valid notebook"
+    assert any("1011_mywork.ipynb" in n for n in report.students["1011"].notes)
+    assert "1013" not in report.students and "my" not in report.students
+    reasons = {r.file: r.reason for r in report.rejected}
+    assert reasons["1013_mywork.ipynb"].startswith("wrong name") and "--student 1013" in reasons["1013_mywork.ipynb"]
+    assert "--student ID" in reasons["my_homework.ipynb"]
+    saved = json.loads((course.reports_dir / "collect.json").read_text())
+    assert {r["file"]: r["student"] for r in saved["rejected"]} == owners
+
+
+def test_a_file_of_nobody_s_stays_on_record_until_filed_for_its_student(course, tmp_path):
+    from autograder.collect import load_collect_log, nobodys_files
+
+    download = write_tree(tmp_path / "flat", {"1011_mywork.ipynb": notebook_bytes("1011 mine"),
+                                              "1020_02-shapes-and-loss.ipynb": notebook_bytes("1020 02")})
+    collect(course, download)
+    assert [r["file"] for r in nobodys_files(load_collect_log(course))] == ["1011_mywork.ipynb"]
+    collect(course, write_tree(tmp_path / "other", {"1020_02-shapes-and-loss.ipynb": notebook_bytes("1020 02")}))
+    assert [r["file"] for r in nobodys_files(load_collect_log(course))] == ["1011_mywork.ipynb"]  # still nobody's
+    alone = write_tree(tmp_path / "alone", {"1011_mywork.ipynb": (download / "1011_mywork.ipynb").read_bytes()})
+    report = collect(course, alone, student="1011")
+    assert report.students["1011"].status == "no valid notebook"  # the test release holds no exercises to match
+    assert nobodys_files(load_collect_log(course)) == []
