@@ -15,6 +15,7 @@ import copy
 import datetime as dt
 import difflib
 import functools
+import glob
 import hashlib
 import json
 import re
@@ -59,8 +60,8 @@ name are not filed.
 A download adds to what was collected before: its notebooks replace the student's earlier files
 for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand-in is kept in
 <course>/replaced/<student>/<its time>/). A file older than the one collected before for its
-notebook (an earlier download collected again) is rejected, not filed back over the newer one;
---replace-older files it anyway.
+notebook is not filed back over the newer one: the very file collected before and replaced since
+(an earlier download collected again) is ignored, any other is rejected; --replace-older files it anyway.
 A notebook over 50 MiB is filed with its outputs removed (grading runs the cells again); files
 over 512 MiB are not read, only rejected and copied.
 A hand-in's time is its newest file's: in a zip, the member's UTC time when the zipper recorded
@@ -994,13 +995,14 @@ def parse_time(text) -> dt.datetime | None:
 
 
 def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
-                     replace_older: bool = False) -> tuple[list[Filed], list[Record]]:
+                     replace_older: bool = False) -> tuple[list[Filed], list[Record], list[Record]]:
     """Split off each file older than the file of the same notebook collected before (earlier: the collect log's
-    students): an older download collected after a newer one must not put an earlier version back.
+    students): an older download collected after a newer one must not put an earlier version back. Return (files
+    to file, older files rejected, older files ignored: the very hand-in collected and replaced before).
     replace_older: keep them all (a genuine resubmission whose file time is earlier, e.g. a zip's)."""
     if replace_older:
-        return list(filed), []
-    kept, older = [], []
+        return list(filed), [], []
+    kept, older, seen_before = [], [], []
     for f in filed:
         before = parse_time(earlier.get(f.student, {}).get("file_times", {}).get(f.notebook, ""))
         on_file = course.step_dir("submitted", f.student) / f"{f.notebook}.ipynb"
@@ -1008,11 +1010,25 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
         if before is None or f.entry.mtime >= before or not on_file.is_file() or filed_bytes(f) == on_file.read_bytes():
             kept.append(f)
             continue
+        if where := replaced_copy(course, f):  # an earlier download collected again: nothing new to look at
+            seen_before.append(Record(str(f.entry.path), (
+                f"collected before and since replaced by a newer {f.notebook}.ipynb ({before:%Y-%m-%d %H:%M} UTC, "
+                f"which stays filed); this file is kept in {where}"), f.student))
+            continue
         older.append(Record(str(f.entry.path), (
             f"older ({f.entry.mtime:%Y-%m-%d %H:%M} UTC) than the {f.notebook}.ipynb collected before "
             f"({before:%Y-%m-%d %H:%M} UTC), which stays filed; to file this one instead, collect again with "
             "--replace-older"), f.student))
-    return kept, older
+    return kept, older, seen_before
+
+
+def replaced_copy(course: Course, f: Filed) -> Path | None:
+    """The folder under <course>/replaced/<student>/ whose copy of f's notebook has f's bytes, or None."""
+    data = filed_bytes(f)
+    for copy in sorted(course.replaced_dir.glob(f"{glob.escape(f.student)}/*/{glob.escape(f.notebook)}.ipynb")):
+        if copy.is_file() and copy.read_bytes() == data:
+            return copy.parent
+    return None
 
 
 COLLECTED_EARLIER = "(collected earlier)"  # a filed notebook's file, in a record from before collect kept its name
@@ -1181,8 +1197,9 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
-        filed, older = older_than_filed(course, filed, earlier, replace_older)
+        filed, older, seen_before = older_than_filed(course, filed, earlier, replace_older)
         rejected += older  # report.rejected is this list
+        ignored += seen_before  # and report.ignored this one
         keep_rejected_copies(course, entries, rejected)
         with course.gradebook() as gb:
             for sid in sorted(seen):

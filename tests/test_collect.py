@@ -826,12 +826,20 @@ def test_an_older_download_collected_after_a_newer_one_does_not_put_the_older_fi
     assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": notebook_bytes("v2"),
                                           "00-vectors-shapes-and-gradients.ipynb": notebook_bytes("00")}
     assert stamp_of(course, "alice") == stamp
-    (older,) = [r for r in again.rejected if r.student == "alice"]
+    # v1 is the very file collected first and replaced since: nothing to look at again, so not called rejected
+    assert again.rejected == []
+    (seen,) = [r for r in again.ignored if r.student == "alice"]
+    assert seen.file == "alice/02-shapes-and-loss.ipynb" and seen.reason.startswith(
+        "collected before and since replaced by a newer 02-shapes-and-loss.ipynb (2027-01-19 23:06 UTC, which stays "
+        f"filed); this file is kept in {course.replaced_dir / 'alice'}"), seen
+    # an older file never collected is rejected, with how to file it after all
+    stale = download("stale", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("v0")}, 1_800_000_000)
+    (older,) = [r for r in collect(course, stale).rejected if r.student == "alice"]
     assert older.file == "alice/02-shapes-and-loss.ipynb"
     assert older.reason.startswith("older (2027-01-15 08:00 UTC) than the 02-shapes-and-loss.ipynb collected before "
                                    "(2027-01-19 23:06 UTC), which stays filed; to file this one instead, collect again with "
                                    "--replace-older"), older
-    assert Path(older.copy).read_bytes() == notebook_bytes("v1")  # kept, as any file not filed is
+    assert Path(older.copy).read_bytes() == notebook_bytes("v0")  # kept, as any file not filed is
     # the same file read with an earlier time (collected again with TZ set, say) is filed, and its time corrected
     shifted = download("shifted", {"alice/Copy of 02-shapes-and-loss.ipynb": notebook_bytes("v2")}, 1_800_300_000)
     assert collect(course, shifted).rejected == []
