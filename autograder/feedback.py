@@ -401,6 +401,14 @@ opened and run in Jupyter, and ask your instructor to collect it again.</p>
     return pages
 
 
+def remove_pages(course: Course, student: str) -> int:
+    """Delete the student's feedback pages (a student whose hand-in or grading changed since); return how many."""
+    pages = sorted(course.step_dir("feedback", student).glob("*.html"))
+    for page in pages:
+        page.unlink()
+    return len(pages)
+
+
 def feedback(course: Course, students: list[str] | None = None, workers: int | None = None,
              mathjax_url: str | None = None) -> FeedbackResult:
     """Write feedback for every graded student (or the ones named), `workers` students at a time, and check
@@ -448,6 +456,11 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         result.errors[student] = "grading pending (e.g. after a release with new tests): no feedback written; " \
                                  "run `python -m autograder grade` first"
         graded.remove(student)
+    for student in sorted(result.errors):  # their earlier pages show a grading that no longer stands
+        if removed := remove_pages(course, student):
+            pages = "its earlier page" if removed == 1 else f"the {removed} earlier pages"
+            result.errors[student] += (f"; removed {pages} in {course.step_dir('feedback', student)}, "
+                                       "of the grading that no longer stands")
     # nbgrader fails on a folder without notebooks (every notebook rejected): such students get only the pages below
     graded = [s for s in graded if any(course.step_dir("autograded", s).glob("*.ipynb"))]
     if graded:

@@ -965,8 +965,13 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         assert not_graded(course.reports_dir / "grades.csv") == ["perfect"]
         assert rows["partial"]["status"] != "not graded" and "handed in again" not in rows["partial"]["notes"]
         assert float(rows["partial"]["score"]) > 0
+        earlier = sorted(course.step_dir("feedback", "perfect").glob("*.html"))
+        assert earlier, "the shared class has feedback for perfect"
         result = feedback(course, students=["perfect", "partial"])
         assert "handed in again after grading" in result.errors["perfect"]
+        # the earlier pages showed the grades of the replaced hand-in: a student must not be sent them
+        assert f"removed the {len(earlier)} earlier pages" in result.errors["perfect"], result.errors["perfect"]
+        assert not any(p.exists() for p in earlier)
         assert {p.parent.parent.name for p in result.written} == {"partial"}
     finally:
         shutil.rmtree(build, ignore_errors=True)
