@@ -120,11 +120,13 @@ def check_build_folder(root: Path, create: bool = True) -> None:
     if create and nested:  # release would make a second course inside the first
         raise AutograderError(f"{root.parent} is a course folder itself: give --build {root.parent.parent}, the folder "
                               "that holds course/")
+    if not create and nested:  # the course is there, one level up: releasing again is the wrong advice
+        raise AutograderError(f"{root.parent} is a course folder itself: give --build {root.parent.parent}, the folder "
+                              f"that holds course/ (there is no course in {root.parent}: {root} does not exist)")
     if not create and not root.is_dir():
-        hint = (f"; {root.parent} is a course folder itself: give --build {root.parent.parent}" if nested else
-                "; --build (or $PART_II_BUILD) names the folder that holds course/")
         raise AutograderError(f"there is no course in {root.parent} ({root} does not exist): run "
-                              f"`python -m autograder release` first{hint}")
+                              "`python -m autograder release` first; --build (or $PART_II_BUILD) names the folder "
+                              "that holds course/")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

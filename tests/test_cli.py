@@ -570,8 +570,10 @@ def test_a_course_folder_given_as_build_gets_a_hint_and_no_folder_is_made(tmp_pa
     for command in ("grade", "feedback", "export"):
         code, err, _ = run([command, "--build", str(course)], capsys)
         assert code == 2, err
-        assert f"there is no course in {course} ({course}/course does not exist)" in err, err
-        assert f"{course} is a course folder itself: give --build {course.parent}" in err, err
+        # the right advice first, and not "run release first": the course is there (found by review)
+        assert err.startswith(f"python -m autograder {command}: error: {course} is a course folder itself: give "
+                              f"--build {course.parent}, the folder that holds course/"), err
+        assert f"there is no course in {course}: {course}/course does not exist" in err and "release" not in err, err
     # release would build a second course in course/course
     code, err, _ = run(["release", "--build", str(course)], capsys)
     assert code == 2 and f"{course} is a course folder itself: give --build {course.parent}, the folder" in err, err
