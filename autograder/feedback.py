@@ -105,6 +105,8 @@ class GetGradesNotingPending(GetGrades):
 
     tampered = Dict(help="{notebook: [grade ids of test cells changed, of those deleted]} of this student"
                     ).tag(config=True)
+    graded_from = Dict(help="{notebook: the student's file it was graded from} where that file is named otherwise"
+                       ).tag(config=True)
 
     def preprocess(self, nb, resources):
         """Scores and comments from the gradebook; notes first: late, provisional score, test cells put back."""
@@ -112,6 +114,8 @@ class GetGradesNotingPending(GetGrades):
         nb, resources = super().preprocess(nb, resources)
         if self.notebook_id in self.tampered:
             nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
+        if self.notebook_id in self.graded_from:
+            nb.cells.insert(0, new_markdown_cell(graded_from_note(self.graded_from[self.notebook_id], self.notebook_id)))
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
         if failed_tests(nb):
@@ -160,6 +164,23 @@ def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = F
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
     return (f"**Handed in late.** Your hand-in is dated {handed_in:%Y-%m-%d %H:%M} UTC, {late_by(seconds)} after "
             f"{'your extended' if extended else 'the'} due date ({due:%Y-%m-%d %H:%M} UTC). {cost}")
+
+
+def markdown_literal(text: str) -> str:
+    """text (a student's file name) as markdown that renders it verbatim: no markup, no HTML."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!<>|~&$:])", r"\\\1", text)
+
+
+def graded_from_note(file: str, notebook: str) -> str:
+    """The note opening a page graded from a file named otherwise (file: its path in the download) -> markdown."""
+    return (f"**Graded from your file {markdown_literal(file)}.** It is named otherwise, but it holds the exercises of "
+            f"{notebook}, so this page grades it as {notebook}.ipynb. Next time save it under that name.")
+
+
+def graded_from_files(student: str, notebooks: list[str], collect_log: dict) -> dict[str, str]:
+    """{notebook: file} of the student's filed notebooks whose file (in the download) is named otherwise."""
+    filed = collect_log["students"].get(student, {}).get("notebooks", {})
+    return {nb: file for file, nb in moved_files(filed, notebooks).items()}
 
 
 def tampered_note(edited: list[str], deleted: list[str]) -> str:
@@ -321,26 +342,28 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
 
 
 def generate_for(course: Course, student: str, mathjax_url: str | None,
-                 released_tests: dict[str, set[str]]) -> list[Path]:
+                 released_tests: dict[str, set[str]], graded_from: dict[str, str] | None = None) -> list[Path]:
     """Run nbgrader's GenerateFeedback for one student; return the HTML files.
-    released_tests: released_test_ids(course), read once for all the students rendered."""
+    released_tests: released_test_ids(course), read once for all the students rendered;
+    graded_from: graded_from_files() of this student."""
     from nbgrader.converters import GenerateFeedback
 
     config = _feedback_config(course, mathjax_url)
     config.GetGradesNotingPending.tampered = {nb: [edited, deleted] for nb, (edited, deleted)
                                               in tampered_cells(course, student, released_tests).items()}
+    config.GetGradesNotingPending.graded_from = graded_from or {}
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()
     return sorted(course.step_dir("feedback", student).glob("*.html"))
 
 
-def _generate_safely(course: Course, student: str, mathjax_url: str | None,
-                     released_tests: dict[str, set[str]]) -> tuple[list[Path], str | None]:
+def _generate_safely(course: Course, student: str, mathjax_url: str | None, released_tests: dict[str, set[str]],
+                     graded_from: dict[str, str] | None = None) -> tuple[list[Path], str | None]:
     """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
     quiet_nbgrader_logs()
     try:
-        return generate_for(course, student, mathjax_url, released_tests), None
+        return generate_for(course, student, mathjax_url, released_tests, graded_from), None
     except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
         doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
@@ -464,7 +487,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     # nbgrader fails on a folder without notebooks (every notebook rejected): such students get only the pages below
     graded = [s for s in graded if any(course.step_dir("autograded", s).glob("*.ipynb"))]
     if graded:
-        render(course, graded, signatures, workers, result, mathjax_url)
+        render(course, graded, signatures, workers, result, mathjax_url,
+               {s: graded_from_files(s, notebooks, collect_log) for s in graded})
     for student in (s for s in known if s not in result.errors):  # after nbgrader, which rewrites the folder
         reasons = not_graded_reasons(student, notebooks, collect_log, jobs.get(student))
         rendered = {p.stem for p in result.written if p.parent.parent.name == student}
@@ -479,8 +503,9 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
 
 
 def render(course: Course, graded: list[str], signatures: set[str], workers: int | None, result: FeedbackResult,
-           mathjax_url: str | None = None) -> None:
-    """nbgrader's feedback pages for the graded students, `workers` at a time, into result (leaky pages withheld)."""
+           mathjax_url: str | None = None, graded_from: dict[str, dict[str, str]] | None = None) -> None:
+    """nbgrader's feedback pages for the graded students, `workers` at a time, into result (leaky pages withheld);
+    graded_from: {student: graded_from_files()}."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -488,7 +513,8 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
     released_tests = released_test_ids(course)  # read the release once, not once per student
     n = len(graded)
     with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx) as pool:
-        outcomes = list(pool.map(_generate_safely, [course] * n, graded, [mathjax_url] * n, [released_tests] * n))
+        outcomes = list(pool.map(_generate_safely, [course] * n, graded, [mathjax_url] * n, [released_tests] * n,
+                                 [(graded_from or {}).get(s, {}) for s in graded]))
     for student, (files, error) in zip(graded, outcomes):
         if error:
             result.errors[student] = error

@@ -762,12 +762,14 @@ def test_an_os_error_that_is_no_refusal_keeps_its_traceback(monkeypatch):
 
 def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_export_lists_nobody_s(
         tmp_path, capsys, monkeypatch):
-    """carol_mywork.ipynb is carol's (carol_00-….ipynb names her) and holds 02's exercises: filed as 02. Nobody else
-    is named 1011, so 1011_mywork.ipynb stays nobody's: collect says how to file it, export that grades.csv lacks it."""
+    """carol_mywork.ipynb is carol's (carol_00-….ipynb names her) and holds 02's exercises: filed as 02, and its
+    feedback page says so. Nobody else is named 1011, so 1011_mywork.ipynb stays nobody's: collect says how to file
+    it, export that grades.csv lacks it."""
     import csv
     import shutil
 
-    from shared_builds import released_build
+    from autograder.feedback import page_text
+    from shared_builds import released_build, sandbox_works
 
     released, _ = released_build()
     build = tmp_path / "build"
@@ -784,8 +786,18 @@ def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_e
     assert "carol_mywork.ipynb -> 02-shapes-and-loss.ipynb" in out, out
     assert "1011_mywork.ipynb: wrong name" in out and "--student 1011" in out, out
     assert (build / "course" / "submitted" / "carol" / "part-ii" / "02-shapes-and-loss.ipynb").exists()
+    code, err, out = run(["grade", "--build", str(build), *([] if sandbox_works() else ["--no-sandbox"])], capsys)
+    assert code == 0, err + out
+    code, err, out = run(["feedback", "--build", str(build)], capsys)
+    assert code == 0, err + out
+    pages = build / "course" / "feedback" / "carol" / "part-ii"
+    # the page says which of her files it grades, where the name does not say it
+    note = ("Graded from your file carol_mywork.ipynb. It is named otherwise, but it holds the exercises of "
+            "02-shapes-and-loss, so this page grades it as 02-shapes-and-loss.ipynb.")
+    assert note in page_text((pages / "02-shapes-and-loss.html").read_text(encoding="utf-8"))
+    assert "Graded from your file" not in (pages / "00-vectors-shapes-and-gradients.html").read_text(encoding="utf-8")
     code, err, out = run(["export", "--build", str(build)], capsys)
-    assert code == 1, err + out  # carol is not graded yet
+    assert code == 0, err + out
     assert "1 rejected file is no student's, so grades.csv has no row for it" in out, out
     assert "  1011_mywork.ipynb: wrong name" in out, out
     with open(build / "course" / "reports" / "grades.csv", newline="", encoding="utf-8") as fh:

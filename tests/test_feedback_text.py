@@ -359,3 +359,17 @@ def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monke
     monkeypatch.setattr(feedback, "generate_for", vanish)
     _, reason = feedback._generate_safely(None, "ann", None, {})
     assert reason == "file system error on /course/autograded/ann/part-ii/x.ipynb: No such file or directory"
+
+
+@pytest.mark.parametrize("name", ["ann/my_work_*final*.ipynb", "<img src=x onerror=alert(1)>.ipynb",
+                                  "`code` [link](http://x) &amp; \\\\ #1.ipynb"])
+def test_the_file_a_page_was_graded_from_is_named_verbatim_without_markup_or_html(name):
+    """A student chooses the file name: the note must show it as typed, never as markdown or HTML."""
+    from autograder.feedback import graded_from_note
+
+    note = nbformat.v4.new_markdown_cell(graded_from_note(name, "02-shapes-and-loss"))
+    body, _ = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[note]))
+    text = page_text(body)
+    assert f"Graded from your file {name}. It is named otherwise, but it holds the exercises of 02-shapes-and-loss" \
+           in text, text[-600:]
+    assert "<img" not in body and "<a href" not in body and "<em>" not in body
