@@ -2,12 +2,15 @@
 
 ``grades.csv`` starts with nbgrader's own export columns (assignment, duedate, timestamp,
 student_id, last_name, first_name, email, raw_score, late_submission_penalty, score,
-max_score), then one score column per notebook, the number of cells still waiting for a
-human grader, a status and the reasons behind it (rejected or missing files, notebooks
-that could not be graded, grading errors). Status is one of graded, incomplete (graded,
-with reasons to look at), error, not graded (scores left empty, not 0), no valid notebook (files handed in, none
-gradable: the notes name each file and why) and no submission. Manual scores given in formgrader are part
-of every score. ``grades-per-cell.csv`` has one row per student and graded cell.
+max_score; duedate and timestamp in UTC, as nbgrader keeps them), then one score column per
+notebook, the number of cells still waiting for a human grader, how many seconds after the due
+date (or the student's extension) the hand-in came (0: on time or no due date), a status and the
+reasons behind it (rejected or missing files, notebooks that could not be graded, grading errors).
+Status is one of graded, awaiting manual grading (graded, but cells wait for a grader in formgrader:
+the score can still rise), incomplete (graded, with reasons to look at), error, not graded (scores
+left empty, not 0), no valid notebook (files handed in, none gradable: the notes name each file and
+why) and no submission. Manual scores given in formgrader are part of every score.
+``grades-per-cell.csv`` has one row per student and graded cell.
 """
 
 from __future__ import annotations
@@ -182,7 +185,8 @@ def export(course: Course) -> list[Path]:
             if submission is None or status in ("no submission", "not graded"):
                 # not graded: empty, not 0, so that an upload to the LMS cannot pass it off as a score
                 zero = "" if status == "not graded" else "0"
-                row.update(timestamp="", raw_score=zero, late_submission_penalty=zero, score=zero, needs_manual_grading="")
+                row.update(timestamp="", raw_score=zero, late_submission_penalty=zero, score=zero, needs_manual_grading="",
+                           seconds_late="")
                 row.update({nb: "" for nb in notebooks})
             else:
                 penalty = submission.late_submission_penalty or 0.0
@@ -207,6 +211,9 @@ def export(course: Course) -> list[Path]:
                                       "needs_manual_grade": str(bool(grade.needs_manual_grade)).lower(),
                                       "result": cell_result(grade, kind, statuses.get(nb.name, "graded"))})
                 row["needs_manual_grading"] = str(waiting)
+                row["seconds_late"] = _fmt(int(submission.total_seconds_late or 0))
+                if waiting and status == "graded":  # the score can still rise: not final
+                    status = "awaiting manual grading"
             row["status"] = status
             row["notes"] = "; ".join(notes)
             rows.append(row)
@@ -215,7 +222,7 @@ def export(course: Course) -> list[Path]:
     course.reports_dir.mkdir(parents=True, exist_ok=True)
     grades_csv = course.reports_dir / "grades.csv"
     cells_csv = course.reports_dir / "grades-per-cell.csv"
-    _write_csv(grades_csv, NBGRADER_COLUMNS + notebooks + ["needs_manual_grading", "status", "notes"], rows)
+    _write_csv(grades_csv, NBGRADER_COLUMNS + notebooks + ["needs_manual_grading", "seconds_late", "status", "notes"], rows)
     _write_csv(cells_csv, CELL_COLUMNS, cells)
     return [grades_csv, cells_csv]
 

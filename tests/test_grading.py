@@ -175,6 +175,11 @@ def test_totals_in_the_csv_match_the_metadata(graded):
         if kind == "grade" and values[2]:
             waiting[student] = waiting.get(student, 0) + 1
     assert waiting, "the sample class has written answers to grade by hand"
+    for student, row in rows.items():  # a score that a grader can still raise is not called graded
+        assert (row["status"] in ("graded", "awaiting manual grading")) <= (row["needs_manual_grading"] != ""), row
+        assert row["status"] != "graded" or student not in waiting, row
+        assert row["status"] != "awaiting manual grading" or int(row["needs_manual_grading"]) == waiting[student], row
+    assert rows["perfect"]["status"] == "awaiting manual grading", rows["perfect"]
     export_run = graded["outputs"]["export"]["stdout"]
     assert f"{sum(waiting.values())} cells of {len(waiting)} students wait for a grader in formgrader" in export_run, export_run
     # the notebook 'broken' handed in damaged was rejected: its cells were not failed, they were never handed in
@@ -1008,9 +1013,10 @@ def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_r
             export(course)
         rows = read_grades(course)
         assert rows["perfect"]["duedate"] == str(due)
+        assert rows["perfect"]["seconds_late"] == str(int((stamps["perfect"] - due).total_seconds()))
         assert "handed in 2 h 3 min after the due date (the score is not reduced for it)" in rows["perfect"]["notes"]
         for student, stamp in stamps.items():
-            if rows[student]["status"] in ("graded", "incomplete"):
+            if rows[student]["status"] in ("graded", "awaiting manual grading", "incomplete"):
                 assert ("after the due date" in rows[student]["notes"]) == (stamp > due), rows[student]
             assert rows[student]["score"] == before[student]["score"], student
         from autograder.feedback import feedback
