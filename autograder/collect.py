@@ -18,6 +18,7 @@ import functools
 import glob
 import hashlib
 import json
+import os
 import re
 import shutil
 import struct
@@ -112,6 +113,7 @@ class Entry:
     opener: object = None
     size: int = -1
     unreadable: str | None = None
+    wall_clock: bool = False  # mtime is a zip's DOS time: the zipper's wall clock, read in this machine's zone
 
     def __post_init__(self):
         if self.size < 0:
@@ -164,6 +166,8 @@ class CollectReport:
     rejected: list[Record] = field(default_factory=list)
     ignored: list[Record] = field(default_factory=list)
     unwrapped: list[str] = field(default_factory=list)  # folders above the student level that were dropped
+    wall_clock: int = 0  # filed files whose time is a wall-clock time (a zip's DOS time, a Blackboard name's) ...
+    zone: str | None = None  # ... read in this zone (local_zone())
 
 
 # --- reading the download -------------------------------------------------------------
@@ -188,18 +192,19 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
             if name.is_absolute() or ".." in name.parts:
                 rejected.append(Record(str(name), "unsafe path inside the zip (absolute or with '..'); not extracted"))
                 continue
-            mtime = zip_member_time(info, zip_time)
+            mtime, wall = zip_member_time(info, zip_time)
             if info.file_size > MAX_READ_BYTES:
                 opener = functools.partial(_open_zip_member, path, info.filename)
-                entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size))
+                entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size, wall_clock=wall))
                 continue
             try:
                 data = zf.read(info)
             except (*ZIP_MEMBER_ERRORS, OSError) as exc:
                 # rejected in classify, which can still tell whose file it was from its path
-                entries.append(Entry(name, b"", mtime, unreadable=f"cannot be read from the zip: {unreadable_member(exc)}"))
+                entries.append(Entry(name, b"", mtime, unreadable=f"cannot be read from the zip: {unreadable_member(exc)}",
+                                     wall_clock=wall))
                 continue
-            entries.append(Entry(name, data, mtime))
+            entries.append(Entry(name, data, mtime, wall_clock=wall))
     return entries, rejected
 
 
@@ -236,8 +241,8 @@ def member_name(info: zipfile.ZipInfo) -> str:
     return info.filename
 
 
-def zip_member_time(info: zipfile.ZipInfo, fallback: dt.datetime) -> dt.datetime:
-    """When a zip member was last changed, in UTC.
+def zip_member_time(info: zipfile.ZipInfo, fallback: dt.datetime) -> tuple[dt.datetime, bool]:
+    """(when a zip member was last changed, in UTC; whether that was read from the zipper's wall clock).
 
     The Unix or NTFS extra field when the zipper wrote one (both are UTC); else the DOS time,
     which is the zipper's wall clock, read as this machine's local time (TZ); fallback when
@@ -246,17 +251,17 @@ def zip_member_time(info: zipfile.ZipInfo, fallback: dt.datetime) -> dt.datetime
     for tag, data in _extra_fields(info.extra):
         try:
             if tag == UNIX_TIME_FIELD and len(data) >= 5 and data[0] & 1:
-                return dt.datetime.fromtimestamp(struct.unpack_from("<i", data, 1)[0], tz=dt.timezone.utc)
+                return dt.datetime.fromtimestamp(struct.unpack_from("<i", data, 1)[0], tz=dt.timezone.utc), False
             if tag == NTFS_TIME_FIELD:
                 for attr, value in _extra_fields(data[4:]):  # after 4 reserved bytes; attribute 1: mtime, atime, ctime
                     if attr == 1 and len(value) >= 8:
-                        return NTFS_EPOCH + dt.timedelta(microseconds=struct.unpack_from("<Q", value)[0] // 10)
+                        return NTFS_EPOCH + dt.timedelta(microseconds=struct.unpack_from("<Q", value)[0] // 10), False
         except (OverflowError, OSError, ValueError):
             continue  # a time no datetime can hold: try the next field, then the DOS time
     try:
-        return dt.datetime(*info.date_time).astimezone(dt.timezone.utc)
+        return dt.datetime(*info.date_time).astimezone(dt.timezone.utc), True
     except (OverflowError, OSError, ValueError):
-        return fallback
+        return fallback, False
 
 
 def _extra_fields(extra: bytes) -> list[tuple[int, bytes]]:
@@ -831,7 +836,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
         except NotANotebook as exc:
             rejected.append(Record(str(e.path), wrong_name or str(exc), student))
             continue
-        filed.append(Filed(Entry(e.path, e.data, timestamp or e.mtime), student, notebook, nb, note, named))
+        when = Entry(e.path, e.data, timestamp or e.mtime, wall_clock=e.wall_clock or timestamp is not None)
+        filed.append(Filed(when, student, notebook, nb, note, named))
     return filed, rejected, ignored, seen
 
 
@@ -1201,6 +1207,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         rejected += older  # report.rejected is this list
         ignored += seen_before  # and report.ignored this one
         keep_rejected_copies(course, entries, rejected)
+        report.wall_clock = sum(f.entry.wall_clock for f in filed)
+        report.zone = local_zone() if report.wall_clock else None
         with course.gradebook() as gb:
             for sid in sorted(seen):
                 gb.update_or_create_student(sid)
@@ -1212,6 +1220,12 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
         save_report(course, report)
     return report
+
+
+def local_zone() -> str:
+    """This machine's time zone as collect reads wall-clock times in it: 'Asia/Shanghai (UTC+0800)'."""
+    now = dt.datetime.now().astimezone()
+    return f"{os.environ.get('TZ') or now.tzname()} (UTC{now:%z})"
 
 
 def no_student_files(path: Path, entries: list[Entry], rejected: list[Record], ignored: list[Record]) -> str:
@@ -1272,6 +1286,10 @@ def print_report(report: CollectReport) -> None:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")
         for s, where in replaced:
             print(f"  {s}: {where}")
+    if n := report.wall_clock:
+        print(f"hand-in times: {n} {'file carries' if n == 1 else 'files carry'} only a wall-clock time (a zip's DOS "
+              f"time, or a Blackboard file name's), read in this machine's time zone, {report.zone}; if the LMS "
+              "server's zone differs, collect again with TZ set to it, e.g. TZ=Asia/Shanghai")
     if report.rejected:
         print(f"rejected files ({len(report.rejected)}), copies kept in the course's rejected/ folder:")
         for r in report.rejected:

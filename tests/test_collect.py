@@ -108,9 +108,10 @@ def test_ids_in_file_names_canvas_blackboard_and_plain(course, tmp_path):
 def test_a_blackboard_name_s_time_is_the_server_s_wall_clock(course, tmp_path, monkeypatch):
     """Blackboard writes its local time into the name: in Beijing, 10:00 there is 02:00 UTC."""
     set_time_zone(monkeypatch, "Asia/Shanghai")
-    collect(course, write_tree(tmp_path / "bb", {
+    report = collect(course, write_tree(tmp_path / "bb", {
         "Part II_jsmith_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb": notebook_bytes("smith")}))
     assert stamp_of(course, "jsmith") == "2026-03-01 02:00:00.000000 UTC"
+    assert report.wall_clock == 1
 
 
 def test_a_blackboard_name_with_no_real_date_gets_the_file_s_time(course, tmp_path, monkeypatch):
@@ -122,6 +123,7 @@ def test_a_blackboard_name_with_no_real_date_gets_the_file_s_time(course, tmp_pa
         os.utime(f, (saved, saved))
     report = collect(course, folder)
     assert sorted(report.students) == ["kim", "lee"] and not report.rejected
+    assert report.wall_clock == 0  # the files' own times, in UTC
     assert stamp_of(course, "kim") == stamp_of(course, "lee") == "2026-04-05 06:07:08.000000 UTC"
 
 
@@ -157,7 +159,7 @@ def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_
     assert sorted(course.submitted_students()) == ["4711", "4712", "4713"]
 
 
-def test_zip_times_are_read_in_utc_when_the_zip_says_so_else_as_local_time(course, tmp_path, monkeypatch):
+def test_zip_times_are_read_in_utc_when_the_zip_says_so_else_as_local_time(course, tmp_path, monkeypatch, capsys):
     """Info-ZIP's Unix field and the NTFS field are UTC; a bare DOS time is the zipper's wall clock."""
     written = dt.datetime(2026, 3, 1, 2, 0, 0, tzinfo=dt.timezone.utc)  # 10:00 in Beijing
     unix = struct.pack("<HHBi", 0x5455, 5, 1, int(written.timestamp()))
@@ -170,9 +172,17 @@ def test_zip_times_are_read_in_utc_when_the_zip_says_so_else_as_local_time(cours
             info.extra = extra
             zf.writestr(info, notebook_bytes(student))
     set_time_zone(monkeypatch, "Asia/Shanghai")
-    collect(course, zpath)
+    report = collect(course, zpath)
     assert {s: stamp_of(course, s) for s in ("unix", "ntfs", "dos")} == dict.fromkeys(
         ("unix", "ntfs", "dos"), "2026-03-01 02:00:00.000000 UTC")
+    # only the DOS time depended on the zone: collect says which zone it assumed, and how to change it
+    assert (report.wall_clock, report.zone) == (1, "Asia/Shanghai (UTC+0800)")
+    from autograder.collect import print_report
+
+    print_report(report)
+    assert ("hand-in times: 1 file carries only a wall-clock time (a zip's DOS time, or a Blackboard file name's), "
+            "read in this machine's time zone, Asia/Shanghai (UTC+0800); if the LMS server's zone differs, collect "
+            "again with TZ set to it") in capsys.readouterr().out
 
 
 def test_a_zip_member_without_a_valid_date_gets_the_zip_s_time(course, tmp_path):
@@ -184,6 +194,7 @@ def test_a_zip_member_without_a_valid_date_gets_the_zip_s_time(course, tmp_path)
     os.utime(zpath, (downloaded.timestamp(), downloaded.timestamp()))
     report = collect(course, zpath)
     assert submitted(course, "kim") == {"02-shapes-and-loss.ipynb": notebook_bytes("k")} and not report.rejected
+    assert report.wall_clock == 0  # the zip file's own time is UTC
     assert stamp_of(course, "kim") == "2026-04-05 06:07:08.000000 UTC"
 
 
