@@ -107,6 +107,12 @@ def fast_new_gradebooks() -> None:
     nbgrader.api.get_alembic_version = alembic_head
 
 
+def build_option(course: "Course") -> str:
+    """' --build DIR' to repeat in a suggested command when the course is not in the default build/ ('' when it is)."""
+    build = Path(course.root).resolve().parent
+    return "" if build == (REPO / "build").resolve() else f" --build {build}"
+
+
 def check_build_folder(root: Path, create: bool = True) -> None:
     """Raise AutograderError when a file stands where the course root or one of its folders must be, or the
     course root cannot be created (a read-only place, /proc, a missing drive); without create, when it is missing."""

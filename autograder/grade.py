@@ -41,7 +41,7 @@ from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, cr
 
 from .collect import _digest
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
-                     case_hint, fast_new_gradebooks, one_transaction)
+                     build_option, case_hint, fast_new_gradebooks, one_transaction)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 RETRIES = 1  # a worker that crashes (not a timeout) is started once more
@@ -827,3 +827,7 @@ def print_summary(course: Course, result: GradeResult) -> None:
     for student, problems in sorted(result.notebook_errors.items()):
         for notebook, reason in sorted(problems.items()):
             print(f"  {student}: {notebook} not gradable, scored 0: {reason}")
+    if result.graded:
+        build = build_option(course)
+        print(f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "
+              f"`python -m autograder export{build}` (grades.csv); free-text answers wait for a grader in formgrader")

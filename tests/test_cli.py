@@ -788,6 +788,8 @@ def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_e
     assert (build / "course" / "submitted" / "carol" / "part-ii" / "02-shapes-and-loss.ipynb").exists()
     code, err, out = run(["grade", "--build", str(build), *([] if sandbox_works() else ["--no-sandbox"])], capsys)
     assert code == 0, err + out
+    assert (f"next: `python -m autograder feedback --build {build.resolve()}` (a page per student and notebook) and "
+            f"`python -m autograder export --build {build.resolve()}` (grades.csv)") in out, out
     code, err, out = run(["feedback", "--build", str(build)], capsys)
     assert code == 0, err + out
     pages = build / "course" / "feedback" / "carol" / "part-ii"
