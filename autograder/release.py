@@ -232,8 +232,21 @@ def notebook_title(nb) -> str:
     return next((text for cell in nb.cells if cell.cell_type == "markdown" for text in headings(cell.source)), "")
 
 
-def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
-    """The student's README.md: a row per release notebook (file, title, points), then set-up, work and hand-in."""
+BEIJING = zoneinfo.ZoneInfo("Asia/Shanghai")
+
+
+def due_date_text(due: dt.datetime | None) -> str:
+    """The student README's due-date sentence for a due date in naive UTC (None: no due date recorded)."""
+    if due is None:
+        return "截止时间以老师的通知为准。"
+    utc = due.replace(tzinfo=dt.timezone.utc)
+    return (f"截止时间：**{utc.astimezone(BEIJING):%Y-%m-%d %H:%M}（北京时间）**，即 {utc:%Y-%m-%d %H:%M} UTC。"
+            "交卷时间按收到的文件时间计；晚交多久会被记录下来，如何处理由老师决定。")
+
+
+def student_readme(notebooks: list[Path], pins: dict[str, str], due: dt.datetime | None = None) -> str:
+    """The student's README.md: a row per release notebook (file, title, points), then set-up, work and hand-in
+    (with the due date, naive UTC, when one is recorded)."""
     rows = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
@@ -242,7 +255,7 @@ def student_readme(notebooks: list[Path], pins: dict[str, str]) -> str:
         rows.append(f"| `{path.name}` | {title} | {points:g} |")
     return STUDENT_README.read_text(encoding="utf-8").format(
         notebooks="\n".join(rows), torch_version=pins["torch"], cell_timeout=f"{DEFAULT_CELL_TIMEOUT:g}",
-        notebook_timeout=f"{DEFAULT_NOTEBOOK_TIMEOUT:g}")
+        notebook_timeout=f"{DEFAULT_NOTEBOOK_TIMEOUT:g}", due_date=due_date_text(due))
 
 
 def student_nbgrader_config() -> str:
@@ -260,7 +273,7 @@ def write_bundle(course: Course) -> tuple[Path, Path]:
     pins = pinned_versions()
     requirements = student_requirements(pins)
     files = {rel: src.read_bytes() for src, rel in _bundle_files(course)}
-    files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins).encode()
+    files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins, due_date_of(course)).encode()
     files["requirements.txt"] = requirements.encode()
     files["nbgrader_config.py"] = student_nbgrader_config().encode()
     if course.bundle_dir.exists():

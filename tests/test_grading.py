@@ -1010,6 +1010,8 @@ def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_r
             assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC ({typed} Asia/Shanghai as given)" in capsys.readouterr().out
             assert main(["release", "--build", str(build)]) == 0  # no --due-date: the recorded one stays
             assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC" in capsys.readouterr().out
+            readme = (course.bundle_dir / "README.md").read_text(encoding="utf-8")  # the students read it too
+            assert f"截止时间：**{shanghai:%Y-%m-%d %H:%M}（北京时间）**，即 {due:%Y-%m-%d %H:%M} UTC。" in readme
             export(course)
         rows = read_grades(course)
         assert rows["perfect"]["duedate"] == str(due)

@@ -349,3 +349,16 @@ def test_the_student_pins_come_only_from_plain_name_version_lines(tmp_path):
         assert pinned_versions(path)["torch"] is None, bad
         with pytest.raises(AutograderError, match="no plain pin .* of torch"):
             student_requirements(pinned_versions(path))
+
+
+def test_the_student_readme_gives_the_due_date_in_beijing_time_and_utc():
+    """The gradebook keeps naive UTC; students read Beijing time (UTC+8, no daylight saving since 1991)."""
+    import datetime as dt
+
+    from autograder.release import due_date_text
+
+    assert due_date_text(dt.datetime(2026, 3, 1, 15, 59)).startswith(
+        "截止时间：**2026-03-01 23:59（北京时间）**，即 2026-03-01 15:59 UTC。")
+    assert due_date_text(dt.datetime(2026, 12, 31, 20, 30)).startswith(
+        "截止时间：**2027-01-01 04:30（北京时间）**，即 2026-12-31 20:30 UTC。")  # the next day, and year, there
+    assert due_date_text(None) == "截止时间以老师的通知为准。"
