@@ -30,6 +30,7 @@ student who handed in anything has a page for every notebook.
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import html
 import json
@@ -162,8 +163,16 @@ def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = F
     includes the student's extension, when extended) -> markdown."""
     cost = (f"It costs {penalty:g} points (the late penalty)." if penalty else
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
-    return (f"**Handed in late.** Your hand-in is dated {handed_in:%Y-%m-%d %H:%M} UTC, {late_by(seconds)} after "
-            f"{'your extended' if extended else 'the'} due date ({due:%Y-%m-%d %H:%M} UTC). {cost}")
+    return (f"**Handed in late.** Your hand-in is dated {both_clocks(handed_in)}, {late_by(seconds)} after "
+            f"{'your extended' if extended else 'the'} due date ({both_clocks(due)}). {cost}")
+
+
+def both_clocks(moment) -> str:
+    """'2026-03-01 16:03 UTC, 2026-03-02 00:03 Beijing time' for a naive UTC time (the student README's clocks)."""
+    from .release import BEIJING
+
+    utc = moment.replace(tzinfo=dt.timezone.utc)
+    return f"{utc:%Y-%m-%d %H:%M} UTC, {utc.astimezone(BEIJING):%Y-%m-%d %H:%M} Beijing time"
 
 
 def markdown_literal(text: str) -> str:

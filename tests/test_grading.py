@@ -1028,8 +1028,11 @@ def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_r
         assert pages
         for page in pages:  # the student is told too, on every page
             text = page_text(page.read_text(encoding="utf-8"))
-            assert (f"Handed in late. Your hand-in is dated {stamps['perfect']:%Y-%m-%d %H:%M} UTC, 2 h 3 min after the due "
-                    f"date ({due:%Y-%m-%d %H:%M} UTC). No late penalty is taken off the score above") in text, text[:1500]
+            beijing = dt.timedelta(hours=8)  # Asia/Shanghai, as the student README gives the due date
+            assert (f"Handed in late. Your hand-in is dated {stamps['perfect']:%Y-%m-%d %H:%M} UTC, "
+                    f"{stamps['perfect'] + beijing:%Y-%m-%d %H:%M} Beijing time, 2 h 3 min after the due "
+                    f"date ({due:%Y-%m-%d %H:%M} UTC, {shanghai:%Y-%m-%d %H:%M} Beijing time). No late penalty is taken "
+                    "off the score above") in text, text[:1500]
         set_due_date(course, max(stamps.values()) + dt.timedelta(minutes=1))  # everyone on time
         with build_env(build):
             export(course)
