@@ -37,8 +37,10 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
   one folder per student      STUDENT/02-shapes-and-loss.ipynb (any depth below STUDENT/)
     Moodle folders            Full Name_12345_assignsubmission_file_/…   -> student 12345
   student id in the file name STUDENT_02-shapes-and-loss.ipynb (separator _ - . or space)
-    a name of its own         1011_mywork.ipynb -> student 1011 when the gradebook or another file of the
-                              download names 1011 (then filed as the notebook whose exercises it holds)
+    a name of its own         1011_mywork.ipynb or 1011.ipynb -> student 1011 when the gradebook or another
+                              file or folder of the download names 1011 (then filed as the notebook whose
+                              exercises it holds); a name like alice_mywork.ipynb could also be student
+                              alice_mywork's, so it needs --student
     Canvas                    name_12345_67890_02-shapes-and-loss-1.ipynb -> student name
                               (also name_late_12345_67890_…; a -N resubmission suffix is allowed)
     Blackboard                Part II_jdoe_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb -> student jdoe
@@ -90,6 +92,7 @@ MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a larger notebook is filed with its out
 MAX_READ_BYTES = 512 * 1024 * 1024  # a larger file is not read: rejected, with a copy kept
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
 UNIX_TIME_FIELD, NTFS_TIME_FIELD = 0x5455, 0x000A  # zip extra fields that hold UTC times
+RELEASE_WRITTEN = ("README.md", "requirements.txt", "nbgrader_config.py")  # files release writes into the bundle
 UNICODE_PATH_FIELD = 0x7075  # Info-ZIP's extra field with the UTF-8 name (version 1, CRC-32 of the stored name, name)
 UTF8_NAME_FLAG = 0x800  # general purpose bit 11: the stored name is UTF-8
 NTFS_EPOCH = dt.datetime(1601, 1, 1, tzinfo=dt.timezone.utc)
@@ -402,11 +405,22 @@ def blackboard_time(text: str) -> dt.datetime | None:
         return None
 
 
-def leading_ids(stem: str) -> list[str]:
-    """The student ids a file stem could start with, longest first: '1011_my-work' gives 1011_my, 1011 (an id may
-    itself hold '.', '_' or '-', so every prefix that ends before one of the separators _ - . or space)."""
-    cut = [m.start() for m in re.finditer(r"[_\-\s.]+", stem) if m.start() > 0 and m.end() < len(stem)]
-    return [s for s in dict.fromkeys(sanitize_id(stem[:i]) for i in reversed(cut)) if s]
+def own_name_ids(stem: str) -> tuple[str | None, str | None]:
+    """The two readings of a file name of its own as a student id: (the whole stem, '1011' of '1011 (1)'; the student
+    number before a last word, '1011' of '1011_mywork' or '2023-1011' of '2023-1011 作业'), each None when the name
+    gives none. The second needs a digit before and none after the last separator: '10_11' may be student 10_11,
+    and with 'zhang_san_mywork' no rule can tell student zhang's 'san_mywork' from a new student zhang_san's file."""
+    base = re.sub(rf"(?:{COPY_FORMS})$", "", stem, flags=re.IGNORECASE) or stem  # a browser's or LMS's copy mark
+    whole = sanitize_id(base)
+    m = re.fullmatch(r"(?P<id>.+?)[_\-\s.]+(?P<rest>[^_\-\s.]+)", base)
+    number = sanitize_id(m.group("id")) if m and re.search(r"\d", m.group("id")) and not re.search(r"\d", m.group("rest")) \
+        else None
+    return whole, number
+
+
+def own_name_owner(stem: str, claimable: frozenset[str] | set[str]) -> str | None:
+    """The student a file name of its own gives (see own_name_ids) when that student is in claimable; else None."""
+    return next((s for s in own_name_ids(stem) if s is not None and s in claimable), None)
 
 
 def lms_prefix(name: str) -> str | None:
@@ -751,7 +765,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     gradebook) or names another file of the download; otherwise nobody's, rejected with how to file it."""
     filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
-    claimable = known | {s for e in entries if len(e.path.parts) == 1 and (s := file_owner(e.path.name, notebooks)[0])}
+    claimable = known | {s for e in entries if (s := file_owner(e.path.name, notebooks)[0] if len(e.path.parts) == 1
+                                                else student_from_folder(e.path.parts[0]))}
     for e in entries:
         if _is_system(e.path):
             who = checkpoint_owner(e.path, notebooks, owner)
@@ -783,7 +798,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
         else:
             student, timestamp, origin = file_owner(e.path.name, notebooks)
             if student is None and not _is_system(e.path) and match_notebook(e.path.stem, notebooks) is None:
-                student = next((s for s in leading_ids(e.path.stem) if s in claimable), None)
+                student = own_name_owner(e.path.stem, claimable)
         if student is not None:
             seen.setdefault(student, set()).update({origin} - {None})
         if e.unreadable is not None:
@@ -796,6 +811,11 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             continue
         if same:
             ignored.append(Record(str(e.path), f"unchanged copy of the released course file {same}", student))
+            continue
+        if e.path.name in RELEASE_WRITTEN and e.path.name in (released or {}).values():
+            # a later release (a new due date, a pin) rewrites these: a hand-back of an earlier one is no hand-in either
+            ignored.append(Record(str(e.path), f"the student release's {e.path.name} (from another release, or "
+                                               "edited): a course file, not a submission", student))
             continue
         if e.path.suffix.lower() != ".ipynb":
             reason = not_a_notebook_reason(e.path, notebooks)
@@ -843,8 +863,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
 
 def whose_file_help(path: PurePosixPath) -> str:
     """Why a file with a name of its own is nobody's, and the command that files it for its student."""
-    ids = leading_ids(path.stem)
-    example = ids[-1] if ids and ids[-1].isdigit() else "ID"  # a student number is worth echoing, 'my' of my_work is not
+    whole, number = own_name_ids(path.stem)
+    example = number or (whole if whole and whole.isdigit() else "ID")  # a student number is worth echoing, 'my' is not
     return ("cannot tell whose file it is (its name starts with no id of a student in the gradebook or in this "
             "download's other file names): copy it into a folder of its own (cp -p keeps its time) and collect that "
             f"folder with --student {example}")
@@ -1019,7 +1039,8 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
         if where := replaced_copy(course, f):  # an earlier download collected again: nothing new to look at
             seen_before.append(Record(str(f.entry.path), (
                 f"collected before and since replaced by a newer {f.notebook}.ipynb ({before:%Y-%m-%d %H:%M} UTC, "
-                f"which stays filed); this file is kept in {where}"), f.student))
+                f"which stays filed); this file is kept in {where}; to file it again, collect with --replace-older"),
+                f.student))
             continue
         older.append(Record(str(f.entry.path), (
             f"older ({f.entry.mtime:%Y-%m-%d %H:%M} UTC) than the {f.notebook}.ipynb collected before "
@@ -1070,6 +1091,18 @@ def keep_replaced(course: Course, student: str, dest: Path) -> Path:
     return target
 
 
+def free_copy_path(copy: Path, entry: Entry) -> Path:
+    """Where to keep a rejected file's copy: copy, unless an earlier collect kept other bytes there (the same path in
+    another download); then NAME~2.EXT, NAME~3.EXT, ... (the first free one, or one holding these very bytes)."""
+    n = 1
+    candidate = copy
+    while candidate.exists() and (entry.opener is not None or not candidate.is_file()
+                                  or candidate.read_bytes() != entry.data):
+        n += 1
+        candidate = copy.with_name(f"{copy.stem}~{n}{copy.suffix}")
+    return candidate
+
+
 def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Record]) -> None:
     """Copy each rejected file to <course>/rejected/<path in the download> and note where."""
     by_path = {str(e.path): e for e in entries}
@@ -1077,7 +1110,7 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
         entry = by_path.get(r.file)
         if entry is None or entry.unreadable is not None:
             continue
-        copy = course.rejected_dir / entry.path
+        copy = free_copy_path(course.rejected_dir / entry.path, entry)
         copy.parent.mkdir(parents=True, exist_ok=True)
         if entry.opener is None:
             copy.write_bytes(entry.data)
@@ -1092,20 +1125,20 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
         r.copy = str(copy)
 
 
-def save_report(course: Course, report: CollectReport) -> Path:
-    """Merge this run into reports/collect.json (students of this download replace their old entries)."""
+def save_report(course: Course, report: CollectReport, claimed: dict[str, str] | None = None) -> Path:
+    """Merge this run into reports/collect.json (students of this download replace their old entries).
+    claimed: {path: sha256} of this download's files that were a student's (filed, rejected or ignored)."""
     path = course.reports_dir / "collect.json"
     merged = load_collect_log(course)
     for s in report.students:
         merged["students"].pop(s, None)
     # a student's files of this download replace their old records; a file of no student's, its own old record,
-    # and so does the same file filed for a student now (collected again with --student)
+    # and so does the very file (same path and bytes) that is a student's now (collected again with --student)
     again = {r.file for r in report.rejected + report.ignored if not r.student}
-    again |= {f for r in report.students.values() for f in r.notebooks.values()}
-    again |= {r.file for r in report.rejected + report.ignored if r.student}
     for kind in ("rejected", "ignored"):
         merged[kind] = [r for r in merged[kind] if (r.get("student") not in report.students if r.get("student")
-                                                    else r.get("file") not in again)]
+                                                    else r.get("file") not in again
+                                                    and not is_claimed_copy(r, claimed or {}))]
     merged["students"].update({s: asdict(r) for s, r in report.students.items()})
     merged["rejected"] += [asdict(r) for r in report.rejected]
     merged["ignored"] += [asdict(r) for r in report.ignored]
@@ -1115,6 +1148,16 @@ def save_report(course: Course, report: CollectReport) -> Path:
     tmp.write_text(json.dumps(merged, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def is_claimed_copy(record: dict, claimed: dict[str, str]) -> bool:
+    """True when a record of nobody's file names a file of claimed ({path: sha256}) whose bytes its kept copy has."""
+    if record.get("file") not in claimed or not record.get("copy"):
+        return False
+    try:
+        return hashlib.sha256(Path(record["copy"]).read_bytes()).hexdigest() == claimed[record["file"]]
+    except OSError:  # the copy was moved or deleted: keep the record, which still says what came in
+        return False
 
 
 def load_collect_log(course: Course) -> dict:
@@ -1218,7 +1261,9 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             if not files:  # nothing filed: what was handed in is worth saying, system files included
                 notes += [f"{r.file}: {r.reason}" for r in ignored if r.student == sid]
             report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
-        save_report(course, report)
+        theirs = {f.entry.path for f in filed} | {PurePosixPath(r.file) for r in rejected + ignored if r.student}
+        save_report(course, report, {str(e.path): hashlib.sha256(e.data).hexdigest() for e in entries
+                                     if e.path in theirs and e.opener is None})
     return report
 
 

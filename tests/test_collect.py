@@ -843,6 +843,7 @@ def test_an_older_download_collected_after_a_newer_one_does_not_put_the_older_fi
     assert seen.file == "alice/02-shapes-and-loss.ipynb" and seen.reason.startswith(
         "collected before and since replaced by a newer 02-shapes-and-loss.ipynb (2027-01-19 23:06 UTC, which stays "
         f"filed); this file is kept in {course.replaced_dir / 'alice'}"), seen
+    assert seen.reason.endswith("; to file it again, collect with --replace-older"), seen
     # an older file never collected is rejected, with how to file it after all
     stale = download("stale", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("v0")}, 1_800_000_000)
     (older,) = [r for r in collect(course, stale).rejected if r.student == "alice"]
@@ -1154,6 +1155,13 @@ def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(cou
         "unchanged copy of the released course file data/part-ii/cases.json",
         "unchanged copy of the released course file README.md",
         "unchanged copy of the released course file requirements.txt"}, (report.rejected, report.ignored)
+    # a release with a due date rewrites README.md: an earlier one handed back is still a course file, not a reject
+    (bundle / "README.md").write_text("# 学生版\n截止时间：……\n", encoding="utf-8")
+    (download / "olga/part-ii/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("olga 02, again"))
+    report = collect(course, download)
+    assert not report.rejected, report.rejected
+    assert [r.reason for r in report.ignored if r.file == "olga/part-ii/README.md"] == [
+        "the student release's README.md (from another release, or edited): a course file, not a submission"]
 
 
 def test_a_notebook_under_a_name_of_its_own_is_filed_by_its_exercises_and_other_rejects_reach_the_student(course, tmp_path):
@@ -1216,7 +1224,44 @@ def test_a_file_of_nobody_s_stays_on_record_until_filed_for_its_student(course, 
     assert [r["file"] for r in nobodys_files(load_collect_log(course))] == ["1011_mywork.ipynb"]
     collect(course, write_tree(tmp_path / "other", {"1020_02-shapes-and-loss.ipynb": notebook_bytes("1020 02")}))
     assert [r["file"] for r in nobodys_files(load_collect_log(course))] == ["1011_mywork.ipynb"]  # still nobody's
+    # another student's file of the same name is not this one: the record stays (found by review)
+    other = write_tree(tmp_path / "other-student", {"1011_mywork.ipynb": notebook_bytes("1012's own")})
+    collect(course, other, student="1012")
+    assert [r["file"] for r in nobodys_files(load_collect_log(course))] == ["1011_mywork.ipynb"]
     alone = write_tree(tmp_path / "alone", {"1011_mywork.ipynb": (download / "1011_mywork.ipynb").read_bytes()})
     report = collect(course, alone, student="1011")
     assert report.students["1011"].status == "no valid notebook"  # the test release holds no exercises to match
     assert nobodys_files(load_collect_log(course)) == []
+
+
+def test_a_name_of_its_own_never_gives_a_new_student_s_file_to_a_known_one(course, tmp_path):
+    """zhang is known; zhang_san_mywork.ipynb may be new student zhang_san's, and 10_11.ipynb student 10_11's: neither
+    is filed for zhang or 10 (found by review). A file named just the id, or a student folder's id, still counts."""
+    with course.gradebook() as gb:
+        for sid in ("zhang", "10", "1011"):
+            gb.update_or_create_student(sid)
+    download = write_tree(tmp_path / "flat", {
+        "zhang_san_mywork.ipynb": notebook_bytes("zhang_san?"),
+        "zhang_san.ipynb": notebook_bytes("zhang_san??"),
+        "10_11.ipynb": notebook_bytes("10_11?"),
+        "1011 (1).ipynb": notebook_bytes("1011's, named by its id"),
+        "2030_extra.ipynb": notebook_bytes("2030's"),
+        "2030/02-shapes-and-loss.ipynb": notebook_bytes("2030 02"),  # a student folder names 2030
+    })
+    report = collect(course, download)
+    owners = {r.file: r.student for r in report.rejected}
+    assert owners == {"zhang_san_mywork.ipynb": None, "zhang_san.ipynb": None, "10_11.ipynb": None,
+                      "1011 (1).ipynb": "1011", "2030_extra.ipynb": "2030"}, owners
+    assert sorted(report.students) == ["1011", "2030"]
+
+
+def test_a_rejected_file_s_copy_never_overwrites_an_earlier_download_s(course, tmp_path):
+    """alice/notes.txt in two downloads: the second copy went over the first, whose file was then lost (found by review)."""
+    first = write_tree(tmp_path / "first", {"alice/notes.txt": b"first notes",
+                                            "alice/02-shapes-and-loss.ipynb": notebook_bytes("a")})
+    second = write_tree(tmp_path / "second", {"alice/notes.txt": b"second notes"})
+    again = write_tree(tmp_path / "again", {"alice/notes.txt": b"second notes"})
+    copies = [Path(next(r.copy for r in collect(course, d).rejected)) for d in (first, second, again)]
+    assert [c.read_bytes() for c in copies] == [b"first notes", b"second notes", b"second notes"]
+    assert copies[0] != copies[1] == copies[2], copies  # the same bytes again take no third copy
+    assert copies[1].name == "notes~2.txt"
