@@ -176,8 +176,10 @@ def both_clocks(moment) -> str:
 
 
 def markdown_literal(text: str) -> str:
-    """text (a student's file name) as markdown that renders it verbatim: no markup, no HTML."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!<>|~&$:])", r"\\\1", text)
+    """text (a student's file name) as markdown that renders it verbatim: no markup, no HTML, no formula (the span
+    keeps MathJax off a '$...$' in it)."""
+    escaped = re.sub(r"([\\`*_{}\[\]()#+\-.!<>|~&$:])", r"\\\1", text)
+    return f'<span class="tex2jax_ignore">{escaped}</span>'
 
 
 def graded_from_note(file: str, notebook: str) -> str:

@@ -362,7 +362,7 @@ def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monke
 
 
 @pytest.mark.parametrize("name", ["ann/my_work_*final*.ipynb", "<img src=x onerror=alert(1)>.ipynb",
-                                  "`code` [link](http://x) &amp; \\\\ #1.ipynb"])
+                                  "`code` [link](http://x) &amp; \\\\ #1.ipynb", "my$work$v2 \\(x\\).ipynb"])
 def test_the_file_a_page_was_graded_from_is_named_verbatim_without_markup_or_html(name):
     """A student chooses the file name: the note must show it as typed, never as markdown or HTML."""
     from autograder.feedback import graded_from_note
@@ -373,3 +373,5 @@ def test_the_file_a_page_was_graded_from_is_named_verbatim_without_markup_or_htm
     assert f"Graded from your file {name}. It is named otherwise, but it holds the exercises of 02-shapes-and-loss" \
            in text, text[-600:]
     assert "<img" not in body and "<a href" not in body and "<em>" not in body
+    # MathJax typesets $...$ and \(...\) in the page's text unless an element says not to
+    assert re.search(r'<span class="tex2jax_ignore">[^<]*\.ipynb</span>', body), body[-800:]
