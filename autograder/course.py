@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def fast_new_gradebooks() -> None:
 def build_option(course: "Course") -> str:
     """' --build DIR' to repeat in a suggested command when the course is not in the default build/ ('' when it is)."""
     build = Path(course.root).resolve().parent
-    return "" if build == (REPO / "build").resolve() else f" --build {build}"
+    return "" if build == (REPO / "build").resolve() else f" --build {shlex.quote(str(build))}"
 
 
 def check_build_folder(root: Path, create: bool = True) -> None:
@@ -128,7 +129,7 @@ def check_build_folder(root: Path, create: bool = True) -> None:
                               "that holds course/")
     if not create and nested:  # the course is there, one level up: releasing again is the wrong advice
         raise AutograderError(f"{root.parent} is a course folder itself: give --build {root.parent.parent}, the folder "
-                              f"that holds course/ (there is no course in {root.parent}: {root} does not exist)")
+                              f"that holds course/ ({root} does not exist)")
     if not create and not root.is_dir():
         raise AutograderError(f"there is no course in {root.parent} ({root} does not exist): run "
                               "`python -m autograder release` first; --build (or $PART_II_BUILD) names the folder "

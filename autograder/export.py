@@ -7,7 +7,7 @@ notebook, the number of cells still waiting for a human grader, how many seconds
 date (or the student's extension) the hand-in came (0: on time or no due date), a status and the
 reasons behind it (rejected or missing files, notebooks that could not be graded, grading errors).
 Status is one of graded, awaiting manual grading (graded, but cells wait for a grader in formgrader:
-the score can still rise), incomplete (graded, with reasons to look at), error, not graded (scores
+the score can still change), incomplete (graded, with reasons to look at), error, not graded (scores
 left empty, not 0), no valid notebook (files handed in, none gradable: the notes name each file and
 why) and no submission. Manual scores given in formgrader are part of every score.
 ``grades-per-cell.csv`` has one row per student and graded cell.

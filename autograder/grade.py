@@ -830,4 +830,4 @@ def print_summary(course: Course, result: GradeResult) -> None:
     if result.graded:
         build = build_option(course)
         print(f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "
-              f"`python -m autograder export{build}` (grades.csv); free-text answers wait for a grader in formgrader")
+              f"`python -m autograder export{build}` (grades.csv); free-text answers are graded by hand in formgrader")

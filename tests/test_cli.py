@@ -573,7 +573,7 @@ def test_a_course_folder_given_as_build_gets_a_hint_and_no_folder_is_made(tmp_pa
         # the right advice first, and not "run release first": the course is there (found by review)
         assert err.startswith(f"python -m autograder {command}: error: {course} is a course folder itself: give "
                               f"--build {course.parent}, the folder that holds course/"), err
-        assert f"there is no course in {course}: {course}/course does not exist" in err and "release" not in err, err
+        assert f"({course}/course does not exist)" in err and "release" not in err, err
     # release would build a second course in course/course
     code, err, _ = run(["release", "--build", str(course)], capsys)
     assert code == 2 and f"{course} is a course folder itself: give --build {course.parent}, the folder" in err, err
@@ -762,7 +762,7 @@ def test_an_os_error_that_is_no_refusal_keeps_its_traceback(monkeypatch):
 
 def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_export_lists_nobody_s(
         tmp_path, capsys, monkeypatch):
-    """carol_mywork.ipynb is carol's (carol_00-….ipynb names her) and holds 02's exercises: filed as 02, and its
+    """2024001_mywork.ipynb is 2024001's (2024001_00-….ipynb names her) and holds 02's exercises: filed as 02, and its
     feedback page says so. Nobody else is named 1011, so 1011_mywork.ipynb stays nobody's: collect says how to file
     it, export that grades.csv lacks it."""
     import csv
@@ -778,23 +778,23 @@ def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_e
     release = build / "course" / "release" / "part-ii"
     download = tmp_path / "flat"
     download.mkdir()
-    shutil.copy(release / "00-vectors-shapes-and-gradients.ipynb", download / "carol_00-vectors-shapes-and-gradients.ipynb")
-    shutil.copy(release / "02-shapes-and-loss.ipynb", download / "carol_mywork.ipynb")
+    shutil.copy(release / "00-vectors-shapes-and-gradients.ipynb", download / "2024001_00-vectors-shapes-and-gradients.ipynb")
+    shutil.copy(release / "02-shapes-and-loss.ipynb", download / "2024001_mywork.ipynb")
     shutil.copy(release / "02-shapes-and-loss.ipynb", download / "1011_mywork.ipynb")
     code, err, out = run(["collect", str(download), "--build", str(build)], capsys)
     assert code == 1, err + out  # a rejected file
-    assert "carol_mywork.ipynb -> 02-shapes-and-loss.ipynb" in out, out
+    assert "2024001_mywork.ipynb -> 02-shapes-and-loss.ipynb" in out, out
     assert "1011_mywork.ipynb: wrong name" in out and "--student 1011" in out, out
-    assert (build / "course" / "submitted" / "carol" / "part-ii" / "02-shapes-and-loss.ipynb").exists()
+    assert (build / "course" / "submitted" / "2024001" / "part-ii" / "02-shapes-and-loss.ipynb").exists()
     code, err, out = run(["grade", "--build", str(build), *([] if sandbox_works() else ["--no-sandbox"])], capsys)
     assert code == 0, err + out
     assert (f"next: `python -m autograder feedback --build {build.resolve()}` (a page per student and notebook) and "
             f"`python -m autograder export --build {build.resolve()}` (grades.csv)") in out, out
     code, err, out = run(["feedback", "--build", str(build)], capsys)
     assert code == 0, err + out
-    pages = build / "course" / "feedback" / "carol" / "part-ii"
+    pages = build / "course" / "feedback" / "2024001" / "part-ii"
     # the page says which of her files it grades, where the name does not say it
-    note = ("Graded from your file carol_mywork.ipynb. It is named otherwise, but it holds the exercises of "
+    note = ("Graded from your file 2024001_mywork.ipynb. It is named otherwise, but it holds the exercises of "
             "02-shapes-and-loss, so this page grades it as 02-shapes-and-loss.ipynb.")
     assert note in page_text((pages / "02-shapes-and-loss.html").read_text(encoding="utf-8"))
     assert "Graded from your file" not in (pages / "00-vectors-shapes-and-gradients.html").read_text(encoding="utf-8")
@@ -803,4 +803,4 @@ def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_e
     assert "1 rejected file is no student's, so grades.csv has no row for it" in out, out
     assert "  1011_mywork.ipynb: wrong name" in out, out
     with open(build / "course" / "reports" / "grades.csv", newline="", encoding="utf-8") as fh:
-        assert [r["student_id"] for r in csv.DictReader(fh)] == ["carol"]
+        assert [r["student_id"] for r in csv.DictReader(fh)] == ["2024001"]
