@@ -613,8 +613,12 @@ def test_the_summary_names_notebooks_that_could_not_be_graded(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("graded 2, already graded (skipped) 0, errors 1, notebooks not gradable (scored 0) 1; "
                       "mode: sandbox")
-    assert out[1:] == ["  cy: ERROR worker died",
-                       "  bob: 02-shapes-and-loss not gradable, scored 0: ValueError: bad cell metadata"]
+    assert out[1:3] == ["  cy: ERROR worker died",
+                        "  bob: 02-shapes-and-loss not gradable, scored 0: ValueError: bad cell metadata"]
+    # then what to do next, on this course (a build folder of its own: --build repeated)
+    assert out[3:] == [f"next: `python -m autograder feedback --build {tmp_path.resolve()}` (a page per student and "
+                       f"notebook) and `python -m autograder export --build {tmp_path.resolve()}` (grades.csv); "
+                       "free-text answers are graded by hand in formgrader"], out
 
 
 def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_student_can_act_on(graded):
@@ -1079,7 +1083,9 @@ def test_an_extension_puts_a_late_hand_in_on_time_in_export_and_feedback_and_cou
             if student == "perfect":
                 assert "Handed in late" not in text, page
             else:
-                assert f"1 h 3 min after your extended due date ({partial_until:%Y-%m-%d %H:%M} UTC)" in text, text[:1500]
+                beijing = partial_until + dt.timedelta(hours=8)
+                assert (f"1 h 3 min after your extended due date ({partial_until:%Y-%m-%d %H:%M} UTC, "
+                        f"{beijing:%Y-%m-%d %H:%M} Beijing time)") in text, text[:1500]
         assert {p.parent.parent.name for p in pages} == {"perfect", "partial"}
     finally:
         shutil.rmtree(build, ignore_errors=True)
