@@ -176,8 +176,10 @@ def both_clocks(moment) -> str:
 
 
 def markdown_literal(text: str) -> str:
-    """text (a student's file name) as markdown that renders it verbatim: no markup, no HTML, no formula (the span
-    keeps MathJax off a '$...$' in it)."""
+    """text (a student's file name or code) as markdown that renders it verbatim: no markup, no HTML, no formula
+    (the span keeps MathJax off a '$...$' in it); '' for ''."""
+    if not text:
+        return ""
     escaped = re.sub(r"([\\`*_{}\[\]()#+\-.!<>|~&$:])", r"\\\1", text)
     return f'<span class="tex2jax_ignore">{escaped}</span>'
 
@@ -222,7 +224,8 @@ def failed_tests(nb) -> list[str]:
 
 def kernel_stops(nb) -> list[str]:
     """The cells of a graded notebook that stopped the kernel: each by its grade id, else by its first line."""
-    return [nbgrader_meta(cell).get("grade_id") or f"the cell that begins `{first_line(cell.source)[:60]}`"
+    return [markdown_literal(nbgrader_meta(cell).get("grade_id") or "") or
+            f"the cell that begins {markdown_literal(first_line(cell.source)[:60])}"
             for cell in nb.cells if stopped_kernel(cell)]
 
 

@@ -144,6 +144,19 @@ def test_the_note_on_test_cells_put_back_names_each_and_says_what_grading_ran():
     assert "You deleted the test cells test_c, test_d: they were put back" in deleted_only and "changed" not in deleted_only
 
 
+def rendered(markdown: str) -> str:
+    """The HTML body nbconvert makes of one markdown cell."""
+    body, _ = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown)]))
+    return body
+
+
+def paragraph_text(body: str) -> str:
+    """The text of the first paragraph of an HTML body, tags removed and entities decoded."""
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", re.search(r"<p>(.*?)</p>", body, re.S).group(1)))
+
+
 def test_the_note_on_a_kernel_stop_names_the_cells_and_says_grading_went_on_without_them():
     """The page only showed a KernelDied line in the cell; that the rest ran in a new kernel without it was unsaid."""
     import nbformat
@@ -158,10 +171,17 @@ def test_the_note_on_a_kernel_stop_names_the_cells_and_says_grading_went_on_with
     later = nbformat.v4.new_code_cell("print(1)")
     later.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue="", traceback=[])]
     nb = nbformat.v4.new_notebook(cells=[answer, plain, later, nbformat.v4.new_markdown_cell("exit()")])
-    assert kernel_stops(nb) == ["ex_f", "the cell that begins `import os; os.fork()`"]
+    stops = kernel_stops(nb)
+    assert [paragraph_text(rendered(s)) for s in stops] == ["ex_f", "the cell that begins import os; os.fork()"]
     one = kernel_stop_note(["ex_f"])
     assert one.startswith("**The kernel stopped.** The Python kernel stopped, or stopped answering, while ex_f ran "
                           "(`exit()`"), one
+    # the student's first line is shown as typed, never as markup: a backtick cannot end a code span and let HTML in
+    sneaky = nbformat.v4.new_code_cell("x = '` <img src=x onerror=alert(1)> $y$'; exit()")
+    sneaky.outputs = [nbformat.v4.new_output("error", ename="KernelDied", evalue="", traceback=[])]
+    (quoted,) = kernel_stops(nbformat.v4.new_notebook(cells=[sneaky]))
+    body = rendered(kernel_stop_note([quoted]))
+    assert "<img" not in body and "x = '` &lt;img src=x onerror=alert(1)&gt; $y$'; exit()" in body, body[-1500:]
     assert "re-ran the cells before it and went on without it, so nothing it defines exists in later cells" in one
     two = kernel_stop_note(kernel_stops(nb))
     assert "before each and went on without them, so nothing they define exists" in two, two
