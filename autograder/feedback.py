@@ -110,13 +110,12 @@ class GetGradesNotingPending(GetGrades):
                        ).tag(config=True)
 
     def preprocess(self, nb, resources):
-        """Scores and comments from the gradebook; notes first: late, provisional score, test cells put back."""
+        """Scores and comments from the gradebook; notes first: late, graded from which file, provisional score,
+        failed tests, kernel stops, test cells put back."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
         if self.notebook_id in self.tampered:
             nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
-        if self.notebook_id in self.graded_from:
-            nb.cells.insert(0, new_markdown_cell(graded_from_note(self.graded_from[self.notebook_id], self.notebook_id)))
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
         if failed_tests(nb):
@@ -124,6 +123,8 @@ class GetGradesNotingPending(GetGrades):
         pending = resources["nbgrader"]["pending"]
         if pending:
             nb.cells.insert(0, new_markdown_cell(provisional_note(pending)))
+        if self.notebook_id in self.graded_from:  # which file this page grades comes first, after lateness
+            nb.cells.insert(0, new_markdown_cell(graded_from_note(self.graded_from[self.notebook_id], self.notebook_id)))
         from nbgrader.api import Gradebook
 
         with Gradebook(self.db_url) as gb:
