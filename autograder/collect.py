@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 
 import nbformat
 
-from .course import ASSIGNMENT, AutograderError, Course
+from .course import ASSIGNMENT, BUNDLE_CONTENT, AutograderError, Course
 
 LAYOUTS_HELP = """\
 accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-and-loss.ipynb):
@@ -410,6 +410,8 @@ def own_name_ids(stem: str) -> tuple[str | None, str | None]:
     number before a last word, '1011' of '1011_mywork' or '2023-1011' of '2023-1011 作业'), each None when the name
     gives none. The second needs a digit before and none after the last separator: '10_11' may be student 10_11,
     and with 'zhang_san_mywork' no rule can tell student zhang's 'san_mywork' from a new student zhang_san's file."""
+    if re.fullmatch(r"\d+(?:-\d+)+", stem):  # 10-11: student 10-11's file, or student 10's copy -11? Only an exact id
+        return sanitize_id(stem), None
     base = re.sub(rf"(?:{COPY_FORMS})$", "", stem, flags=re.IGNORECASE) or stem  # a browser's or LMS's copy mark
     whole = sanitize_id(base)
     m = re.fullmatch(r"(?P<id>.+?)[_\-\s.]+(?P<rest>[^_\-\s.]+)", base)
@@ -419,7 +421,11 @@ def own_name_ids(stem: str) -> tuple[str | None, str | None]:
 
 
 def own_name_owner(stem: str, claimable: frozenset[str] | set[str]) -> str | None:
-    """The student a file name of its own gives (see own_name_ids) when that student is in claimable; else None."""
+    """The student a file name of its own gives (see own_name_ids) when that student is in claimable; else None.
+    The stem as it is, copy mark and all, comes first: 2023-1011 is a student number before it is a copy of 2023."""
+    exact = sanitize_id(stem)
+    if exact in claimable:
+        return exact
     return next((s for s in own_name_ids(stem) if s is not None and s in claimable), None)
 
 
@@ -765,8 +771,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     gradebook) or names another file of the download; otherwise nobody's, rejected with how to file it."""
     filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
-    claimable = known | {s for e in entries if (s := file_owner(e.path.name, notebooks)[0] if len(e.path.parts) == 1
-                                                else student_from_folder(e.path.parts[0]))}
+    claimable = known | {s for e in entries if not _is_system(e.path) and (s := named_student(e.path, notebooks))}
     for e in entries:
         if _is_system(e.path):
             who = checkpoint_owner(e.path, notebooks, owner)
@@ -859,6 +864,17 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
         when = Entry(e.path, e.data, timestamp or e.mtime, wall_clock=e.wall_clock or timestamp is not None)
         filed.append(Filed(when, student, notebook, nb, note, named))
     return filed, rejected, ignored, seen
+
+
+def named_student(path: PurePosixPath, notebooks: list[str]) -> str | None:
+    """The student a download's file names by the layouts classify reads (its folder, or its LMS or id-prefixed name);
+    None for a folder named after the assignment or a notebook, or the bundle's code/ and data/."""
+    if len(path.parts) == 1:
+        return file_owner(path.name, notebooks)[0]
+    folder = path.parts[0]
+    if is_assignment_name(folder, notebooks) or folder in BUNDLE_CONTENT:
+        return None
+    return student_from_folder(folder)
 
 
 def whose_file_help(path: PurePosixPath) -> str:
@@ -1094,10 +1110,9 @@ def keep_replaced(course: Course, student: str, dest: Path) -> Path:
 def free_copy_path(copy: Path, entry: Entry) -> Path:
     """Where to keep a rejected file's copy: copy, unless an earlier collect kept other bytes there (the same path in
     another download); then NAME~2.EXT, NAME~3.EXT, ... (the first free one, or one holding these very bytes)."""
-    n = 1
-    candidate = copy
-    while candidate.exists() and (entry.opener is not None or not candidate.is_file()
-                                  or candidate.read_bytes() != entry.data):
+    n, candidate = 1, copy
+    while candidate.exists() and not (candidate.is_file() and candidate.stat().st_size == entry.size
+                                      and file_digest(candidate) == entry_digest(entry)):
         n += 1
         candidate = copy.with_name(f"{copy.stem}~{n}{copy.suffix}")
     return candidate
@@ -1125,20 +1140,20 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
         r.copy = str(copy)
 
 
-def save_report(course: Course, report: CollectReport, claimed: dict[str, str] | None = None) -> Path:
+def save_report(course: Course, report: CollectReport, digests: dict[str, str] | None = None) -> Path:
     """Merge this run into reports/collect.json (students of this download replace their old entries).
-    claimed: {path: sha256} of this download's files that were a student's (filed, rejected or ignored)."""
+    digests: {path: sha256} of this download's files."""
     path = course.reports_dir / "collect.json"
     merged = load_collect_log(course)
     for s in report.students:
         merged["students"].pop(s, None)
-    # a student's files of this download replace their old records; a file of no student's, its own old record,
-    # and so does the very file (same path and bytes) that is a student's now (collected again with --student)
+    # a student's files of this download replace their old records; an old record of no student's file is replaced
+    # by this run's record of the very file (same path and bytes: collected again, maybe with --student now), never
+    # by another download's file at that path; one without a copy to compare (unreadable), by its path
     again = {r.file for r in report.rejected + report.ignored if not r.student}
     for kind in ("rejected", "ignored"):
         merged[kind] = [r for r in merged[kind] if (r.get("student") not in report.students if r.get("student")
-                                                    else r.get("file") not in again
-                                                    and not is_claimed_copy(r, claimed or {}))]
+                                                    else not same_file_again(r, digests or {}, again))]
     merged["students"].update({s: asdict(r) for s, r in report.students.items()})
     merged["rejected"] += [asdict(r) for r in report.rejected]
     merged["ignored"] += [asdict(r) for r in report.ignored]
@@ -1150,14 +1165,42 @@ def save_report(course: Course, report: CollectReport, claimed: dict[str, str] |
     return path
 
 
-def is_claimed_copy(record: dict, claimed: dict[str, str]) -> bool:
-    """True when a record of nobody's file names a file of claimed ({path: sha256}) whose bytes its kept copy has."""
-    if record.get("file") not in claimed or not record.get("copy"):
+def same_file_again(record: dict, digests: dict[str, str], again: set[str]) -> bool:
+    """True when this download holds the very file an old record of nobody's file names: same path, and the bytes its
+    kept copy has (digests: {path: sha256} of this download); a record without a copy: its path is in again."""
+    if record.get("file") not in digests:
         return False
+    if not record.get("copy"):
+        return record.get("file") in again
     try:
-        return hashlib.sha256(Path(record["copy"]).read_bytes()).hexdigest() == claimed[record["file"]]
+        return file_digest(Path(record["copy"])) == digests[record["file"]]
     except OSError:  # the copy was moved or deleted: keep the record, which still says what came in
         return False
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, read in blocks (a rejected file may be over MAX_READ_BYTES)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def entry_digest(entry: Entry) -> str | None:
+    """sha256 of a download's file (streamed when it was too large to read); None when it cannot be read."""
+    if entry.unreadable is not None:
+        return None
+    if entry.opener is None:
+        return hashlib.sha256(entry.data).hexdigest()
+    digest = hashlib.sha256()
+    try:
+        with entry.opener() as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except (*ZIP_MEMBER_ERRORS, OSError):
+        return None
+    return digest.hexdigest()
 
 
 def load_collect_log(course: Course) -> dict:
@@ -1261,9 +1304,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             if not files:  # nothing filed: what was handed in is worth saying, system files included
                 notes += [f"{r.file}: {r.reason}" for r in ignored if r.student == sid]
             report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
-        theirs = {f.entry.path for f in filed} | {PurePosixPath(r.file) for r in rejected + ignored if r.student}
-        save_report(course, report, {str(e.path): hashlib.sha256(e.data).hexdigest() for e in entries
-                                     if e.path in theirs and e.opener is None})
+        save_report(course, report, {str(e.path): d for e in entries if (d := entry_digest(e)) is not None})
     return report
 
 

@@ -1265,3 +1265,52 @@ def test_a_rejected_file_s_copy_never_overwrites_an_earlier_download_s(course, t
     assert [c.read_bytes() for c in copies] == [b"first notes", b"second notes", b"second notes"]
     assert copies[0] != copies[1] == copies[2], copies  # the same bytes again take no third copy
     assert copies[1].name == "notes~2.txt"
+
+
+def test_nobody_s_files_of_the_same_path_in_two_downloads_keep_both_records(course, tmp_path):
+    """Download 2's mywork.ipynb replaced download 1's record of another mywork.ipynb: export lost it (found by review)."""
+    from autograder.collect import load_collect_log, nobodys_files
+
+    for name, who in (("one", "carl"), ("two", "dora")):
+        collect(course, write_tree(tmp_path / name, {f"{who}/02-shapes-and-loss.ipynb": notebook_bytes(who),
+                                                     "mywork.ipynb": notebook_bytes(f"mywork from download {name}")}))
+    records = nobodys_files(load_collect_log(course))
+    assert [r["file"] for r in records] == ["mywork.ipynb", "mywork.ipynb"], records
+    assert sorted(Path(r["copy"]).read_bytes() for r in records) == sorted(
+        notebook_bytes(f"mywork from download {n}") for n in ("one", "two"))
+    collect(course, tmp_path / "two")  # the very same file again: still two records, not three
+    assert len(nobodys_files(load_collect_log(course))) == 2
+
+
+def test_a_student_number_with_a_dash_is_never_read_as_a_copy_of_a_shorter_id(course, tmp_path):
+    """'-11' is also an LMS resubmission mark: 10-11.ipynb went to a known student 10 (found by review)."""
+    with course.gradebook() as gb:
+        for sid in ("10", "2023", "2024-0007"):
+            gb.update_or_create_student(sid)
+    report = collect(course, write_tree(tmp_path / "flat", {
+        "10-11.ipynb": notebook_bytes("10-11?"), "2023-1011.ipynb": notebook_bytes("2023-1011?"),
+        "2024-0007.ipynb": notebook_bytes("2024-0007's")}))
+    assert {r.file: r.student for r in report.rejected} == {"10-11.ipynb": None, "2023-1011.ipynb": None,
+                                                           "2024-0007.ipynb": "2024-0007"}
+
+
+def test_folders_that_are_no_students_name_no_student_for_a_file_of_its_own(course, tmp_path):
+    """A folder named after the assignment, __MACOSX or code/ made part-ii.zip the file of a student 'part-ii'."""
+    report = collect(course, write_tree(tmp_path / "d", {
+        "amy/02-shapes-and-loss.ipynb": notebook_bytes("amy"), "ben/02-shapes-and-loss.ipynb": notebook_bytes("ben"),
+        "part-ii/02-shapes-and-loss.ipynb": notebook_bytes("whose?"), "part-ii.zip": b"PK\x05\x06" + b"\0" * 18,
+        "__MACOSX/._amy": b"\0", "MACOSX_x.txt": b"z"}))
+    assert sorted(report.students) == ["amy", "ben"], report.students
+    owners = {r.file: r.student for r in report.rejected}
+    assert owners["part-ii.zip"] is None and owners["MACOSX_x.txt"] is None, owners
+
+
+def test_a_file_too_large_to_read_keeps_one_copy_however_often_it_is_collected(course, tmp_path, monkeypatch):
+    import autograder.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "MAX_READ_BYTES", 2000)  # the notebook is read, the 'video' streamed
+    download = write_tree(tmp_path / "d", {"amy/02-shapes-and-loss.ipynb": notebook_bytes("amy"),
+                                           "amy/video.bin": b"\1" * 3000})
+    copies = {next(r.copy for r in collect(course, download).rejected if r.file == "amy/video.bin") for _ in range(3)}
+    assert len(copies) == 1 and Path(copies.pop()).read_bytes() == b"\1" * 3000
+    assert sorted(p.name for p in (course.rejected_dir / "amy").iterdir()) == ["video.bin"]
