@@ -125,11 +125,11 @@ def check_build_folder(root: Path, create: bool = True) -> None:
             break
     nested = not root.is_dir() and (root.parent / "release" / ASSIGNMENT).is_dir()
     if create and nested:  # release would make a second course inside the first
-        raise AutograderError(f"{root.parent} is a course folder itself: give --build {root.parent.parent}, the folder "
-                              "that holds course/")
+        raise AutograderError(f"{root.parent} is a course folder itself: give --build "
+                              f"{shlex.quote(str(root.parent.parent))}, the folder that holds course/")
     if not create and nested:  # the course is there, one level up: releasing again is the wrong advice
-        raise AutograderError(f"{root.parent} is a course folder itself: give --build {root.parent.parent}, the folder "
-                              f"that holds course/ ({root} does not exist)")
+        raise AutograderError(f"{root.parent} is a course folder itself: give --build "
+                              f"{shlex.quote(str(root.parent.parent))}, the folder that holds course/ ({root} does not exist)")
     if not create and not root.is_dir():
         raise AutograderError(f"there is no course in {root.parent} ({root} does not exist): run "
                               "`python -m autograder release` first; --build (or $PART_II_BUILD) names the folder "

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .course import REPO, Course
+from .course import REPO, Course, build_option
 
 DEMO_CELL_TIMEOUT = 60.0  # the sample infinite loop costs one cell timeout; honest cells need far less
 DEMO_NOTEBOOK_TIMEOUT = 300.0
@@ -176,5 +176,5 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
     print(f"  {'grading mode':<22} {graded_mode} ({mode})")
     as_root = " --allow-root" if os.geteuid() == 0 else ""  # JupyterLab refuses root without it
     print(f"\nmanual grading: cd {course.root} && {REPO / '.venv' / 'bin' / 'jupyter'} lab{as_root}   "
-          f"(then Nbgrader > Formgrader > Manual Grading; afterwards run `python -m autograder export --build "
-          f"{course.root.parent}` and `... feedback --build {course.root.parent}`)")
+          f"(then Nbgrader > Formgrader > Manual Grading; afterwards run `python -m autograder export"
+          f"{build_option(course)}` and `... feedback{build_option(course)}`)")

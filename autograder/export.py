@@ -212,7 +212,7 @@ def export(course: Course) -> list[Path]:
                                       "result": cell_result(grade, kind, statuses.get(nb.name, "graded"))})
                 row["needs_manual_grading"] = str(waiting)
                 row["seconds_late"] = _fmt(int(submission.total_seconds_late or 0))
-                if waiting and status == "graded":  # the score can still rise: not final
+                if waiting and status == "graded":  # the score can still change: not final
                     status = "awaiting manual grading"
             row["status"] = status
             row["notes"] = "; ".join(notes)

@@ -181,7 +181,8 @@ def markdown_literal(text: str) -> str:
     (the span keeps MathJax off a '$...$' in it); '' for ''."""
     if not text:
         return ""
-    escaped = re.sub(r"([\\`*_{}\[\]()#+\-.!<>|~&$:])", r"\\\1", text)
+    one_line = re.sub(r"[\x00-\x1f\x7f]+", " ", text)  # a newline would start a heading, list or code block
+    escaped = re.sub(r"([\\`*_{}\[\]()#+\-.!<>|~&$:])", r"\\\1", one_line)
     return f'<span class="tex2jax_ignore">{escaped}</span>'
 
 

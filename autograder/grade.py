@@ -25,7 +25,6 @@ import json
 import multiprocessing
 import os
 import re
-import shlex
 import shutil
 import signal
 import sys
@@ -350,14 +349,8 @@ def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
             f"test cells of the source notebooks changed (source or points) after the assignment was released: "
             f"{listed_cells(changed)}. Grading runs the released test cells stored in the gradebook but would compare "
             "with values recorded from the edited ones. Run `python -m autograder release"
-            f"{_build_option(course)}` first: it keeps submissions and grades, and the next `grade` grades again "
+            f"{build_option(course)}` first: it keeps submissions and grades, and the next `grade` grades again "
             "every submission graded under the old cells (hand out the new zip if students should see them).")
-
-
-def _build_option(course: Course) -> str:
-    """' --build DIR' for a course outside the default build folder, else ''."""
-    build = course.root.parent
-    return "" if build.resolve() == (REPO / "build").resolve() else f" --build {shlex.quote(str(build))}"
 
 
 def regrade_after_new_tests(course: Course) -> list[str]:

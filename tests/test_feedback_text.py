@@ -395,3 +395,15 @@ def test_the_file_a_page_was_graded_from_is_named_verbatim_without_markup_or_htm
     assert "<img" not in body and "<a href" not in body and "<em>" not in body
     # MathJax typesets $...$ and \(...\) in the page's text unless an element says not to
     assert re.search(r'<span class="tex2jax_ignore">[^<]*\.ipynb</span>', body), body[-800:]
+
+
+def test_a_line_break_in_a_file_name_cannot_start_a_heading_or_code_block():
+    """'a\\n===\\nb.ipynb' made the graded-from note a heading (found by review): a name is shown on one line."""
+    from autograder.feedback import graded_from_note
+
+    for name in ("a\n===\nb.ipynb", "a\n\n    b_c.ipynb", "x\r\n# y.ipynb"):
+        body = rendered(graded_from_note(name, "02-shapes-and-loss"))
+        assert "<h1" not in body and "<h2" not in body and "<pre" not in body, name
+        shown = paragraph_text(body)
+        # every character still there, in order, the line breaks as spaces
+        assert " ".join(shown.split()).startswith("Graded from your file " + " ".join(name.split())), shown
