@@ -294,11 +294,14 @@ def page_text(html_text: str) -> str:
 
 
 def authored_text(notebook: Path) -> str:
-    """The sources of a graded notebook's cells the student wrote (every cell but the test cells); '' if absent."""
+    """The sources of a graded notebook's cells the student wrote (every cell but the test cells), and once more what
+    the kernel-stop note quotes of them (kernel_stops); '' if absent."""
     if not notebook.is_file():
         return ""
-    cells = nbformat.read(notebook, as_version=4).cells
-    return "\n".join(cell.source for cell in cells if not is_test_cell(cell))
+    nb = nbformat.read(notebook, as_version=4)
+    return "\n".join([*(cell.source for cell in nb.cells if not is_test_cell(cell)),
+                      *(first_line(cell.source)[:60] for cell in nb.cells
+                        if stopped_kernel(cell) and not nbgrader_meta(cell).get("grade_id"))])
 
 
 def find_leaks(path: Path, signatures: set[str], authored: str = "") -> list[str]:

@@ -407,3 +407,22 @@ def test_a_line_break_in_a_file_name_cannot_start_a_heading_or_code_block():
         shown = paragraph_text(body)
         # every character still there, in order, the line breaks as spaces
         assert " ".join(shown.split()).startswith("Graded from your file " + " ".join(name.split())), shown
+
+
+def test_the_kernel_stop_note_quoting_the_student_s_line_does_not_withhold_the_page(tmp_path):
+    """The note quotes the stopped cell's first line: a line the student shares with a hidden test was then on the
+    page twice and counted once, and the page was withheld as a leak (found by review)."""
+    from autograder.feedback import kernel_stop_note, kernel_stops
+
+    path = graded_notebook(tmp_path, ANSWER, [new_output("stream", name="stdout", text="ok\n")])
+    nb = nbformat.read(path, as_version=4)
+    stopped = new_code_cell(f"{SECRET}\nimport os; os._exit(0)", execution_count=4,
+                            outputs=[new_output("error", ename="KernelDied", evalue="", traceback=[])])
+    nb.cells.append(stopped)
+    nbformat.write(nb, path)
+    nb.cells.insert(0, new_markdown_cell(kernel_stop_note(kernel_stops(nb))))  # as GetGradesNotingPending puts it
+    shown = tmp_path / "shown.ipynb"
+    nbformat.write(nb, shown)
+    page = render(shown)
+    assert page_text(page.read_text(encoding="utf-8")).count(SECRET.strip()) >= 2
+    assert find_leaks(page, SIGNATURES, authored_text(path)) == []
