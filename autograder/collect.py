@@ -405,28 +405,40 @@ def blackboard_time(text: str) -> dt.datetime | None:
         return None
 
 
-def own_name_ids(stem: str) -> tuple[str | None, str | None]:
-    """The two readings of a file name of its own as a student id: (the whole stem, '1011' of '1011 (1)'; the student
-    number before a last word, '1011' of '1011_mywork' or '2023-1011' of '2023-1011 作业'), each None when the name
-    gives none. The second needs a digit before and none after the last separator: '10_11' may be student 10_11,
-    and with 'zhang_san_mywork' no rule can tell student zhang's 'san_mywork' from a new student zhang_san's file."""
-    if re.fullmatch(r"\d+(?:-\d+)+", stem):  # 10-11: student 10-11's file, or student 10's copy -11? Only an exact id
-        return sanitize_id(stem), None
-    base = re.sub(rf"(?:{COPY_FORMS})$", "", stem, flags=re.IGNORECASE) or stem  # a browser's or LMS's copy mark
-    whole = sanitize_id(base)
+def own_name_ids(stem: str) -> list[str]:
+    """The readings of a file name of its own as a student id, first to try first: the stem as it is (2023-1011 is a
+    student number before it is a copy of 2023), the stem without a copy mark ('1011' of '1011 (1)'), and
+    number_before_last_word. Digits joined by '-' (10-11) are read only as they are: '-11' is also an LMS copy mark."""
+    exact = sanitize_id(stem)
+    if dashed_number(stem):
+        return [exact] if exact else []
+    base = without_copy_mark(stem)
+    return [s for s in dict.fromkeys([exact, sanitize_id(base), number_before_last_word(base)]) if s]
+
+
+def dashed_number(stem: str) -> bool:
+    """True for digits joined by '-' (10-11): a student number, or student 10's LMS copy -11; no rule can tell."""
+    return re.fullmatch(r"\d+(?:-\d+)+", stem) is not None
+
+
+def without_copy_mark(stem: str) -> str:
+    """stem without a browser's or LMS's copy mark at its end ('1011' of '1011 (1)' or '1011-2')."""
+    return re.sub(rf"(?:{COPY_FORMS})$", "", stem, flags=re.IGNORECASE) or stem
+
+
+def number_before_last_word(base: str) -> str | None:
+    """The student number before a name's last word ('1011' of '1011_mywork', '2023-1011' of '2023-1011 作业'), or
+    None. It needs a digit before and none after the last separator: '10_11' may be student 10_11, and with
+    'zhang_san_mywork' no rule can tell student zhang's 'san_mywork' from a new student zhang_san's file."""
     m = re.fullmatch(r"(?P<id>.+?)[_\-\s.]+(?P<rest>[^_\-\s.]+)", base)
-    number = sanitize_id(m.group("id")) if m and re.search(r"\d", m.group("id")) and not re.search(r"\d", m.group("rest")) \
-        else None
-    return whole, number
+    if m and re.search(r"\d", m.group("id")) and not re.search(r"\d", m.group("rest")):
+        return sanitize_id(m.group("id"))
+    return None
 
 
 def own_name_owner(stem: str, claimable: frozenset[str] | set[str]) -> str | None:
-    """The student a file name of its own gives (see own_name_ids) when that student is in claimable; else None.
-    The stem as it is, copy mark and all, comes first: 2023-1011 is a student number before it is a copy of 2023."""
-    exact = sanitize_id(stem)
-    if exact in claimable:
-        return exact
-    return next((s for s in own_name_ids(stem) if s is not None and s in claimable), None)
+    """The student a file name of its own gives (see own_name_ids) when that student is in claimable; else None."""
+    return next((s for s in own_name_ids(stem) if s in claimable), None)
 
 
 def lms_prefix(name: str) -> str | None:
@@ -879,7 +891,9 @@ def named_student(path: PurePosixPath, notebooks: list[str]) -> str | None:
 
 def whose_file_help(path: PurePosixPath) -> str:
     """Why a file with a name of its own is nobody's, and the command that files it for its student."""
-    whole, number = own_name_ids(path.stem)
+    base = path.stem if dashed_number(path.stem) else without_copy_mark(path.stem)
+    whole = sanitize_id(base)
+    number = None if dashed_number(path.stem) else number_before_last_word(base)
     example = number or (whole if whole and whole.isdigit() else "ID")  # a student number is worth echoing, 'my' is not
     return ("cannot tell whose file it is (its name starts with no id of a student in the gradebook or in this "
             "download's other file names): copy it into a folder of its own (cp -p keeps its time) and collect that "
