@@ -1124,9 +1124,12 @@ def keep_replaced(course: Course, student: str, dest: Path) -> Path:
 def free_copy_path(copy: Path, entry: Entry) -> Path:
     """Where to keep a rejected file's copy: copy, unless an earlier collect kept other bytes there (the same path in
     another download); then NAME~2.EXT, NAME~3.EXT, ... (the first free one, or one holding these very bytes)."""
-    n, candidate = 1, copy
-    while candidate.exists() and not (candidate.is_file() and candidate.stat().st_size == entry.size
-                                      and file_digest(candidate) == entry_digest(entry)):
+    n, candidate, digest = 1, copy, None
+    while candidate.exists():
+        if candidate.is_file() and candidate.stat().st_size == entry.size:
+            digest = digest or entry_digest(entry)  # hashed once, and only when a same-sized copy is there
+            if file_digest(candidate) == digest:
+                break
         n += 1
         candidate = copy.with_name(f"{copy.stem}~{n}{copy.suffix}")
     return candidate
@@ -1154,9 +1157,9 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
         r.copy = str(copy)
 
 
-def save_report(course: Course, report: CollectReport, digests: dict[str, str] | None = None) -> Path:
+def save_report(course: Course, report: CollectReport, entries: list[Entry] | None = None) -> Path:
     """Merge this run into reports/collect.json (students of this download replace their old entries).
-    digests: {path: sha256} of this download's files."""
+    entries: this download's files, to tell an old record's file from another at its path."""
     path = course.reports_dir / "collect.json"
     merged = load_collect_log(course)
     for s in report.students:
@@ -1165,9 +1168,10 @@ def save_report(course: Course, report: CollectReport, digests: dict[str, str] |
     # by this run's record of the very file (same path and bytes: collected again, maybe with --student now), never
     # by another download's file at that path; one without a copy to compare (unreadable), by its path
     again = {r.file for r in report.rejected + report.ignored if not r.student}
+    by_path = {str(e.path): e for e in entries or []}
     for kind in ("rejected", "ignored"):
         merged[kind] = [r for r in merged[kind] if (r.get("student") not in report.students if r.get("student")
-                                                    else not same_file_again(r, digests or {}, again))]
+                                                    else not same_file_again(r, by_path, again))]
     merged["students"].update({s: asdict(r) for s, r in report.students.items()})
     merged["rejected"] += [asdict(r) for r in report.rejected]
     merged["ignored"] += [asdict(r) for r in report.ignored]
@@ -1179,26 +1183,32 @@ def save_report(course: Course, report: CollectReport, digests: dict[str, str] |
     return path
 
 
-def same_file_again(record: dict, digests: dict[str, str], again: set[str]) -> bool:
-    """True when this download holds the very file an old record of nobody's file names: same path, and the bytes its
-    kept copy has (digests: {path: sha256} of this download); a record without a copy: its path is in again."""
-    if record.get("file") not in digests:
+def same_file_again(record: dict, by_path: dict[str, Entry], again: set[str]) -> bool:
+    """True when this download (by_path: its files by path) holds the very file an old record of nobody's file names:
+    same path, and the bytes its kept copy has; a record without a copy: its path is in again."""
+    entry = by_path.get(record.get("file"))
+    if entry is None or entry.unreadable is not None:
         return False
     if not record.get("copy"):
         return record.get("file") in again
     try:
-        return file_digest(Path(record["copy"])) == digests[record["file"]]
+        return file_digest(Path(record["copy"])) == entry_digest(entry)
     except OSError:  # the copy was moved or deleted: keep the record, which still says what came in
         return False
 
 
-def file_digest(path: Path) -> str:
-    """sha256 of a file, read in blocks (a rejected file may be over MAX_READ_BYTES)."""
+def _stream_digest(fh) -> str:
+    """sha256 of an open binary file, read in 1 MiB blocks (a file may be over MAX_READ_BYTES)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file on disk."""
+    with open(path, "rb") as fh:
+        return _stream_digest(fh)
 
 
 def entry_digest(entry: Entry) -> str | None:
@@ -1207,14 +1217,11 @@ def entry_digest(entry: Entry) -> str | None:
         return None
     if entry.opener is None:
         return hashlib.sha256(entry.data).hexdigest()
-    digest = hashlib.sha256()
     try:
         with entry.opener() as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+            return _stream_digest(fh)
     except (*ZIP_MEMBER_ERRORS, OSError):
         return None
-    return digest.hexdigest()
 
 
 def load_collect_log(course: Course) -> dict:
@@ -1318,7 +1325,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             if not files:  # nothing filed: what was handed in is worth saying, system files included
                 notes += [f"{r.file}: {r.reason}" for r in ignored if r.student == sid]
             report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
-        save_report(course, report, {str(e.path): d for e in entries if (d := entry_digest(e)) is not None})
+        save_report(course, report, entries)
     return report
 
 
