@@ -20,6 +20,7 @@ import fcntl
 import functools
 import os
 import shlex
+import zoneinfo
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ PACKAGE = Path(__file__).resolve().parent
 REPO = PACKAGE.parent
 ASSIGNMENT = "part-ii"
 CONFIG_FILE = PACKAGE / "nbgrader_config.py"
+BEIJING = zoneinfo.ZoneInfo("Asia/Shanghai")  # the students' clock: the student README and late notes give it beside UTC
 BUNDLE_CONTENT = ("code", "data")  # top-level course folders shipped to students, each as <name>/part-ii
 
 

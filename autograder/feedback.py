@@ -49,7 +49,7 @@ from traitlets import Dict
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, hidden_line_numbers, is_test_cell, last_heading,
                     nbgrader_meta, outcome_message, stopped_kernel, visible_source)
 from .collect import load_collect_log, match_notebook, moved_files
-from .course import ASSIGNMENT, AutograderError, Course, case_hint, quiet_nbgrader_logs
+from .course import ASSIGNMENT, BEIJING, AutograderError, Course, case_hint, quiet_nbgrader_logs
 from .export import late_by, released_test_ids, tampered_cells
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -170,8 +170,6 @@ def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = F
 
 def both_clocks(moment) -> str:
     """'2026-03-01 16:03 UTC, 2026-03-02 00:03 Beijing time' for a naive UTC time (the student README's clocks)."""
-    from .release import BEIJING
-
     utc = moment.replace(tzinfo=dt.timezone.utc)
     return f"{utc:%Y-%m-%d %H:%M} UTC, {utc.astimezone(BEIJING):%Y-%m-%d %H:%M} Beijing time"
 
@@ -227,8 +225,15 @@ def failed_tests(nb) -> list[str]:
 def kernel_stops(nb) -> list[str]:
     """The cells of a graded notebook that stopped the kernel: each by its grade id, else by its first line."""
     return [markdown_literal(nbgrader_meta(cell).get("grade_id") or "") or
-            f"the cell that begins {markdown_literal(first_line(cell.source)[:60])}"
+            f"the cell that begins {markdown_literal(quoted_line(cell))}"
             for cell in nb.cells if stopped_kernel(cell)]
+
+
+def quoted_line(cell) -> str | None:
+    """What the kernel-stop note quotes of a stopped cell without a grade id (its first line, cut at 60); else None."""
+    if not stopped_kernel(cell) or nbgrader_meta(cell).get("grade_id"):
+        return None
+    return first_line(cell.source)[:60]
 
 
 def kernel_stop_note(cells: list[str]) -> str:
@@ -300,8 +305,7 @@ def authored_text(notebook: Path) -> str:
         return ""
     nb = nbformat.read(notebook, as_version=4)
     return "\n".join([*(cell.source for cell in nb.cells if not is_test_cell(cell)),
-                      *(first_line(cell.source)[:60] for cell in nb.cells
-                        if stopped_kernel(cell) and not nbgrader_meta(cell).get("grade_id"))])
+                      *(q for cell in nb.cells if (q := quoted_line(cell)) is not None)])
 
 
 def find_leaks(path: Path, signatures: set[str], authored: str = "") -> list[str]:

@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 
 from .cells import cell_points, headings, nbgrader_meta
-from .course import (ASSIGNMENT, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError,
-                     Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url)
+from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
+                     AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url)
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -230,9 +230,6 @@ def student_requirements(pins: dict[str, str | None]) -> str:
 def notebook_title(nb) -> str:
     """The notebook's first heading (its title) as plain text; '' when it has none."""
     return next((text for cell in nb.cells if cell.cell_type == "markdown" for text in headings(cell.source)), "")
-
-
-BEIJING = zoneinfo.ZoneInfo("Asia/Shanghai")
 
 
 def due_date_text(due: dt.datetime | None) -> str:
