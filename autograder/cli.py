@@ -32,7 +32,8 @@ import re
 import sys
 from pathlib import Path
 
-from .course import DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, AutograderError, Course, gradebook_error, load_config
+from .course import (DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, AutograderError, Course, build_flag, build_option,
+                     gradebook_error, load_config)
 from .demo import DEMO_CELL_TIMEOUT, DEMO_NOTEBOOK_TIMEOUT
 
 
@@ -315,8 +316,8 @@ def _run(args: argparse.Namespace) -> int:
             n = len(pending)
             listed = ", ".join(pending[:5]) + (", …" if n > 5 else "")
             print(f"{n} {'student is' if n == 1 else 'students are'} not graded yet ({listed}): "
-                  f"{'its scores are' if n == 1 else 'their scores are'} left empty; run `python -m autograder grade`, "
-                  "then export again")
+                  f"{'its scores are' if n == 1 else 'their scores are'} left empty; run `python -m autograder grade"
+                  f"{build_option(course)}`, then export again")
             return 1
         return 0
     raise AssertionError(args.command)
@@ -328,6 +329,14 @@ def _gradebook_url(args: argparse.Namespace) -> str:
         return load_config(getattr(args, "build", None)).CourseDirectory.db_url
     except Exception:  # noqa: BLE001 - only for the message of an error already being reported
         return os.environ.get("PART_II_DB_URL", "?")
+
+
+def _build_flag(args: argparse.Namespace) -> str:
+    """' --build DIR' of the command's course for a suggested command ('' for the default build/ or when unreadable)."""
+    try:
+        return build_flag(Path(load_config(getattr(args, "build", None)).CourseDirectory.root).parent)
+    except Exception:  # noqa: BLE001 - only for the message of an error already being reported
+        return ""
 
 
 REFUSALS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
@@ -389,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             message = gradebook_error(_gradebook_url(args), exc)
         elif isinstance(exc, MissingEntry) and "assignment" in str(exc):
             message = (f"the gradebook {_gradebook_url(args)} does not know the assignment ({exc}): it was replaced "
-                       "or emptied after the release; run `python -m autograder release` first")
+                       f"or emptied after the release; run `python -m autograder release{_build_flag(args)}` first")
         else:
             raise
         print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)

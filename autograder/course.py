@@ -110,10 +110,20 @@ def fast_new_gradebooks() -> None:
     nbgrader.api.get_alembic_version = alembic_head
 
 
+def build_flag(build: Path) -> str:
+    """' --build DIR' to repeat in a suggested command for the build folder DIR ('' for the default build/)."""
+    build = Path(build).resolve()
+    return "" if build == (REPO / "build").resolve() else f" --build {shlex.quote(str(build))}"
+
+
 def build_option(course: "Course") -> str:
     """' --build DIR' to repeat in a suggested command when the course is not in the default build/ ('' when it is)."""
-    build = Path(course.root).resolve().parent
-    return "" if build == (REPO / "build").resolve() else f" --build {shlex.quote(str(build))}"
+    return build_flag(Path(course.root).parent)
+
+
+def run_first(course: "Course", command: str) -> str:
+    """'run `python -m autograder COMMAND [--build DIR]` first': the advice, runnable as printed for this course."""
+    return f"run `python -m autograder {command}{build_option(course)}` first"
 
 
 def check_build_folder(root: Path, create: bool = True) -> None:
@@ -134,8 +144,8 @@ def check_build_folder(root: Path, create: bool = True) -> None:
                               f"{shlex.quote(str(root.parent.parent))}, the folder that holds course/ ({root} does not exist)")
     if not create and not root.is_dir():
         raise AutograderError(f"there is no course in {root.parent} ({root} does not exist): run "
-                              "`python -m autograder release` first; --build (or $PART_II_BUILD) names the folder "
-                              "that holds course/")
+                              f"`python -m autograder release{build_flag(root.parent)}` first; --build (or "
+                              "$PART_II_BUILD) names the folder that holds course/")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -276,7 +286,7 @@ class Course:
         """Names (without .ipynb) of the released notebooks, sorted; fails if release has not run."""
         names = sorted(p.stem for p in self.release_dir.glob("*.ipynb"))
         if not names:
-            raise AutograderError(f"no released notebooks in {self.release_dir}; run `python -m autograder release` first")
+            raise AutograderError(f"no released notebooks in {self.release_dir}; {run_first(self, 'release')}")
         return names
 
     def submitted_students(self) -> list[str]:

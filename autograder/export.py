@@ -23,7 +23,7 @@ import nbformat
 
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
 from .collect import load_collect_log, moved_files
-from .course import ASSIGNMENT, AutograderError, Course
+from .course import ASSIGNMENT, AutograderError, Course, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import job_rows, needs_regrade
 
@@ -160,7 +160,7 @@ def export(course: Course) -> list[Path]:
         try:
             assignment = gb.find_assignment(ASSIGNMENT)
         except MissingEntry:
-            raise AutograderError("the gradebook has no assignment part-ii; run `python -m autograder release` first") from None
+            raise AutograderError(f"the gradebook has no assignment part-ii; {run_first(course, 'release')}") from None
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
         sync_now(gb)  # the due date may have moved in formgrader since the last sync
         extended = extension_ends(gb.db)
@@ -218,7 +218,7 @@ def export(course: Course) -> list[Path]:
             row["notes"] = "; ".join(notes)
             rows.append(row)
     if not rows:
-        raise AutograderError("the gradebook has no students; run `python -m autograder collect PATH` first")
+        raise AutograderError(f"the gradebook has no students; {run_first(course, 'collect PATH')}")
     course.reports_dir.mkdir(parents=True, exist_ok=True)
     grades_csv = course.reports_dir / "grades.csv"
     cells_csv = course.reports_dir / "grades-per-cell.csv"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Column, DateTime, MetaData, String, Table, inspect, select
 
-from .course import ASSIGNMENT, AutograderError, Course, one_transaction
+from .course import ASSIGNMENT, AutograderError, Course, build_option, one_transaction, run_first
 
 EXTENSIONS = Table(
     "autograder_extension", MetaData(),
@@ -122,10 +122,10 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
     if not students:
         raise AutograderError("name at least one student to extend (--student ID)")
     with course.gradebook() as gb:
-        due = released_due_date(gb)
+        due = released_due_date(course, gb)
         if until is not None and due is None:
             raise AutograderError("the assignment has no due date to extend: record one first with "
-                                  "`python -m autograder release --due-date WHEN`")
+                                  f"`python -m autograder release --due-date WHEN{build_option(course)}`")
         if until is not None and until <= due:
             raise AutograderError(f"an extension must end after the due date ({utc_time(due)}); got {utc_time(until)}")
         EXTENSIONS.create(gb.engine, checkfirst=True)
@@ -142,20 +142,21 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
     return extensions(course)
 
 
-def released_due_date(gb):
-    """The assignment's due date (naive UTC, or None); AutograderError when the course has no release yet."""
+def released_due_date(course: Course, gb):
+    """The assignment's due date in course's gradebook gb (naive UTC, or None); AutograderError when the course has
+    no release yet."""
     from nbgrader.api import MissingEntry
 
     try:
         return gb.find_assignment(ASSIGNMENT).duedate
     except MissingEntry:
-        raise AutograderError("no release in this course yet: run `python -m autograder release` first") from None
+        raise AutograderError(f"no release in this course yet: {run_first(course, 'release')}") from None
 
 
 def extensions(course: Course) -> list[Extension]:
     """Every extension of the course (nbgrader's own ones too), by student id."""
     with course.gradebook() as gb:
-        due = released_due_date(gb)
+        due = released_due_date(course, gb)
         sync_now(gb)
         known = {s.id for s in gb.students}
         by_case = {s.lower(): s for s in sorted(known)}

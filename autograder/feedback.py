@@ -49,7 +49,7 @@ from traitlets import Dict
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, hidden_line_numbers, is_test_cell, last_heading,
                     nbgrader_meta, outcome_message, stopped_kernel, visible_source)
 from .collect import load_collect_log, match_notebook, moved_files
-from .course import ASSIGNMENT, BEIJING, AutograderError, Course, case_hint, quiet_nbgrader_logs
+from .course import ASSIGNMENT, BEIJING, AutograderError, Course, case_hint, quiet_nbgrader_logs, run_first
 from .export import late_by, released_test_ids, tampered_cells
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -477,7 +477,7 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         known = [s for s in known if s in students]
         graded = [s for s in graded if s in students]
     if not known:
-        raise AutograderError("no graded submissions; run `python -m autograder grade` first")
+        raise AutograderError(f"no graded submissions; {run_first(course, 'grade')}")
     quiet_nbgrader_logs()
     from .extensions import synced
 
@@ -493,14 +493,14 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         row = every_job.get(student) or {}
         result.errors[student] = (f"grading failed ({row.get('error')}): no feedback written; see `grade`'s summary"
                                   if row.get("state") == "error" else
-                                  "collected but not graded yet: no feedback written; run `python -m autograder grade` first")
+                                  f"collected but not graded yet: no feedback written; {run_first(course, 'grade')}")
     for student in sorted(needs_regrade(course, jobs)):
         result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
-                                  "run `python -m autograder grade` first")
+                                  f"{run_first(course, 'grade')}")
         graded.remove(student)
     for student in sorted(s for s, row in jobs.items() if row["state"] in ("pending", "running") and s in graded):
-        result.errors[student] = "grading pending (e.g. after a release with new tests): no feedback written; " \
-                                 "run `python -m autograder grade` first"
+        result.errors[student] = ("grading pending (e.g. after a release with new tests): no feedback written; "
+                                  f"{run_first(course, 'grade')}")
         graded.remove(student)
     for student in sorted(result.errors):  # their earlier pages show a grading that no longer stands
         if removed := remove_pages(course, student):

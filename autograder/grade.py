@@ -40,7 +40,7 @@ from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, cr
 
 from .collect import _digest
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
-                     build_option, case_hint, fast_new_gradebooks, one_transaction)
+                     build_option, case_hint, fast_new_gradebooks, one_transaction, run_first)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 RETRIES = 1  # a worker that crashes (not a timeout) is started once more
@@ -727,7 +727,7 @@ class Scheduler:
             with signals_ignored(signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut this short
                 left = self.stop_all(todo)
             raise AutograderError(f"interrupted: {len(self.result.graded)} submissions graded in this run, {left} not; "
-                                  "run `python -m autograder grade` again to resume", 130) from None
+                                  f"run `python -m autograder grade{build_option(self.course)}` again to resume", 130) from None
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -781,7 +781,7 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
                                   f"collected: {', '.join(students) or 'none'}")
         students = [s for s in students if s in options.students]
     if not students:
-        raise AutograderError("nothing to grade: no collected submissions; run `python -m autograder collect PATH` first")
+        raise AutograderError(f"nothing to grade: no collected submissions; {run_first(course, 'collect PATH')}")
     sandboxed = sandbox_mode(options.no_sandbox)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

@@ -62,13 +62,14 @@ def empty_build(tmp_path, monkeypatch):
     (["grade", "--cell-timeout", "0.0001", "--build", "{build}"], "expected at least 1 second(s), got 0.0001"),
     (["grade", "--notebook-timeout", "inf", "--build", "{build}"], "finite number of seconds"),
     (["grade", "--student", "bad id!", "--build", "{build}"], "student id"),
-    (["grade", "--build", "{build}"], "run `python -m autograder release` first"),
+    # the advice repeats --build, so it runs as printed on this course
+    (["grade", "--build", "{build}"], "run `python -m autograder release --build {build}` first"),
     (["feedback", "--build", "{build}"], "there is no course in {build} ({build}/course does not exist): run "
-                                         "`python -m autograder release` first"),
+                                         "`python -m autograder release --build {build}` first"),
     (["feedback", "--student", "x/y", "--build", "{build}"], "student id"),
     (["feedback", "--mathjax-url", "javascript:alert(1)", "--build", "{build}"],
      "cannot load MathJax from 'javascript:alert(1)': its scheme is 'javascript'; expected an http:// or https://"),
-    (["export", "--build", "{build}"], "release` first"),
+    (["export", "--build", "{build}"], "release --build {build}` first"),
     (["release", "--due-date", "soon", "--build", "{build}"], "cannot read the due date 'soon'; expected '2026-03-01 23:59'"),
     (["release", "--due-date", "2026-03-01", "--build", "{build}"], "the due date '2026-03-01' has no time of day"),
     (["release", "--due-date", "2026-03-01 23:59 Mars/Base", "--build", "{build}"], "unknown time zone 'Mars/Base'"),
@@ -92,8 +93,9 @@ def empty_build(tmp_path, monkeypatch):
     (["extend", "--student", "ann", "--until", "2026-03-04", "--build", "{build}"],
      "the end of the extension '2026-03-04' has no time of day; expected '2026-03-01 23:59' (this machine's time zone), "
      "'2026-03-01 23:59+08:00', '2026-03-01 23:59 Asia/Shanghai', or 'none' (removes the extension)"),
-    (["extend", "--student", "ann", "--until", "2026-03-01 23:59", "--build", "{build}"], "run `python -m autograder release` first"),
-    (["extend", "--build", "{build}"], "run `python -m autograder release` first"),
+    (["extend", "--student", "ann", "--until", "2026-03-01 23:59", "--build", "{build}"],
+     "run `python -m autograder release --build {build}` first"),
+    (["extend", "--build", "{build}"], "run `python -m autograder release --build {build}` first"),
     (["check"], "required: notebook"),
     (["check", "/no/such/notebook.ipynb"], "is not a file"),
     (["check", str(REPO / "README.md")], "not a .ipynb file"),
@@ -107,6 +109,15 @@ def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, cap
     assert "error" in err and words.replace("{build}", empty_build) in err, err
     if argv and argv[0] != "release":
         assert not Path(empty_build, "course").exists(), "a command that did nothing made the course folder"
+
+
+def test_suggested_commands_name_the_build_folder_only_outside_the_default_one(tmp_path):
+    """Advice such as "run `python -m autograder release` first" must run as printed on the course it is about."""
+    from autograder.course import REPO, build_flag
+
+    assert build_flag(REPO / "build") == build_flag(REPO / "build" / ".." / "build") == ""
+    assert build_flag(tmp_path / "term 2") == f" --build '{tmp_path.resolve() / 'term 2'}'"  # quoted for the shell
+    assert build_flag(Path("relative")) == f" --build {Path.cwd() / 'relative'}"  # absolute: runs from anywhere
 
 
 def test_a_due_date_is_read_in_the_zone_it_names_or_else_in_local_time(monkeypatch):
@@ -341,7 +352,7 @@ def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(
     assert code == 2, err
     assert "feedback: error: the gradebook sqlite:///" in err, err
     assert ("does not know the assignment (No such assignment: part-ii): it was replaced or emptied after the release; "
-            "run `python -m autograder release` first") in err, err
+            f"run `python -m autograder release --build {build}` first") in err, err
 
 
 def test_a_build_path_that_is_a_file_is_reported(tmp_path, empty_build, capsys):
@@ -518,7 +529,8 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     assert code == 0, err + out
     code, err, out = run(["feedback", "--build", str(build)], capsys)
     assert code == 1, err + out
-    assert "carol: ERROR collected but not graded yet: no feedback written; run `python -m autograder grade` first" in out
+    assert ("carol: ERROR collected but not graded yet: no feedback written; "
+            f"run `python -m autograder grade --build {build}` first") in out, out
     assert not (build / "course" / "feedback" / "carol").exists(), "no page before grading"
 
 

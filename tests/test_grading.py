@@ -423,7 +423,8 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, f"exit {proc.returncode} after Ctrl-C:\n{err[-3000:]}"
-        assert "interrupted:" in err and "run `python -m autograder grade` again to resume" in err, err[-3000:]
+        assert "interrupted:" in err, err[-3000:]
+        assert f"run `python -m autograder grade --build {Path(build).resolve()}` again to resume" in err, err[-3000:]
         stopped = job_rows(course.db_url)
         assert {r["state"] for r in stopped.values()} <= {"done", "pending"}, stopped
         assert any(r["state"] == "pending" for r in stopped.values()), stopped
@@ -965,6 +966,8 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
             code = main(["export", "--build", str(build)])  # an empty score: exit 1, so that a script notices
         out = capsys.readouterr().out
         assert code == 1 and "1 student is not graded yet (perfect): its scores are left empty" in out, out
+        rerun = f"run `python -m autograder grade --build {Path(build).resolve()}`"  # as printed, runs on this course
+        assert f"{rerun}, then export again" in out, out
         with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
             rows = {r["student_id"]: r for r in csv.DictReader(fh)}
         assert rows["perfect"]["status"] == "not graded", rows["perfect"]
@@ -978,6 +981,7 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         assert earlier, "the shared class has feedback for perfect"
         result = feedback(course, students=["perfect", "partial"])
         assert "handed in again after grading" in result.errors["perfect"]
+        assert f"{rerun} first" in result.errors["perfect"], result.errors["perfect"]
         # the earlier pages showed the grades of the replaced hand-in: a student must not be sent them
         assert f"removed the {len(earlier)} earlier pages" in result.errors["perfect"], result.errors["perfect"]
         assert not any(p.exists() for p in earlier)
