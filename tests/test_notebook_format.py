@@ -228,3 +228,34 @@ def test_every_function_an_exercise_forbids_is_guarded_by_its_hidden_tests(name)
         assert not missing, f"{name}: {heading} forbids {sorted(missing)}, but no forbidden_calls in its test cells watches them"
     missing = _forbidden_names(intro, defined) - every_guard
     assert not missing, f"{name}: the exercises' opening text forbids {sorted(missing)}, but no test cell watches them"
+
+
+def _guards(test_source: str) -> list[tuple[str, set[str]]]:
+    """(the name forbidden_calls guards, the names the guarded block calls) of each guard in a test cell."""
+    guards = []
+    for node in ast.walk(ast.parse(test_source)):
+        if not isinstance(node, ast.With):
+            continue
+        called = {getattr(n.func, "id", "") for statement in node.body for n in ast.walk(statement) if isinstance(n, ast.Call)}
+        for item in node.items:
+            call = item.context_expr
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "forbidden_calls":
+                guards.append((call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None, called))
+    return guards
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_guard_names_a_function_its_exercise_defines_and_calls_it(name):
+    """forbidden_calls(user, ...) also searches what the notebook's function `user` holds (an import under another
+    name, a default argument...); a misspelt or stale name silently searches nothing, so each guard must name a
+    function a solution cell defines, and call it inside the guarded block."""
+    nb = _read(name)
+    solutions = {node.name for cell in nb.cells if cell.cell_type == "code"
+                 and cell.metadata.get("nbgrader", {}).get("solution")
+                 for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.FunctionDef)}
+    tests = [c for c in nb.cells if c.cell_type == "code" and _role(c, c.metadata.get("nbgrader", {})) == "test"]
+    guards = [(c.metadata["nbgrader"]["grade_id"], *g) for c in tests for g in _guards(c.source)]
+    assert guards, f"{name}: no forbidden_calls guard found (the exercises forbid library calls)"
+    for grade_id, user, called in guards:
+        assert user in solutions, f"{name}: {grade_id} guards {user!r}, which no solution cell defines ({sorted(solutions)})"
+        assert user in called, f"{name}: {grade_id} guards {user!r} but its guarded block never calls it"
