@@ -267,12 +267,16 @@ def _run(args: argparse.Namespace) -> int:
 
             print(f"test cells changed since the last release: {listed_cells(result.changed)}; the next `grade` grades again the "
                   f"{len(result.regrade)} submissions graded under the old cells")
+        print(f"next: hand out the student zip; `python -m autograder collect PATH{build_option(course)}` files the LMS "
+              "download (PATH: its folder or zip)")
         return 0
     if args.command == "collect":
         from .collect import collect, print_report
 
         report = collect(course, args.path, student=args.student, replace_older=args.replace_older)
         print_report(report)
+        if any(r.status in ("new", "updated") for r in report.students.values()):
+            print(f"next: `python -m autograder grade{build_option(course)}` grades the new hand-ins")
         return 1 if report.rejected else 0
     if args.command == "grade":
         from .grade import GradeOptions, grade

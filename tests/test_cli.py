@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -527,6 +528,9 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     shutil.copy(build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb", download)
     code, err, out = run(["collect", str(download.parent), "--build", str(build)], capsys)
     assert code == 0, err + out
+    assert out.endswith(f"next: `python -m autograder grade --build {build}` grades the new hand-ins\n"), out
+    code, err, out = run(["collect", str(download.parent), "--build", str(build)], capsys)
+    assert code == 0 and re.search(r"carol +unchanged", out) and "next:" not in out, out  # nothing new to grade
     code, err, out = run(["feedback", "--build", str(build)], capsys)
     assert code == 1, err + out
     assert ("carol: ERROR collected but not graded yet: no feedback written; "

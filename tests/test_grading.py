@@ -1015,7 +1015,10 @@ def test_a_due_date_makes_export_and_feedback_say_who_handed_in_late_and_a_new_r
             shanghai = due + dt.timedelta(hours=8)  # as an instructor in China types it
             assert main(["release", "--due-date", f"{shanghai.isoformat(sep=' ')} Asia/Shanghai", "--build", str(build)]) == 0
             typed = f"{shanghai:%Y-%m-%d %H:%M}" + (f":{shanghai:%S}" if shanghai.second else "")  # ':00' left out
-            assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC ({typed} Asia/Shanghai as given)" in capsys.readouterr().out
+            out = capsys.readouterr().out
+            assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC ({typed} Asia/Shanghai as given)" in out
+            assert out.endswith(f"next: hand out the student zip; `python -m autograder collect PATH --build "
+                                f"{Path(build).resolve()}` files the LMS download (PATH: its folder or zip)\n"), out
             assert main(["release", "--build", str(build)]) == 0  # no --due-date: the recorded one stays
             assert f"due date: {due:%Y-%m-%d %H:%M:%S} UTC" in capsys.readouterr().out
             readme = (course.bundle_dir / "README.md").read_text(encoding="utf-8")  # the students read it too
