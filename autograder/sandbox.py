@@ -1098,6 +1098,9 @@ class GradingExecute(Execute):
                     self.preprocess_cell(cells[index], resources, index)
             except Exception as err:  # noqa: BLE001 - DeadKernelError, iopub timeouts, broken pipes
                 stopped = f"the kernel stopped while running this cell ({type(err).__name__})"
+                # the cell is failed whatever raised; when it was the grader's own bug, the grading log keeps its traceback
+                self.log.warning("cell %d: %s while running it, reported to the student as the kernel stopping",
+                                 index, type(err).__name__, exc_info=True)
             # the watch may fire after the cell's reply came in, before the kernel's death was noticed
             if stopped or watch.stopped_at:
                 failed.add(index)

@@ -642,6 +642,28 @@ def test_a_cell_that_ends_its_kernel_only_on_replay_costs_no_other_cell(tmp_path
     assert [o.get("text") for o in nb.cells[2].outputs] == ["after\n"], nb.cells[2].outputs
 
 
+def test_an_error_of_the_grader_s_own_fails_only_its_cell_and_its_traceback_reaches_the_log(tmp_path, caplog):
+    """Whatever raises while a cell runs is reported as the kernel stopping; when it is a bug of the grader's,
+    not the kernel's end, the instructor finds its traceback in the grading log (reports/grade-logs/)."""
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("x = 2"), new_code_cell("print('x is', x)")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    executor = GradingExecute(timeout=30, preload_modules=[])
+    run_cell = executor.preprocess_cell
+
+    def buggy(cell, resources, index):
+        if index == 1:
+            raise TypeError("a bug in the grader")
+        return run_cell(cell, resources, index)
+
+    executor.preprocess_cell = buggy
+    with caplog.at_level("WARNING"):
+        nb, _ = executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert cell_texts(nb) == ["", "ERROR KernelDied", "x is 1"], cell_texts(nb)
+    assert "(TypeError)" in nb.cells[1].outputs[-1].evalue
+    logged = [r for r in caplog.records if "cell 1: TypeError while running it" in r.getMessage()]
+    assert logged and logged[0].exc_info and "a bug in the grader" in str(logged[0].exc_info[1]), caplog.text
+
+
 @pytest.mark.parametrize("later", ["x += 1", "import time\ntime.sleep(1.5)\nx += 1"], ids=["quick", "slow"])
 def test_a_cell_that_calls_exit_is_failed_and_the_cells_after_it_run_whatever_the_timing(tmp_path, later):
     """IPython's exit() stops the kernel a moment after the cell's reply: a quick next cell ran and the exit went
