@@ -33,7 +33,7 @@ from pathlib import Path
 
 from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, graded_cells,
                     is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message, stopped_kernel)
-from .collect import NotANotebook, match_notebook, read_notebook
+from .collect import NotANotebook, match_notebook, notebook_of, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
 
@@ -65,9 +65,11 @@ def graded_ids(nb) -> set[str]:
 
 
 def matched_notebook(path: Path, nb, course: dict[str, dict[str, bool]]) -> str:
-    """The course notebook whose graded cells this notebook holds most of; AutograderError when it holds none."""
+    """The course notebook collect files this notebook as (by its name, else by the graded cells it holds most of);
+    AutograderError when it holds none of that notebook's graded cells."""
     ids = graded_ids(nb)
-    best = max(course, key=lambda name: len(ids & course[name].keys()), default=None)
+    hit = match_notebook(path.stem, list(course))
+    best = notebook_of(ids, {name: set(cells) for name, cells in course.items()}, hit[0] if hit else None)
     if best is None or not ids & course[best].keys():
         listed = ", ".join(sorted(ids)[:3]) + (", …" if len(ids) > 3 else "")
         raise AutograderError(f"{path} is not a notebook of this course: none of its graded cells ({listed}) is in "

@@ -906,8 +906,15 @@ def exercises_notebook(nb: nbformat.NotebookNode, named: str | None,
     named's released grade ids and some of another notebook's (then the one it holds most of). A file saved under
     a sibling's name, or under a name of its own, is graded as what it is."""
     ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells} - {None}
-    held = {name: len(ids & {meta.get("grade_id") for _type, meta in cells.values()})
-            for name, cells in sorted(release_cells.items())}
+    return notebook_of(ids, {name: {meta.get("grade_id") for _type, meta in cells.values()}
+                             for name, cells in release_cells.items()}, named)
+
+
+def notebook_of(ids: set[str], notebook_ids: dict[str, set[str]], named: str | None) -> str | None:
+    """The notebook a file holding grade ids `ids` is filed as (notebook_ids: each notebook's grade ids): named, the
+    notebook its name gives (None: no notebook's), unless it holds none of named's ids and some of another notebook's;
+    then the one it holds most of. `check` tells students what collect will do with this same rule."""
+    held = {name: len(ids & notebook_ids[name]) for name in sorted(notebook_ids)}
     best = max(held, key=held.get, default=None)
     if best is None or held.get(named) or not held[best]:
         return named

@@ -200,6 +200,33 @@ def _smallest_source_notebook():
     return min(nbs.items(), key=lambda item: sum(c.cell_type == "code" for c in item[1].cells))
 
 
+@pytest.mark.parametrize("name, held", [
+    ("02-shapes-and-loss", {"02-shapes-and-loss": 1, "03-maximum-likelihood": 3}),  # its own cells win, however few
+    ("02-shapes-and-loss", {"03-maximum-likelihood": 2, "04-entropy-cross-entropy-kl": 1}),  # none of its own
+    ("02-shapes-and-loss-final", {"03-maximum-likelihood": 2}),  # a copy's name
+    ("my-homework", {"05-sequence-loss-and-perplexity": 1, "01-probability-and-bayes": 2}),  # no notebook's name
+    ("01-probability-and-bayes", {"01-probability-and-bayes": 2}),
+])
+def test_check_names_the_notebook_collect_files_a_file_as(name, held):
+    """check tells a student what collect will do with the file: both read the notebook a file is the same way (a file
+    named 02 that also held more of 03's cells was called 03 by check, and filed as 02 by collect)."""
+    import nbformat
+
+    from autograder.check import course_cells, matched_notebook, naming_problem
+    from autograder.collect import exercises_notebook, graded_release_cells, match_notebook
+
+    sources = {p.stem: nbformat.read(p, as_version=4) for p in sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb"))}
+    graded = {nb: [c for c in sources[nb].cells if c.metadata.get("nbgrader", {}).get("grade")] for nb in sources}
+    nb = nbformat.v4.new_notebook(cells=[c for nb_name, n in held.items() for c in graded[nb_name][:n]])
+    course = course_cells()
+    checked = matched_notebook(Path(f"{name}.ipynb"), nb, course)
+    hit = match_notebook(name, list(sources))
+    assert checked == exercises_notebook(nb, hit[0] if hit else None, graded_release_cells(sources))
+    named_holds = hit is not None and held.get(hit[0])
+    assert checked == (hit[0] if named_holds else max(held, key=held.get))
+    assert (naming_problem(Path(f"{name}.ipynb"), checked, course) is None) == bool(named_holds)
+
+
 def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, capsys):
     import nbformat
 
