@@ -92,6 +92,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_notebook, new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
@@ -115,6 +116,8 @@ RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record out
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+# how a kernel's end (or silence) shows while a cell runs; any other exception may be a bug of the grader's own
+KERNEL_STOP_ERRORS = (DeadKernelError, CellTimeoutError, TimeoutError, OSError, ForkServerError)
 # what the part-ii notebooks import first: their setup cell (numpy, torch, pyplot), and
 # load_cases() of code/part-ii/arithmetic_data.py (jsonschema, sympy: 0.6 s of every notebook).
 # jsonschema is imported plainly here: cheap only while requirements.txt pins it below 4.25
@@ -1098,9 +1101,7 @@ class GradingExecute(Execute):
                     self.preprocess_cell(cells[index], resources, index)
             except Exception as err:  # noqa: BLE001 - DeadKernelError, iopub timeouts, broken pipes
                 stopped = f"the kernel stopped while running this cell ({type(err).__name__})"
-                # the cell is failed whatever raised; when it was the grader's own bug, the grading log keeps its traceback
-                self.log.warning("cell %d: %s while running it, reported to the student as the kernel stopping",
-                                 index, type(err).__name__, exc_info=True)
+                self._log_stop(cells[index], index, err)
             # the watch may fire after the cell's reply came in, before the kernel's death was noticed
             if stopped or watch.stopped_at:
                 failed.add(index)
@@ -1177,6 +1178,17 @@ class GradingExecute(Execute):
             return reply is not None and not self._timed_out
         except Exception:  # noqa: BLE001
             return False
+
+    def _log_stop(self, cell, index: int, err: Exception) -> None:
+        """Note in the grading log why cell `index` was failed as the kernel stopping: a kernel's end in one line, anything
+        else (maybe a bug of the grader's, which the student is told was the kernel) with its traceback."""
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        where = f"cell {index + 1}{f' ({grade_id})' if grade_id else ''}"  # counted from 1, as check and feedback do
+        if isinstance(err, KERNEL_STOP_ERRORS):
+            self.log.info("%s: the kernel stopped while running it (%s)", where, type(err).__name__)
+        else:
+            self.log.warning("%s: unexpected %s while running it, failed as the kernel stopping", where,
+                             type(err).__name__, exc_info=True)
 
     @staticmethod
     def _fail_cell(cell, message: str, ename: str = KERNEL_DIED) -> None:

@@ -643,10 +643,13 @@ def test_a_cell_that_ends_its_kernel_only_on_replay_costs_no_other_cell(tmp_path
 
 
 def test_an_error_of_the_grader_s_own_fails_only_its_cell_and_its_traceback_reaches_the_log(tmp_path, caplog):
-    """Whatever raises while a cell runs is reported as the kernel stopping; when it is a bug of the grader's,
-    not the kernel's end, the instructor finds its traceback in the grading log (reports/grade-logs/)."""
-    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("x = 2"), new_code_cell("print('x is', x)")],
+    """Whatever raises while a cell runs is reported as the kernel stopping; when it is not how a kernel's end shows (a
+    bug of the grader's), the instructor finds its traceback in the grading log (reports/grade-logs/). A kernel's
+    real end is noted in one line."""
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("x = 2"), new_code_cell("import os\nos._exit(1)"),
+                             new_code_cell("print('x is', x)")],
                       metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells[1].metadata["nbgrader"] = {"grade_id": "ex_bumped", "solution": True, "grade": False}
     executor = GradingExecute(timeout=30, preload_modules=[])
     run_cell = executor.preprocess_cell
 
@@ -656,12 +659,14 @@ def test_an_error_of_the_grader_s_own_fails_only_its_cell_and_its_traceback_reac
         return run_cell(cell, resources, index)
 
     executor.preprocess_cell = buggy
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("INFO"):
         nb, _ = executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
-    assert cell_texts(nb) == ["", "ERROR KernelDied", "x is 1"], cell_texts(nb)
+    assert cell_texts(nb) == ["", "ERROR KernelDied", "ERROR KernelDied", "x is 1"], cell_texts(nb)
     assert "(TypeError)" in nb.cells[1].outputs[-1].evalue
-    logged = [r for r in caplog.records if "cell 1: TypeError while running it" in r.getMessage()]
-    assert logged and logged[0].exc_info and "a bug in the grader" in str(logged[0].exc_info[1]), caplog.text
+    bug = [r for r in caplog.records if r.getMessage().startswith("cell 2 (ex_bumped): unexpected TypeError")]
+    assert bug and bug[0].levelname == "WARNING" and "a bug in the grader" in str(bug[0].exc_info[1]), caplog.text
+    death = [r for r in caplog.records if r.getMessage().startswith("cell 3: the kernel stopped while running it")]
+    assert death and death[0].levelname == "INFO" and not death[0].exc_info, caplog.text
 
 
 @pytest.mark.parametrize("later", ["x += 1", "import time\ntime.sleep(1.5)\nx += 1"], ids=["quick", "slow"])
