@@ -64,16 +64,30 @@ def graded_ids(nb) -> set[str]:
     return {m["grade_id"] for c in nb.cells if (m := nbgrader_meta(c)).get("grade") and "grade_id" in m}
 
 
-def matched_notebook(path: Path, nb, course: dict[str, dict[str, bool]]) -> str:
-    """The course notebook collect files this notebook as (by its name, else by the graded cells it holds most of);
-    AutograderError when it holds none of that notebook's graded cells."""
-    ids = graded_ids(nb)
-    hit = match_notebook(path.stem, list(course))
-    best = notebook_of(ids, {name: set(cells) for name, cells in course.items()}, hit[0] if hit else None)
-    if best is None or not ids & course[best].keys():
+def course_grade_ids() -> dict[str, set[str]]:
+    """{notebook: the grade ids of its cells (graded, answer and read-only ones)} of this course's source notebooks:
+    what collect tells notebooks apart by."""
+    import nbformat
+
+    folder = Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT
+    return {p.stem: grade_ids(nbformat.read(p, as_version=4)) for p in sorted(folder.glob("*.ipynb"))}
+
+
+def grade_ids(nb) -> set[str]:
+    """Grade ids of all the notebook's cells that carry one."""
+    return {m["grade_id"] for c in nb.cells if "grade_id" in (m := nbgrader_meta(c))}
+
+
+def matched_notebook(path: Path, nb, notebook_ids: dict[str, set[str]]) -> str:
+    """The course notebook collect files this notebook as (notebook_ids: course_grade_ids()): by its name, else by
+    the cells it holds most of; AutograderError when it holds none of that notebook's cells."""
+    ids = grade_ids(nb)
+    hit = match_notebook(path.stem, list(notebook_ids))
+    best = notebook_of(ids, notebook_ids, hit[0] if hit else None)
+    if best is None or not ids & notebook_ids[best]:
         listed = ", ".join(sorted(ids)[:3]) + (", …" if len(ids) > 3 else "")
-        raise AutograderError(f"{path} is not a notebook of this course: none of its graded cells ({listed}) is in "
-                              f"{ASSIGNMENT}'s notebooks ({', '.join(course)})")
+        raise AutograderError(f"{path} is not a notebook of this course: none of its cells ({listed}) is in "
+                              f"{ASSIGNMENT}'s notebooks ({', '.join(notebook_ids)})")
     return best
 
 
@@ -262,7 +276,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
                               "metadata grading needs (answers pasted into a new notebook lose it). Paste your answers "
                               "into the cells of the released notebook instead, and check that one")
     course = course_cells()
-    best = matched_notebook(Path(path), nb, course)
+    best = matched_notebook(Path(path), nb, course_grade_ids())
     problem = naming_problem(Path(path), best, course)
     if problem:
         print(problem, flush=True)

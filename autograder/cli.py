@@ -267,16 +267,14 @@ def _run(args: argparse.Namespace) -> int:
 
             print(f"test cells changed since the last release: {listed_cells(result.changed)}; the next `grade` grades again the "
                   f"{len(result.regrade)} submissions graded under the old cells")
-        print(f"next: hand out the student zip; `python -m autograder collect PATH{build_option(course)}` files the LMS "
-              "download (PATH: its folder or zip)")
+        print_next_step(course)
         return 0
     if args.command == "collect":
         from .collect import collect, print_report
 
         report = collect(course, args.path, student=args.student, replace_older=args.replace_older)
         print_report(report)
-        if any(r.status in ("new", "updated") for r in report.students.values()):
-            print(f"next: `python -m autograder grade{build_option(course)}` grades the new hand-ins")
+        print_next_step(course)
         return 1 if report.rejected else 0
     if args.command == "grade":
         from .grade import GradeOptions, grade
@@ -325,6 +323,20 @@ def _run(args: argparse.Namespace) -> int:
             return 1
         return 0
     raise AssertionError(args.command)
+
+
+def print_next_step(course: Course) -> None:
+    """After release or collect: the command to run next, when there is one (grade, or collect before any hand-in)."""
+    from .grade import to_grade
+
+    build = build_option(course)
+    if waiting := to_grade(course):
+        n = len(waiting)
+        print(f"next: `python -m autograder grade{build}` ({n} {'student is' if n == 1 else 'students are'} collected "
+              "and not graded yet)")
+    elif not course.submitted_students():
+        print(f"next: hand out the student zip; `python -m autograder collect PATH{build}` files the LMS download "
+              "(PATH: its folder or zip)")
 
 
 def _gradebook_url(args: argparse.Namespace) -> str:

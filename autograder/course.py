@@ -32,6 +32,9 @@ REPO = PACKAGE.parent
 ASSIGNMENT = "part-ii"
 CONFIG_FILE = PACKAGE / "nbgrader_config.py"
 BEIJING = zoneinfo.ZoneInfo("Asia/Shanghai")  # the students' clock: the student README and late notes give it beside UTC
+# the shell's $PART_II_BUILD, read before load_config exports --build over it: a suggested command without --build
+# runs there
+SHELL_BUILD = os.environ.get("PART_II_BUILD") or None
 BUNDLE_CONTENT = ("code", "data")  # top-level course folders shipped to students, each as <name>/part-ii
 
 
@@ -111,9 +114,11 @@ def fast_new_gradebooks() -> None:
 
 
 def build_flag(build: Path) -> str:
-    """' --build DIR' to repeat in a suggested command for the build folder DIR ('' for the default build/)."""
+    """' --build DIR' to repeat in a suggested command for the build folder DIR ('' where a command without --build
+    runs: the default build/, or the shell's $PART_II_BUILD)."""
     build = Path(build).resolve()
-    return "" if build == (REPO / "build").resolve() else f" --build {shlex.quote(str(build))}"
+    implied = Path(SHELL_BUILD).resolve() if SHELL_BUILD else (REPO / "build").resolve()
+    return "" if build == implied else f" --build {shlex.quote(str(build))}"
 
 
 def build_option(course: "Course") -> str:

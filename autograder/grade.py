@@ -167,6 +167,14 @@ def needs_regrade(course: Course, jobs: dict[str, dict]) -> set[str]:
             and _digest(course.step_dir("submitted", student)) != row["digest"]}
 
 
+def to_grade(course: Course) -> list[str]:
+    """Collected students the next `grade` grades: no finished job yet (none, pending, failed), or one for other
+    files than those collected now."""
+    jobs = job_rows(course.db_url)
+    stale = needs_regrade(course, jobs)
+    return [s for s in course.submitted_students() if jobs.get(s, {}).get("state") != "done" or s in stale]
+
+
 def plan_jobs(session, course: Course, students: list[str], force: bool) -> tuple[list[str], list[str]]:
     """Bring the job table up to date; return (students to grade, students skipped as already graded)."""
     existing = {r.student_id: r for r in session.execute(select(JOBS).where(JOBS.c.assignment == ASSIGNMENT))}

@@ -112,13 +112,20 @@ def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, cap
         assert not Path(empty_build, "course").exists(), "a command that did nothing made the course folder"
 
 
-def test_suggested_commands_name_the_build_folder_only_outside_the_default_one(tmp_path):
+def test_suggested_commands_name_the_build_folder_only_where_a_command_without_it_runs_elsewhere(tmp_path, monkeypatch):
     """Advice such as "run `python -m autograder release` first" must run as printed on the course it is about."""
+    import shlex
+
+    import autograder.course
     from autograder.course import REPO, build_flag
 
     assert build_flag(REPO / "build") == build_flag(REPO / "build" / ".." / "build") == ""
     assert build_flag(tmp_path / "term 2") == f" --build '{tmp_path.resolve() / 'term 2'}'"  # quoted for the shell
-    assert build_flag(Path("relative")) == f" --build {Path.cwd() / 'relative'}"  # absolute: runs from anywhere
+    assert build_flag(Path("relative")) == f" --build {shlex.quote(str(Path.cwd().resolve() / 'relative'))}"  # absolute
+    # the shell's $PART_II_BUILD is where a command without --build runs (found by review)
+    monkeypatch.setattr(autograder.course, "SHELL_BUILD", str(tmp_path / "term 2"))
+    assert build_flag(tmp_path / "term 2") == ""
+    assert build_flag(REPO / "build") == f" --build {shlex.quote(str((REPO / 'build').resolve()))}"
 
 
 def test_a_due_date_is_read_in_the_zone_it_names_or_else_in_local_time(monkeypatch):
@@ -201,30 +208,39 @@ def _smallest_source_notebook():
 
 
 @pytest.mark.parametrize("name, held", [
-    ("02-shapes-and-loss", {"02-shapes-and-loss": 1, "03-maximum-likelihood": 3}),  # its own cells win, however few
-    ("02-shapes-and-loss", {"03-maximum-likelihood": 2, "04-entropy-cross-entropy-kl": 1}),  # none of its own
-    ("02-shapes-and-loss-final", {"03-maximum-likelihood": 2}),  # a copy's name
-    ("my-homework", {"05-sequence-loss-and-perplexity": 1, "01-probability-and-bayes": 2}),  # no notebook's name
-    ("01-probability-and-bayes", {"01-probability-and-bayes": 2}),
+    # {notebook: cells of it the file holds: "g2" its first 2 graded cells, "s3" its first 3 answer (solution) cells}
+    ("02-shapes-and-loss", {"02-shapes-and-loss": "g1", "03-maximum-likelihood": "g3"}),  # its own cells win, however few
+    ("02-shapes-and-loss", {"02-shapes-and-loss": "s2", "03-maximum-likelihood": "g1"}),  # answer cells count too
+    ("02-shapes-and-loss", {"03-maximum-likelihood": "g2", "04-entropy-cross-entropy-kl": "g1"}),  # none of its own
+    ("02-shapes-and-loss-final", {"03-maximum-likelihood": "g2"}),  # a copy's name
+    ("my-homework", {"05-sequence-loss-and-perplexity": "g1", "01-probability-and-bayes": "g2"}),  # no notebook's name
+    ("my-homework", {"03-maximum-likelihood": "s3", "02-shapes-and-loss": "g1"}),
+    ("01-probability-and-bayes", {"01-probability-and-bayes": "g2"}),
 ])
 def test_check_names_the_notebook_collect_files_a_file_as(name, held):
     """check tells a student what collect will do with the file: both read the notebook a file is the same way (a file
-    named 02 that also held more of 03's cells was called 03 by check, and filed as 02 by collect)."""
+    named 02 that also held more of 03's cells was called 03 by check, and filed as 02 by collect; found by review:
+    check counted graded cells only, collect every cell with a grade id)."""
     import nbformat
 
-    from autograder.check import course_cells, matched_notebook, naming_problem
+    from autograder.check import course_cells, course_grade_ids, matched_notebook, naming_problem
     from autograder.collect import exercises_notebook, graded_release_cells, match_notebook
 
     sources = {p.stem: nbformat.read(p, as_version=4) for p in sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb"))}
-    graded = {nb: [c for c in sources[nb].cells if c.metadata.get("nbgrader", {}).get("grade")] for nb in sources}
-    nb = nbformat.v4.new_notebook(cells=[c for nb_name, n in held.items() for c in graded[nb_name][:n]])
-    course = course_cells()
-    checked = matched_notebook(Path(f"{name}.ipynb"), nb, course)
+
+    def cells(notebook: str, spec: str) -> list:
+        meta = [(c, c.metadata.get("nbgrader", {})) for c in sources[notebook].cells]
+        kind = [c for c, m in meta if (m.get("grade") if spec[0] == "g" else m.get("solution") and not m.get("grade"))]
+        return kind[:int(spec[1:])]
+
+    nb = nbformat.v4.new_notebook(cells=[c for notebook, spec in held.items() for c in cells(notebook, spec)])
+    checked = matched_notebook(Path(f"{name}.ipynb"), nb, course_grade_ids())
     hit = match_notebook(name, list(sources))
     assert checked == exercises_notebook(nb, hit[0] if hit else None, graded_release_cells(sources))
-    named_holds = hit is not None and held.get(hit[0])
-    assert checked == (hit[0] if named_holds else max(held, key=held.get))
-    assert (naming_problem(Path(f"{name}.ipynb"), checked, course) is None) == bool(named_holds)
+    counts = {notebook: int(spec[1:]) for notebook, spec in held.items()}
+    named_holds = hit is not None and hit[0] in held
+    assert checked == (hit[0] if named_holds else max(counts, key=counts.get))
+    assert (naming_problem(Path(f"{name}.ipynb"), checked, course_cells()) is None) == named_holds
 
 
 def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, capsys):
@@ -541,7 +557,8 @@ def test_check_fails_a_file_named_after_another_notebook_or_not_collectable_and_
 
 
 def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, capsys, monkeypatch):
-    """Export warns about them and exits 1; feedback did neither, printing "wrote 0 feedback files"."""
+    """Export warns about them and exits 1; feedback did neither, printing "wrote 0 feedback files". release and collect
+    end with the command to run next: collect before any hand-in, grade while one is not graded."""
     import shutil
 
     from shared_builds import released_build
@@ -553,11 +570,17 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     download = tmp_path / "download" / "carol"
     download.mkdir(parents=True)
     shutil.copy(build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb", download)
+    code, err, out = run(["release", "--build", str(build)], capsys)  # nothing collected yet: collect comes next
+    assert code == 0 and out.endswith(f"next: hand out the student zip; `python -m autograder collect PATH --build "
+                                      f"{build}` files the LMS download (PATH: its folder or zip)\n"), err + out
     code, err, out = run(["collect", str(download.parent), "--build", str(build)], capsys)
     assert code == 0, err + out
-    assert out.endswith(f"next: `python -m autograder grade --build {build}` grades the new hand-ins\n"), out
+    grade_next = f"next: `python -m autograder grade --build {build}` (1 student is collected and not graded yet)\n"
+    assert out.endswith(grade_next), out
     code, err, out = run(["collect", str(download.parent), "--build", str(build)], capsys)
-    assert code == 0 and re.search(r"carol +unchanged", out) and "next:" not in out, out  # nothing new to grade
+    assert code == 0 and re.search(r"carol +unchanged", out) and out.endswith(grade_next), out  # still not graded
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0 and out.endswith(grade_next), err + out
     code, err, out = run(["feedback", "--build", str(build)], capsys)
     assert code == 1, err + out
     assert ("carol: ERROR collected but not graded yet: no feedback written; "
