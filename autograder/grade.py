@@ -828,7 +828,11 @@ def print_summary(course: Course, result: GradeResult) -> None:
     for student, problems in sorted(result.notebook_errors.items()):
         for notebook, reason in sorted(problems.items()):
             print(f"  {student}: {notebook} not gradable, scored 0: {reason}")
+    build = build_option(course)
     if result.graded:
-        build = build_option(course)
         print(f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "
               f"`python -m autograder export{build}` (grades.csv); free-text answers are graded by hand in formgrader")
+    if left := [s for s in to_grade(course) if s not in result.errors]:  # e.g. a run limited by --student
+        n, listed = len(left), ", ".join(left[:5]) + (", …" if len(left) > 5 else "")
+        print(f"{n} other collected {'student is' if n == 1 else 'students are'} not graded yet ({listed}): "
+              f"`python -m autograder grade{build}` grades {'it' if n == 1 else 'them'}")

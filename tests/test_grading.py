@@ -624,6 +624,21 @@ def test_the_summary_names_notebooks_that_could_not_be_graded(tmp_path, capsys):
                        "free-text answers are graded by hand in formgrader"], out
 
 
+def test_the_summary_names_collected_students_a_limited_run_left_ungraded(tmp_path, capsys, monkeypatch):
+    """`grade --student ann` leaves the others of the class ungraded: the summary says so, and how to grade them (the
+    failed ones are listed as errors already)."""
+    import autograder.grade
+    from autograder.grade import GradeResult, print_summary
+
+    with build_env(tmp_path):
+        course = Course.load(tmp_path)
+    monkeypatch.setattr(autograder.grade, "to_grade", lambda c: ["bob", "cy", "dee"] if c is course else [])
+    print_summary(course, GradeResult(mode="sandbox", graded=["ann"], errors={"cy": "worker died"}))
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (f"2 other collected students are not graded yet (bob, dee): `python -m autograder grade --build "
+                       f"{tmp_path.resolve()}` grades them"), out
+
+
 def test_a_notebook_without_the_answer_cells_is_scored_0_with_a_reason_the_student_can_act_on(graded):
     """A fresh notebook saved under a released name: nbgrader fails with a bare KeyError; the reason names the lost cells."""
     build, course = copy_course(graded["snapshot"])
