@@ -60,3 +60,13 @@ def _no_shell_build(monkeypatch):
     import autograder.course
 
     monkeypatch.setattr(autograder.course, "SHELL_BUILD", None)
+
+
+@pytest.fixture
+def root_grader():
+    """For tests of what only a grader running as root does (one fork server per submission, its kernels under a user
+    of their own): fails at once, saying so, when the tests do not run as root (make test installs its packages as
+    root; a skip would hide the check)."""
+    if os.geteuid() != 0:
+        pytest.fail("run the tests as root: only a root grader forks a submission's kernels from one server, under a "
+                    "user of their own, which this test checks")

@@ -97,7 +97,7 @@ def kernel_facts(text: str) -> dict:
             "preloaded": preloaded == "True", "cwd_is_home": cwd_is_home == "True"}
 
 
-def test_each_notebook_gets_a_fresh_process_forked_from_one_server(submission):
+def test_each_notebook_gets_a_fresh_process_forked_from_one_server(root_grader, submission):
     """Two notebooks: different processes with the same parent (the server, not PID 1), the sandbox's
     user, torch already imported, an empty namespace, and nothing left by the notebook before."""
     first = grade(submission, 0, [FIRST, LEAVE_STATE, SEES_STATE])
@@ -118,7 +118,7 @@ def test_each_notebook_gets_a_fresh_process_forked_from_one_server(submission):
     assert len(sandbox._FORK_SERVERS) == 1
 
 
-def test_what_a_kernel_leaves_running_is_killed_when_it_ends(submission):
+def test_what_a_kernel_leaves_running_is_killed_when_it_ends(root_grader, submission):
     """A daemon started by one notebook's kernel is gone when the next notebook's kernel looks."""
     first = grade(submission, 0, [FIRST, DAEMON, OTHERS])
     server = server_of(submission)
@@ -129,7 +129,7 @@ def test_what_a_kernel_leaves_running_is_killed_when_it_ends(submission):
     assert server_of(submission) is server and server.alive()  # killed by kill_strays, not by a new sandbox
 
 
-def test_a_kernel_that_kills_the_server_costs_only_a_new_server(submission):
+def test_a_kernel_that_kills_the_server_costs_only_a_new_server(root_grader, submission):
     """Killing the server takes the sandbox, so the kernel dies: the cell fails, a kernel forked from a
     new server replays the notebook, and the next notebook is graded as usual."""
     grade(submission, 0, [FIRST])
@@ -148,7 +148,7 @@ def test_a_kernel_that_kills_the_server_costs_only_a_new_server(submission):
     assert before["uid"] == after["uid"]
 
 
-def test_a_server_that_cannot_start_falls_back_to_a_sandbox_per_kernel(submission, caplog):
+def test_a_server_that_cannot_start_falls_back_to_a_sandbox_per_kernel(root_grader, submission, caplog):
     """A server whose imports fail does not stop grading: the kernel starts in a sandbox of its own."""
     config = Config()
     config.SandboxedKernelManager.fork_server_modules = ["no_such_module_for_the_fork_server"]
@@ -160,13 +160,10 @@ def test_a_server_that_cannot_start_falls_back_to_a_sandbox_per_kernel(submissio
     assert sandbox._FORK_SERVERS == {}
 
 
-def test_a_prestarted_kernels_ipc_folder_is_locked_before_prestart_returns(submission):
+def test_a_prestarted_kernels_ipc_folder_is_locked_before_prestart_returns(root_grader, submission):
     """The kernel of the notebook being graded can reach the next notebook's folder (one sandbox): a forked,
     pre-started kernel's ipc folder is read-only for the sandbox user, and holds nothing but the connection
     file and the sockets, before the grader runs any more student code."""
-    if os.geteuid() != 0:  # make test installs system packages as root; a skip here would hide this check
-        pytest.fail("run the tests as root: only a root grader runs kernels as another user and locks their ipc "
-                    "folders, which this test checks")
     scratch = submission / "nb1"
     scratch.mkdir(mode=0o755)
     config = Config()
@@ -184,7 +181,7 @@ def test_a_prestarted_kernels_ipc_folder_is_locked_before_prestart_returns(submi
         discard_prestarted(str(scratch))
 
 
-def test_a_closed_server_reports_the_cpu_time_of_its_kernels(submission):
+def test_a_closed_server_reports_the_cpu_time_of_its_kernels(root_grader, submission):
     """Closed, the server collects its kernels, exits, and reports their CPU seconds with its own (bubblewrap
     passes none on to the worker's RUSAGE_CHILDREN; the worker logs the figure)."""
     config = Config()

@@ -174,7 +174,7 @@ def test_the_job_grades_both_notebooks_and_reports_the_broken_one(graded):
     assert results["nb-c"]["status"] == "error"
 
 
-def test_every_notebook_runs_in_a_fresh_kernel_process(graded):
+def test_every_notebook_runs_in_a_fresh_kernel_process(root_grader, graded):
     """Different start times (and pids outside the sandbox); no kernel had run a probe before."""
     _, texts, _, _ = graded
     a = kernel_line(texts["nb-a"][1])
@@ -184,7 +184,7 @@ def test_every_notebook_runs_in_a_fresh_kernel_process(graded):
     assert a[1] != b[1]  # in the sandbox: two processes in the job's one PID namespace
 
 
-def test_the_jobs_kernels_are_forked_from_one_fork_server(graded):
+def test_the_jobs_kernels_are_forked_from_one_fork_server(root_grader, graded):
     """In the sandbox every kernel of the job, also the one that replaced a dead kernel, has the same
     parent: the job's fork server (not bwrap's PID 1, the parent of a kernel in a sandbox of its own)."""
     _, texts, _, _ = graded
@@ -195,7 +195,7 @@ def test_the_jobs_kernels_are_forked_from_one_fork_server(graded):
     assert len(SERVERS_SEEN) == 3 and len(set(SERVERS_SEEN)) == 1, SERVERS_SEEN  # one server for the whole job
 
 
-def test_the_next_kernel_starts_while_the_current_notebook_runs(graded):
+def test_the_next_kernel_starts_while_the_current_notebook_runs(root_grader, graded):
     """nb-b's first kernel process was running beside nb-a's while nb-a's last cell ran: it was pre-started
     (an ordering seen from inside, not a comparison of clocks)."""
     _, texts, launched, _ = graded
