@@ -185,11 +185,16 @@ def _forbidden_names(markdown: str, defined: set[str]) -> set[str]:
     return {n for n in names if "." in n or n in defined}
 
 
+def _is_guard(node) -> bool:
+    """A call of checks.forbidden_calls, by its bare name or as an attribute (`checks.forbidden_calls(...)`)."""
+    return isinstance(node, ast.Call) and "forbidden_calls" in (getattr(node.func, "id", ""), getattr(node.func, "attr", ""))
+
+
 def _guarded_names(test_source: str) -> set[str]:
     """Names the forbidden_calls guards of a test cell watch, spelled as the notebooks spell them."""
     guarded = set()
     for node in ast.walk(ast.parse(test_source)):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "forbidden_calls":
+        if _is_guard(node):
             for target in node.args[1:]:
                 owner, name = ast.unparse(target.elts[0]), target.elts[1].value
                 assert owner in OWNER_PREFIX, f"a guard on an owner this test cannot name: {owner}"
@@ -239,7 +244,7 @@ def _guards(test_source: str) -> list[tuple[str, set[str]]]:
         called = {getattr(n.func, "id", "") for statement in node.body for n in ast.walk(statement) if isinstance(n, ast.Call)}
         for item in node.items:
             call = item.context_expr
-            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "forbidden_calls":
+            if _is_guard(call):
                 guards.append((call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None, called))
     return guards
 
