@@ -153,9 +153,18 @@ def graded_cells(folder) -> dict[str, dict[str, bool]]:
     """{notebook stem: {grade id: whether it is a test cell}} for the graded cells of folder's notebooks, in order."""
     import nbformat
 
-    return {p.stem: {m["grade_id"]: is_test_cell(c) for c in nbformat.read(p, as_version=4).cells
-                     if (m := nbgrader_meta(c)).get("grade")}
-            for p in sorted(folder.glob("*.ipynb"))}
+    return {p.stem: graded_cells_of(nbformat.read(p, as_version=4)) for p in sorted(folder.glob("*.ipynb"))}
+
+
+def graded_cells_of(nb) -> dict[str, bool]:
+    """{grade id: whether it is a test cell} for the graded cells of one notebook, in order."""
+    return {m["grade_id"]: is_test_cell(c) for c in nb.cells if (m := nbgrader_meta(c)).get("grade")}
+
+
+def grade_ids(nb) -> set[str]:
+    """Grade ids of all the notebook's cells that carry one (graded, answer and read-only cells): what collect tells a
+    course's notebooks apart by."""
+    return {g for c in nb.cells if (g := nbgrader_meta(c).get("grade_id")) is not None}
 
 
 def is_edited(cell) -> bool:

@@ -31,8 +31,9 @@ import math
 import re
 from pathlib import Path
 
-from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, graded_cells,
-                    is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message, stopped_kernel)
+from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, grade_ids,
+                    graded_cells_of, is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message,
+                    stopped_kernel)
 from .collect import NotANotebook, match_notebook, notebook_of, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
 
@@ -54,9 +55,17 @@ def read_for_check(path: Path):
     return nb
 
 
-def course_cells() -> dict[str, dict[str, bool]]:
-    """{notebook: {grade id: whether it is a test cell}} for the graded cells of this course's source notebooks, in order."""
-    return graded_cells(Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT)
+def course_notebooks() -> dict:
+    """{notebook: the notebook read} of this course's source notebooks."""
+    import nbformat
+
+    folder = Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT
+    return {p.stem: nbformat.read(p, as_version=4) for p in sorted(folder.glob("*.ipynb"))}
+
+
+def course_cells(notebooks: dict) -> dict[str, dict[str, bool]]:
+    """{notebook: {grade id: whether it is a test cell}} for the graded cells of the course's notebooks (course_notebooks())."""
+    return {name: graded_cells_of(nb) for name, nb in notebooks.items()}
 
 
 def graded_ids(nb) -> set[str]:
@@ -64,22 +73,13 @@ def graded_ids(nb) -> set[str]:
     return {m["grade_id"] for c in nb.cells if (m := nbgrader_meta(c)).get("grade") and "grade_id" in m}
 
 
-def course_grade_ids() -> dict[str, set[str]]:
-    """{notebook: the grade ids of its cells (graded, answer and read-only ones)} of this course's source notebooks:
-    what collect tells notebooks apart by."""
-    import nbformat
-
-    folder = Path(load_config().CourseDirectory.source_directory) / ASSIGNMENT
-    return {p.stem: grade_ids(nbformat.read(p, as_version=4)) for p in sorted(folder.glob("*.ipynb"))}
-
-
-def grade_ids(nb) -> set[str]:
-    """Grade ids of all the notebook's cells that carry one."""
-    return {m["grade_id"] for c in nb.cells if "grade_id" in (m := nbgrader_meta(c))}
+def course_grade_ids(notebooks: dict) -> dict[str, set[str]]:
+    """{notebook: the grade ids of its cells} of the course's notebooks (course_notebooks()): see cells.grade_ids."""
+    return {name: grade_ids(nb) for name, nb in notebooks.items()}
 
 
 def matched_notebook(path: Path, nb, notebook_ids: dict[str, set[str]]) -> str:
-    """The course notebook collect files this notebook as (notebook_ids: course_grade_ids()): by its name, else by
+    """The course notebook collect files this notebook as (notebook_ids: course_grade_ids(...)): by its name, else by
     the cells it holds most of; AutograderError when it holds none of that notebook's cells."""
     ids = grade_ids(nb)
     hit = match_notebook(path.stem, list(notebook_ids))
@@ -275,8 +275,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
         raise AutograderError(f"{path} has no graded cells: it is not a notebook of this course, or its cells lost the "
                               "metadata grading needs (answers pasted into a new notebook lose it). Paste your answers "
                               "into the cells of the released notebook instead, and check that one")
-    course = course_cells()
-    best = matched_notebook(Path(path), nb, course_grade_ids())
+    sources = course_notebooks()  # read once: both views below come from them
+    course = course_cells(sources)
+    best = matched_notebook(Path(path), nb, course_grade_ids(sources))
     problem = naming_problem(Path(path), best, course)
     if problem:
         print(problem, flush=True)

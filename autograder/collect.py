@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 import nbformat
 
+from .cells import grade_ids
 from .course import ASSIGNMENT, BUNDLE_CONTENT, AutograderError, Course
 
 LAYOUTS_HELP = """\
@@ -905,8 +906,7 @@ def exercises_notebook(nb: nbformat.NotebookNode, named: str | None,
     """The notebook whose exercises nb holds: named (None for a name that is no notebook's), unless nb holds none of
     named's released grade ids and some of another notebook's (then the one it holds most of). A file saved under
     a sibling's name, or under a name of its own, is graded as what it is."""
-    ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells} - {None}
-    return notebook_of(ids, {name: {meta.get("grade_id") for _type, meta in cells.values()}
+    return notebook_of(grade_ids(nb), {name: {meta.get("grade_id") for _type, meta in cells.values()}
                              for name, cells in release_cells.items()}, named)
 
 

@@ -223,7 +223,7 @@ def test_check_names_the_notebook_collect_files_a_file_as(name, held):
     check counted graded cells only, collect every cell with a grade id)."""
     import nbformat
 
-    from autograder.check import course_cells, course_grade_ids, matched_notebook, naming_problem
+    from autograder.check import course_cells, course_grade_ids, course_notebooks, matched_notebook, naming_problem
     from autograder.collect import exercises_notebook, graded_release_cells, match_notebook
 
     sources = {p.stem: nbformat.read(p, as_version=4) for p in sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb"))}
@@ -234,13 +234,14 @@ def test_check_names_the_notebook_collect_files_a_file_as(name, held):
         return kind[:int(spec[1:])]
 
     nb = nbformat.v4.new_notebook(cells=[c for notebook, spec in held.items() for c in cells(notebook, spec)])
-    checked = matched_notebook(Path(f"{name}.ipynb"), nb, course_grade_ids())
+    course = course_notebooks()
+    checked = matched_notebook(Path(f"{name}.ipynb"), nb, course_grade_ids(course))
     hit = match_notebook(name, list(sources))
     assert checked == exercises_notebook(nb, hit[0] if hit else None, graded_release_cells(sources))
     counts = {notebook: int(spec[1:]) for notebook, spec in held.items()}
     named_holds = hit is not None and hit[0] in held
     assert checked == (hit[0] if named_holds else max(counts, key=counts.get))
-    assert (naming_problem(Path(f"{name}.ipynb"), checked, course_cells()) is None) == named_holds
+    assert (naming_problem(Path(f"{name}.ipynb"), checked, course_cells(course)) is None) == named_holds
 
 
 def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, capsys):
