@@ -750,7 +750,7 @@ def released_files(course: Course) -> dict[str, str]:
     """sha256 -> path of every non-notebook file of the student bundle (code/, data/), to recognise echoed copies."""
     if not course.bundle_dir.is_dir():
         return {}
-    return {hashlib.sha256(p.read_bytes()).hexdigest(): p.relative_to(course.bundle_dir).as_posix()
+    return {file_digest(p): p.relative_to(course.bundle_dir).as_posix()
             for p in sorted(course.bundle_dir.rglob("*")) if p.is_file() and p.suffix != ".ipynb"}
 
 
@@ -793,8 +793,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)", who))
             continue
         same = None  # the released course file this file is an unchanged copy of
-        if e.path.suffix.lower() != ".ipynb" and e.opener is None and e.unreadable is None:
-            same = (released or {}).get(hashlib.sha256(e.data).hexdigest())
+        if e.path.suffix.lower() != ".ipynb" and e.opener is None:  # not streamed: the course files are small
+            same = (released or {}).get(entry_digest(e))
         if same == str(e.path):
             # the course's own file at its released place (code/part-ii/checks.py): the student release, not a
             # student's folder named code/ or data/
