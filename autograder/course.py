@@ -122,7 +122,7 @@ def build_flag(build: Path) -> str:
 
 
 def build_option(course: "Course") -> str:
-    """' --build DIR' to repeat in a suggested command when the course is not in the default build/ ('' when it is)."""
+    """' --build DIR' to repeat in a suggested command about course (see build_flag)."""
     return build_flag(Path(course.root).parent)
 
 

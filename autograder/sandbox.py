@@ -98,7 +98,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
-from .cells import KERNEL_DIED, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit
+from .cells import KERNEL_DIED, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, nbgrader_meta
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
@@ -1182,7 +1182,7 @@ class GradingExecute(Execute):
     def _log_stop(self, cell, index: int, err: Exception) -> None:
         """Note in the grading log why cell `index` was failed as the kernel stopping: a kernel's end in one line, anything
         else (maybe a bug of the grader's, which the student is told was the kernel) with its traceback."""
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        grade_id = nbgrader_meta(cell).get("grade_id")
         where = f"cell {index + 1}{f' ({grade_id})' if grade_id else ''}"  # counted from 1, as check and feedback do
         if isinstance(err, KERNEL_STOP_ERRORS):
             self.log.info("%s: the kernel stopped while running it (%s)", where, type(err).__name__)
