@@ -568,6 +568,12 @@ def _cell_problem(cell, number: int) -> str | None:
         return f"{kind} cell {number} has no text source (expected a string or a list of strings)"
     if not isinstance(cell.get("metadata"), dict):
         return f"{kind} cell {number} has no metadata object"
+    # grading, collect and check look cells up by their nbgrader grade id: damaged, it stopped collect for everyone
+    nbgrader = cell["metadata"].get("nbgrader", {})
+    if not isinstance(nbgrader, dict):
+        return f"{kind} cell {number}'s nbgrader metadata is not an object"
+    if "grade_id" in nbgrader and not isinstance(nbgrader["grade_id"], str):
+        return f"{kind} cell {number}'s nbgrader grade_id is {nbgrader['grade_id']!r}, not text"
     if kind == "code" and not isinstance(cell.get("outputs"), list):
         return f"code cell {number} has no list of outputs"
     return None

@@ -452,9 +452,14 @@ V4 = {"nbformat": 4, "nbformat_minor": 4, "metadata": {}, "cells": [CODE_CELL]}
     (dict(V4, cells=[dict(CODE_CELL, source=["a", 1])]), "code cell 1 has no text source"),
     (dict(V4, cells=[dict(CODE_CELL, metadata=[])]), "code cell 1 has no metadata object"),
     (dict(V4, cells=[dict(CODE_CELL, outputs=None)]), "code cell 1 has no list of outputs"),
+    # an unhashable grade id: a list here made collect fail with a TypeError for the whole download (found by review)
+    (dict(V4, cells=[dict(CODE_CELL, metadata={"nbgrader": {"grade_id": ["a"]}})]),
+     "code cell 1's nbgrader grade_id is ['a'], not text"),
+    (dict(V4, cells=[dict(CODE_CELL, metadata={"nbgrader": "ex_1"})]), "code cell 1's nbgrader metadata is not an object"),
     (dict(V4, cells=[dict(CODE_CELL, execution_count="1")]), "nbformat says: '1' is not of type"),
 ], ids=["no-version", "version-string", "version-7", "cells-string", "no-metadata", "no-minor", "cell-not-object",
-        "unknown-cell-type", "no-source", "source-with-number", "cell-metadata-list", "outputs-none", "schema"])
+        "unknown-cell-type", "no-source", "source-with-number", "cell-metadata-list", "outputs-none", "grade-id-list",
+        "nbgrader-string", "schema"])
 def test_a_malformed_notebook_is_named_in_words(raw, words):
     with pytest.raises(NotANotebook) as caught:
         read_notebook(json.dumps(raw).encode())
