@@ -274,7 +274,7 @@ def _run(args: argparse.Namespace) -> int:
 
         report = collect(course, args.path, student=args.student, replace_older=args.replace_older)
         print_report(report)
-        print_next_step(course)
+        print_next_step(course, rejected=bool(report.rejected))
         return 1 if report.rejected else 0
     if args.command == "grade":
         from .grade import GradeOptions, grade
@@ -325,8 +325,9 @@ def _run(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)
 
 
-def print_next_step(course: Course) -> None:
-    """After release or collect: the command to run next, when there is one (grade, or collect before any hand-in)."""
+def print_next_step(course: Course, rejected: bool = False) -> None:
+    """After release or collect: the command to run next, when there is one (grade, or collect before any hand-in);
+    rejected: the collect just run turned files away (so a course with no hand-in yet needs them again, not a zip)."""
     from .grade import to_grade
 
     build = build_option(course)
@@ -334,7 +335,12 @@ def print_next_step(course: Course) -> None:
         n = len(waiting)
         print(f"next: `python -m autograder grade{build}` ({n} {'student is' if n == 1 else 'students are'} collected "
               "and not graded yet)")
-    elif not course.submitted_students():
+    elif course.submitted_students():
+        return
+    elif rejected:
+        print(f"next: nothing is filed yet; once the rejected files above are handed in again or put right, "
+              f"`python -m autograder collect PATH{build}` files them")
+    else:
         print(f"next: hand out the student zip; `python -m autograder collect PATH{build}` files the LMS download "
               "(PATH: its folder or zip)")
 

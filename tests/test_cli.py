@@ -559,7 +559,8 @@ def test_check_fails_a_file_named_after_another_notebook_or_not_collectable_and_
 
 def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, capsys, monkeypatch):
     """Export warns about them and exits 1; feedback did neither, printing "wrote 0 feedback files". release and collect
-    end with the command to run next: collect before any hand-in, grade while one is not graded."""
+    end with the command to run next: collect before any hand-in (the rejected files again after a collect that filed
+    nothing), grade while one is not graded."""
     import shutil
 
     from shared_builds import released_build
@@ -574,6 +575,13 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     code, err, out = run(["release", "--build", str(build)], capsys)  # nothing collected yet: collect comes next
     assert code == 0 and out.endswith(f"next: hand out the student zip; `python -m autograder collect PATH --build "
                                       f"{build}` files the LMS download (PATH: its folder or zip)\n"), err + out
+    broken = tmp_path / "broken" / "dave"  # a download whose every file is rejected: the files are needed again
+    broken.mkdir(parents=True)
+    (broken / "02-shapes-and-loss.ipynb").write_text("{not json", encoding="utf-8")
+    code, err, out = run(["collect", str(broken.parent), "--build", str(build)], capsys)
+    assert code == 1 and "rejected files (1)" in out, err + out
+    assert out.endswith("next: nothing is filed yet; once the rejected files above are handed in again or put right, "
+                        f"`python -m autograder collect PATH --build {build}` files them\n"), out
     code, err, out = run(["collect", str(download.parent), "--build", str(build)], capsys)
     assert code == 0, err + out
     grade_next = f"next: `python -m autograder grade --build {build}` (1 student is collected and not graded yet)\n"
