@@ -185,9 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the pages load MathJax 2.7 (the formulas) from: an http(s) address, e.g. a mirror your "
                         "students can reach, or a path relative to the pages (default: nbconvert's, on cdnjs)")
 
-    sub.add_parser("export", parents=[common], help="write grades.csv and grades-per-cell.csv",
-                   description="Write the grades as CSV into <course>/reports: grades.csv (one row per student: "
-                               "nbgrader's columns, a score per notebook, status and reasons) and grades-per-cell.csv.")
+    p = sub.add_parser("export", parents=[common], help="write grades.csv and grades-per-cell.csv",
+                       description="Write the grades as CSV (UTF-8) into <course>/reports: grades.csv (one row per "
+                                   "student: nbgrader's columns, a score per notebook, status and reasons) and "
+                                   "grades-per-cell.csv.")
+    p.add_argument("--bom", action="store_true",
+                   help="start the CSVs with a UTF-8 byte-order mark, so that Excel opened by a double click reads "
+                        "Chinese names right (a script or LMS import that does not expect one may then see it in the "
+                        "first column's name)")
 
     p = sub.add_parser("check", help="student self-check of one notebook",
                        description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
@@ -295,7 +300,7 @@ def _run(args: argparse.Namespace) -> int:
         from .export import export, not_graded, waiting_for_a_grader
 
         with course.lock("export"):
-            written = export(course)
+            written = export(course, bom=args.bom)
         for path in written:
             print(f"wrote {path}")
         if nobodys := nobodys_files(load_collect_log(course)):

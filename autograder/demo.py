@@ -130,7 +130,7 @@ def _read_rows(path: Path) -> list[dict]:
     """grades.csv as a list of dicts."""
     import csv
 
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         return list(csv.DictReader(fh))
 
 

@@ -11,6 +11,8 @@ the score can still change), incomplete (graded, with reasons to look at), error
 left empty, not 0), no valid notebook (files handed in, none gradable: the notes name each file and
 why) and no submission. Manual scores given in formgrader are part of every score.
 ``grades-per-cell.csv`` has one row per student and graded cell.
+Both are UTF-8, as nbgrader writes them and LMS imports read them; with ``bom=True`` they start
+with a byte-order mark, which Excel needs to read non-ASCII names right on a double click.
 """
 
 from __future__ import annotations
@@ -147,8 +149,8 @@ def cell_result(grade, kind: str, notebook_status: str = "graded") -> str:
     return "failed" if grade.score == 0 else "partial"
 
 
-def export(course: Course) -> list[Path]:
-    """Write reports/grades.csv and reports/grades-per-cell.csv; return their paths."""
+def export(course: Course, bom: bool = False) -> list[Path]:
+    """Write reports/grades.csv and reports/grades-per-cell.csv (bom: UTF-8 with a byte-order mark); return their paths."""
     notebooks = course.notebook_names()
     collect_log = load_collect_log(course)
     jobs = job_rows(course.db_url)
@@ -222,15 +224,17 @@ def export(course: Course) -> list[Path]:
     course.reports_dir.mkdir(parents=True, exist_ok=True)
     grades_csv = course.reports_dir / "grades.csv"
     cells_csv = course.reports_dir / "grades-per-cell.csv"
-    _write_csv(grades_csv, NBGRADER_COLUMNS + notebooks + ["needs_manual_grading", "seconds_late", "status", "notes"], rows)
-    _write_csv(cells_csv, CELL_COLUMNS, cells)
+    encoding = "utf-8-sig" if bom else "utf-8"
+    _write_csv(grades_csv, NBGRADER_COLUMNS + notebooks + ["needs_manual_grading", "seconds_late", "status", "notes"], rows,
+               encoding)
+    _write_csv(cells_csv, CELL_COLUMNS, cells, encoding)
     return [grades_csv, cells_csv]
 
 
-def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+def _write_csv(path: Path, columns: list[str], rows: list[dict], encoding: str = "utf-8") -> None:
     """Write rows atomically with a header line."""
     tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+    with open(tmp, "w", newline="", encoding=encoding) as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
@@ -239,12 +243,12 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
 
 def waiting_for_a_grader(path: Path) -> dict[str, int]:
     """student_id -> cells still needing manual grading, from a grades.csv (students with none left out)."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: also one written with export --bom
         return {r["student_id"]: int(r["needs_manual_grading"]) for r in csv.DictReader(fh)
                 if r["needs_manual_grading"] not in ("", "0")}
 
 
 def not_graded(path: Path) -> list[str]:
     """student_ids whose status in a grades.csv is 'not graded' (their scores are left empty)."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         return [r["student_id"] for r in csv.DictReader(fh) if r["status"] == "not graded"]

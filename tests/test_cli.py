@@ -47,8 +47,8 @@ def empty_build(tmp_path, monkeypatch):
     (["release", "--bogus"], "python -m autograder release: error: release does not take --bogus: its options are "
                              "--build DIR, --due-date WHEN (see --help)"),
     (["export", "--student", "alice", "--build", "{build}"],
-     "usage: python -m autograder export [-h] [--build DIR]\npython -m autograder export: error: export does not take "
-     "--student: its options are --build DIR (see --help)"),
+     "usage: python -m autograder export [-h] [--build DIR] [--bom]\npython -m autograder export: error: export does "
+     "not take --student: its options are --build DIR, --bom (see --help)"),
     # the unknown option's value is read as the notebook: only the option is named, not the real notebook
     (["check", "--build", "{build}", "x.ipynb"], "check: error: check does not take --build: its options are "
                                                  "--timeout SECONDS (see --help)"),

@@ -7,6 +7,7 @@ read here directly: a test cell earns its points or 0; free-text answers get no 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import html
 import json
@@ -963,6 +964,35 @@ def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(gra
         text = page_text(page.read_text(encoding="utf-8"))
         assert f"it could not be graded, so it scored 0: {error}" in text, text
         assert cause not in text and "kernel's log" not in text, text
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def test_export_bom_writes_the_same_csvs_after_a_byte_order_mark_and_reads_them_back_alike(graded, capsys):
+    """export --bom: for Excel's double click, each CSV is the plain export's text after a UTF-8 byte-order mark, and
+    export's own summary (read back from grades.csv) is unchanged."""
+    from autograder.cli import main
+    from autograder.export import not_graded, waiting_for_a_grader
+
+    build, course = copy_course(graded["course"].root)
+    reports = course.reports_dir
+    try:
+        outputs, files = {}, {}
+        for flags in ([], ["--bom"]):
+            with build_env(build):
+                code = main(["export", *flags, "--build", str(build)])
+            outputs[tuple(flags)] = (code, capsys.readouterr().out)
+            files[tuple(flags)] = {name: (reports / name).read_bytes() for name in ("grades.csv", "grades-per-cell.csv")}
+            readings = (waiting_for_a_grader(reports / "grades.csv"), not_graded(reports / "grades.csv"))
+            if not flags:
+                plain_readings = readings
+        assert outputs[("--bom",)] == outputs[()], outputs
+        assert plain_readings[0], "the shared class has cells waiting for a grader: the summary line is exercised"
+        assert readings == plain_readings
+        for name, plain in files[()].items():
+            assert not plain.startswith(codecs.BOM_UTF8), name
+            assert files[("--bom",)][name] == codecs.BOM_UTF8 + plain, name
+        assert "student_id" in files[()]["grades.csv"].decode("utf-8").splitlines()[0]
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
