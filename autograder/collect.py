@@ -43,8 +43,11 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
                               exercises it holds); a name like alice_mywork.ipynb could also be student
                               alice_mywork's, so it needs --student
     Canvas                    name_12345_67890_02-shapes-and-loss-1.ipynb -> student name
-                              (also name_late_12345_67890_…; a -N resubmission suffix is allowed)
+                              (also name_late_12345_67890_…; a -N resubmission suffix is allowed; with
+                              Canvas and Blackboard, more of the student's own file name may follow the prefix)
     Blackboard                Part II_jdoe_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb -> student jdoe
+                              (a user name may hold '_': it is what follows the part that the download's
+                              users' names share; the attempt's .txt receipt is ignored)
     Moodle, without folders   Full Name_12345_assignsubmission_file_02-shapes-and-loss.ipynb -> student 12345
   wrapping folders: a zip or folder that holds just one folder is unwrapped when that folder holds
     several student folders or files named for several students (e.g. submissions/alice/…,
@@ -71,7 +74,8 @@ over 512 MiB are not read, only rejected and copied.
 A hand-in's time is its newest file's: in a zip, the member's UTC time when the zipper recorded
 one, else its DOS time read in this machine's time zone (set TZ when the LMS server's differs);
 a Blackboard name's time is read in that zone too.
-Student ids may contain letters, digits, '.', '_', '@' and '-'; other characters become '_'.
+Student ids may contain letters, digits, '.', '_', '@' and '-' (at most 128 characters, Unicode's composed
+form: a name macOS spells decomposed is the same student); other characters become '_'.
 Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed with the reason
 in <course>/reports/collect.json and in their student's row of grades.csv (export lists the files of
 no student it could tell), and copied to <course>/rejected/; a zip member
@@ -84,7 +88,8 @@ MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
 # a flat download's file names: the id its folders give, whatever the student typed after it
 MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+(?=_|$)")
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
-BLACKBOARD_PREFIX = re.compile(r".*_(?P<id>[^_]+)_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
+BLACKBOARD_PREFIX = re.compile(r"(?P<head>.*_(?P<id>[^_]+))_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
+BLACKBOARD_RECEIPT = re.compile(rf"(?P<prefix>{BLACKBOARD_PREFIX.pattern})\.txt", re.IGNORECASE)  # an attempt's receipt
 COPY_FORMS = r"\s*\(\d+\)|-\d+|-copy\d*"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1', Jupyter's 'NAME-Copy1'
 COPY_SUFFIX = rf"(?:[_\-\s]+final)?(?:{COPY_FORMS})?"  # also a student's 'NAME-final'
 COPY_OF = r"(?:copy[_\-\s]+of[_\-\s]+)?"  # Colab and Google Drive name a copy 'Copy of NAME'
@@ -144,6 +149,12 @@ class Record:
     reason: str
     student: str | None = None
     copy: str | None = None
+    # the very file, when its path may name another one too (a zip can hold one name twice); not saved
+    source: Entry | None = field(default=None, repr=False, compare=False)
+
+    def saved(self) -> dict:
+        """The record as reports/collect.json keeps it."""
+        return {"file": self.file, "reason": self.reason, "student": self.student, "copy": self.copy}
 
 
 @dataclass
@@ -373,10 +384,14 @@ def is_assignment_name(name: str, notebooks: list[str]) -> bool:
     return hit is not None and hit[1] == ""
 
 
+MAX_ID_CHARS = 128  # nbgrader's student id column (a PostgreSQL gradebook refuses a longer one)
+
+
 def sanitize_id(text: str) -> str | None:
-    """A student id from free text: invalid characters become '_'; None when nothing usable is left."""
-    cleaned = re.sub(r"[^\w.@-]+", "_", text.strip()).strip("_.-")
-    return cleaned if cleaned and STUDENT_ID.fullmatch(cleaned) else None
+    """A student id from free text, in Unicode's composed form (macOS writes José decomposed): invalid characters
+    become '_'; None when nothing usable is left or the id is longer than nbgrader's MAX_ID_CHARS."""
+    cleaned = re.sub(r"[^\w.@-]+", "_", unicodedata.normalize("NFC", text).strip()).strip("_.-")
+    return cleaned if cleaned and len(cleaned) <= MAX_ID_CHARS and STUDENT_ID.fullmatch(cleaned) else None
 
 
 def student_from_folder(folder: str) -> str | None:
@@ -385,16 +400,34 @@ def student_from_folder(folder: str) -> str | None:
     return m.group("id") if m else sanitize_id(folder)
 
 
-def student_from_prefix(prefix: str) -> tuple[str | None, dt.datetime | None, str | None]:
-    """(student id, Blackboard time, Canvas person 'name_userid') from the part of a file name before the notebook name."""
+def student_from_prefix(prefix: str, assignment: str | None = None) -> tuple[str | None, dt.datetime | None, str | None]:
+    """(student id, Blackboard time, Canvas person 'name_userid') from the part of a file name before the notebook name.
+
+    An LMS prefix may be followed by more of the name the student gave the file ('..._67890_zhangsan'). A Blackboard
+    user id is what follows the download's assignment part (see blackboard_assignment: user names may hold '_'), or
+    without one the last '_' part."""
     if m := MOODLE_PREFIX.match(prefix):
         return m.group("id"), None, None
-    if m := BLACKBOARD_PREFIX.fullmatch(prefix):
-        return sanitize_id(m.group("id")), blackboard_time(m.group("ts")), None
-    if m := CANVAS_PREFIX.fullmatch(prefix):
+    if m := re.match(rf"(?:{BLACKBOARD_PREFIX.pattern})(?=_|$)", prefix):
+        head = m.group("head")
+        user = head[len(assignment):] if assignment and head.startswith(assignment) and len(head) > len(assignment) \
+            else m.group("id")
+        return sanitize_id(user), blackboard_time(m.group("ts")), None
+    if m := re.match(rf"(?:{CANVAS_PREFIX.pattern})(?=_|$)", prefix):
         student = sanitize_id(m.group("id"))
         return student, None, (f"{m.group('id')}_{m.group('user')}" if student else None)
     return sanitize_id(prefix), None, None
+
+
+def blackboard_assignment(names) -> str | None:
+    """The part ('Part II_') that the Blackboard file names of a download (names: its top-level file names) share
+    before their user ids, when they are two or more users' attempts; else None. Blackboard names a file
+    ASSIGNMENT_USER_attempt_TIME_FILE, and both the assignment and the user name may hold '_'."""
+    heads = {m.group("head") for name in names if (m := re.match(BLACKBOARD_PREFIX, name))}
+    if len(heads) < 2:
+        return None
+    common = os.path.commonprefix(sorted(heads))
+    return common[: common.rfind("_") + 1] or None
 
 
 def blackboard_time(text: str) -> dt.datetime | None:
@@ -450,16 +483,19 @@ def lms_prefix(name: str) -> str | None:
     return None
 
 
-def file_owner(name: str, notebooks: list[str]) -> tuple[str | None, dt.datetime | None, str | None]:
-    """(student, Blackboard time, Canvas person) from a file name outside student folders.
+def file_owner(name: str, notebooks: list[str], assignment: str | None = None
+               ) -> tuple[str | None, dt.datetime | None, str | None]:
+    """(student, Blackboard time, Canvas person) from a file name outside student folders (assignment: the
+    download's Blackboard assignment part, see blackboard_assignment).
 
     The Canvas person is 'name_userid': the user id tells two people with the same name apart.
     """
     hit = match_notebook(PurePosixPath(name).stem, notebooks) if name.lower().endswith(".ipynb") else None
-    prefix = hit[1] if hit else lms_prefix(name)
+    receipt = BLACKBOARD_RECEIPT.fullmatch(name)
+    prefix = hit[1] if hit else receipt.group("prefix") if receipt else lms_prefix(name)
     if not prefix:
         return None, None, None
-    return student_from_prefix(prefix)
+    return student_from_prefix(prefix, assignment)
 
 
 def _layout_signals(inner: list[PurePosixPath], notebooks: list[str], bundled: frozenset[str] = frozenset()
@@ -790,7 +826,9 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     gradebook) or names another file of the download; otherwise nobody's, rejected with how to file it."""
     filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
-    claimable = known | {s for e in entries if not _is_system(e.path) and (s := named_student(e.path, notebooks))}
+    assignment = blackboard_assignment(e.path.name for e in entries if len(e.path.parts) == 1)
+    claimable = known | {s for e in entries
+                         if not _is_system(e.path) and (s := named_student(e.path, notebooks, assignment))}
     for e in entries:
         if _is_system(e.path):
             who = checkpoint_owner(e.path, notebooks, owner)
@@ -808,7 +846,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             continue
         student, timestamp, origin = None, None, None
         if owner is not None:
-            student, timestamp = owner, file_owner(e.path.name, notebooks)[1]  # a Blackboard name still gives its time
+            student, timestamp = owner, file_owner(e.path.name, notebooks, assignment)[1]  # a Blackboard name's time
         elif len(e.path.parts) >= 2:
             folder = e.path.parts[0]
             if is_assignment_name(folder, notebooks):
@@ -820,7 +858,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}"))
                 continue
         else:
-            student, timestamp, origin = file_owner(e.path.name, notebooks)
+            student, timestamp, origin = file_owner(e.path.name, notebooks, assignment)
             if student is None and not _is_system(e.path) and match_notebook(e.path.stem, notebooks) is None:
                 student = own_name_owner(e.path.stem, claimable)
         if student is not None:
@@ -840,6 +878,9 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             # a later release (a new due date, a pin) rewrites these: a hand-back of an earlier one is no hand-in either
             ignored.append(Record(str(e.path), f"the student release's {e.path.name} (from another release, or "
                                                "edited): a course file, not a submission", student))
+            continue
+        if BLACKBOARD_RECEIPT.fullmatch(e.path.name):
+            ignored.append(Record(str(e.path), "Blackboard's receipt of the attempt: not a submission", student))
             continue
         if e.path.suffix.lower() != ".ipynb":
             reason = not_a_notebook_reason(e.path, notebooks)
@@ -885,11 +926,12 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     return filed, rejected, ignored, seen
 
 
-def named_student(path: PurePosixPath, notebooks: list[str]) -> str | None:
-    """The student a download's file names by the layouts classify reads (its folder, or its LMS or id-prefixed name);
-    None for a folder named after the assignment or a notebook, or the bundle's code/ and data/."""
+def named_student(path: PurePosixPath, notebooks: list[str], assignment: str | None = None) -> str | None:
+    """The student a download's file names by the layouts classify reads (its folder, or its LMS or id-prefixed name;
+    assignment: see blackboard_assignment); None for a folder named after the assignment or a notebook, or the
+    bundle's code/ and data/."""
     if len(path.parts) == 1:
-        return file_owner(path.name, notebooks)[0]
+        return file_owner(path.name, notebooks, assignment)[0]
     folder = path.parts[0]
     if is_assignment_name(folder, notebooks) or folder in BUNDLE_CONTENT:
         return None
@@ -942,10 +984,11 @@ def split_shared_ids(filed: list[Filed], seen: dict[str, set[str]]) -> tuple[lis
     return kept, rejected
 
 
-def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None = None
+def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None = None, notebooks: list[str] = ()
                     ) -> tuple[list[Filed], list[Record]]:
-    """Keep one file per (student, notebook): a file named after it over one filed there for its exercises
-    (exercises_notebook), then the newest; at equal times (an LMS often gives every file of a hand-in one time)
+    """Keep one file per (student, notebook): a file named after it over one named after another of the notebooks
+    but filed there for its exercises (exercises_notebook; a name of the student's own, '02 v2', does not lose so),
+    then the newest; at equal times (an LMS often gives every file of a hand-in one time)
     the one with more answers filled in (stubs: notebook -> grade id -> released source), then the
     highest-numbered copy, then a file named '-final', then the one in the fewest folders, then the last name."""
     stubs = stubs or {}
@@ -957,7 +1000,7 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
         path = f.entry.path
         # the file named after its notebook first; a browser names a later download of the same file 'NAME (1)',
         # an LMS resubmission 'NAME-1'
-        return (f.named is None, f.entry.mtime, answers_given(f.nb, stubs.get(f.notebook, {})), copy_number(path.stem),
+        return (f.named not in notebooks, f.entry.mtime, answers_given(f.nb, stubs.get(f.notebook, {})), copy_number(path.stem),
                 is_final(path.stem), -len(path.parts), str(path))
 
     kept, rejected = [], []
@@ -969,10 +1012,12 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
         for loser in group[:-1]:
             lo = key(loser)
             same = "both have the same time; "
-            if loser.named is not None and winner.named is None:
+            if loser.named in notebooks and winner.named not in notebooks:
                 why = f"kept {winner.entry.path}, the file named after it; this one is named {loser.named}.ipynb"
             elif lo[1] < w[1]:
-                why = f"kept the newer {winner.entry.path}"
+                why = (f"kept the newer {winner.entry.path}" if loser.entry.path != winner.entry.path else
+                       f"kept the newer of the files both named {winner.entry.path} (the zip holds that name more than "
+                       "once); the copy kept is this older one")
             elif lo[2] < w[2]:
                 why = (f"{same}kept {winner.entry.path}, which has more answers filled in ({w[2]} of its answer cells "
                        f"differ from the release, {lo[2]} here)")
@@ -988,7 +1033,7 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
                 why = (f"{same}kept {winner.entry.path} (the last path in name order); check by hand which one the "
                        "student meant")
             rejected.append(Record(str(loser.entry.path), f"duplicate: {student} handed in {notebook}.ipynb more than "
-                                                          f"once; {why}", student))
+                                                          f"once; {why}", student, source=loser.entry))
     return kept, rejected
 
 
@@ -1134,6 +1179,22 @@ def keep_replaced(course: Course, student: str, dest: Path) -> Path:
     return target
 
 
+NAME_BYTES = 200  # a kept copy's file and folder names at most (file systems allow 255 bytes; room for '~N')
+
+
+def fitting_name(name: str) -> str:
+    """name, or when it is longer than NAME_BYTES in UTF-8 (a zip may hold longer names than a disk allows) its start,
+    a '~' and 8 hex digits of its hash, then its extension: unique, and short enough to write."""
+    if len(name.encode("utf-8")) <= NAME_BYTES:
+        return name
+    suffix = PurePosixPath(name).suffix
+    suffix = suffix if len(suffix.encode("utf-8")) <= 16 else ""
+    mark = "~" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    room = NAME_BYTES - len(mark) - len(suffix.encode("utf-8"))
+    start = name[: len(name) - len(suffix)].encode("utf-8")[:room].decode("utf-8", "ignore")
+    return f"{start}{mark}{suffix}"
+
+
 def free_copy_path(copy: Path, entry: Entry) -> Path:
     """Where to keep a rejected file's copy: copy, unless an earlier collect kept other bytes there (the same path in
     another download); then NAME~2.EXT, NAME~3.EXT, ... (the first free one, or one holding these very bytes)."""
@@ -1152,10 +1213,10 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
     """Copy each rejected file to <course>/rejected/<path in the download> and note where."""
     by_path = {str(e.path): e for e in entries}
     for r in records:
-        entry = by_path.get(r.file)
+        entry = r.source or by_path.get(r.file)
         if entry is None or entry.unreadable is not None:
             continue
-        copy = free_copy_path(course.rejected_dir / entry.path, entry)
+        copy = free_copy_path(course.rejected_dir.joinpath(*map(fitting_name, entry.path.parts)), entry)
         copy.parent.mkdir(parents=True, exist_ok=True)
         if entry.opener is None:
             copy.write_bytes(entry.data)
@@ -1186,8 +1247,8 @@ def save_report(course: Course, report: CollectReport, entries: list[Entry] | No
         merged[kind] = [r for r in merged[kind] if (r.get("student") not in report.students if r.get("student")
                                                     else not same_file_again(r, by_path, again))]
     merged["students"].update({s: asdict(r) for s, r in report.students.items()})
-    merged["rejected"] += [asdict(r) for r in report.rejected]
-    merged["ignored"] += [asdict(r) for r in report.ignored]
+    merged["rejected"] += [r.saved() for r in report.rejected]
+    merged["ignored"] += [r.saved() for r in report.ignored]
     merged["last_source"] = report.source
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
@@ -1316,7 +1377,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
                                               release_cells=graded_release_cells(release), known=known)
     filed, shared = split_shared_ids(filed, seen)
-    filed, duplicates = drop_duplicates(filed, released_answers(release))
+    filed, duplicates = drop_duplicates(filed, released_answers(release), notebooks)
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")

@@ -1319,3 +1319,113 @@ def test_a_file_too_large_to_read_keeps_one_copy_however_often_it_is_collected(c
     copies = {next(r.copy for r in collect(course, download).rejected if r.file == "amy/video.bin") for _ in range(3)}
     assert len(copies) == 1 and Path(copies.pop()).read_bytes() == b"\1" * 3000
     assert sorted(p.name for p in (course.rejected_dir / "amy").iterdir()) == ["video.bin"]
+
+
+def test_blackboard_user_names_with_underscores_stay_apart_and_receipts_are_no_rejections(course, tmp_path):
+    """Blackboard names a file ASSIGNMENT_USER_attempt_TIME_FILE and a user name may hold '_': zhang_san and li_san
+    are two students, not one 'san' whose older hand-in is thrown out as a duplicate (found by review). Each
+    attempt's .txt receipt is Blackboard's, not a file the student handed in: ignored, so the download exits 0."""
+    stamp = "attempt_2026-03-01-10-00-00"
+    download = write_tree(tmp_path / "bb", {
+        f"Part II_zhang_san_{stamp}_02-shapes-and-loss.ipynb": notebook_bytes("zhang"),
+        f"Part II_li_san_{stamp.replace('10-00-00', '11-00-00')}_02-shapes-and-loss.ipynb": notebook_bytes("li"),
+        f"Part II_zhang_san_{stamp}.txt": b"Name: Zhang San (zhang_san)\nAssignment: Part II\n",
+    })
+    report = collect(course, download)
+    assert sorted(report.students) == ["li_san", "zhang_san"] and not report.rejected, report
+    assert submitted(course, "zhang_san") == {"02-shapes-and-loss.ipynb": notebook_bytes("zhang")}
+    assert submitted(course, "li_san") == {"02-shapes-and-loss.ipynb": notebook_bytes("li")}
+    assert [(r.file, r.student) for r in report.ignored] == [(f"Part II_zhang_san_{stamp}.txt", "zhang_san")]
+    assert "receipt" in report.ignored[0].reason
+
+
+def test_a_file_name_of_the_student_s_own_after_the_lms_prefix_keeps_the_student(course, tmp_path):
+    """Canvas and Blackboard put the name the student gave the file after their prefix: 'zhangsan_02-...' handed in
+    on Canvas is zhangsan's, not a new student 'zhangsan_12345_67890_zhangsan' missing every other notebook."""
+    download = write_tree(tmp_path / "lms", {
+        "zhangsan_12345_67890_zhangsan_02-shapes-and-loss.ipynb": notebook_bytes("z 02"),
+        "zhangsan_12345_67890_00-vectors-shapes-and-gradients.ipynb": notebook_bytes("z 00"),
+        "Part II_jdoe_attempt_2026-03-01-10-00-00_jdoe_02-shapes-and-loss.ipynb": notebook_bytes("j 02"),
+        "Part II_jdoe_attempt_2026-03-01-10-00-00_00-vectors-shapes-and-gradients.ipynb": notebook_bytes("j 00"),
+    })
+    report = collect(course, download)
+    assert sorted(report.students) == ["jdoe", "zhangsan"] and not report.rejected, report
+    for who in ("jdoe", "zhangsan"):
+        assert sorted(submitted(course, who)) == [f"{n}.ipynb" for n in NOTEBOOKS], who
+
+
+def test_a_name_macos_wrote_decomposed_is_the_same_student(course, tmp_path):
+    """A zip made on macOS spells José with a combining accent (NFD); it is the José of a zip made elsewhere (NFC),
+    not a student 'Jose'."""
+    import unicodedata
+
+    composed = unicodedata.normalize("NFC", "José")
+    collect(course, write_tree(tmp_path / "pc", {f"{composed}/02-shapes-and-loss.ipynb": notebook_bytes("pc")}))
+    decomposed = unicodedata.normalize("NFD", "José")
+    assert decomposed != composed
+    report = collect(course, write_tree(tmp_path / "mac", {
+        f"{decomposed}/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("mac")}))
+    assert list(report.students) == [composed]
+    assert sorted(submitted(course, composed)) == [f"{n}.ipynb" for n in NOTEBOOKS]
+
+
+def test_a_folder_name_longer_than_a_student_id_may_be_is_rejected_with_its_reason(course, tmp_path):
+    """nbgrader's student id column holds 128 characters (a PostgreSQL gradebook refuses more)."""
+    long_name = "s" * 129
+    report = collect(course, write_tree(tmp_path / "d", {f"{long_name}/02-shapes-and-loss.ipynb": notebook_bytes("x"),
+                                                         "ok/02-shapes-and-loss.ipynb": notebook_bytes("ok")}))
+    assert list(report.students) == ["ok"]
+    assert [r.reason for r in report.rejected] == [f"cannot derive a student id from folder {long_name!r}"]
+
+
+def test_a_rejected_file_whose_name_is_too_long_for_the_disk_is_kept_under_a_shorter_name(course, tmp_path):
+    """A zip may name a file in more bytes than a disk allows (255): collect stopped with a traceback and filed
+    nothing (found by review). The copy gets a shortened, unique name; the record keeps the name as handed in."""
+    long_a, long_b = "概率论" * 28 + "a.docx", "概率论" * 28 + "b.docx"   # 254 and more bytes in UTF-8
+    assert len(long_a.encode()) > 255
+    zpath = tmp_path / "download.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr("carol/02-shapes-and-loss.ipynb", notebook_bytes("carol"))
+        zf.writestr(f"dave/{long_a}", b"first")
+        zf.writestr(f"dave/{long_b}", b"second")
+    report = collect(course, zpath)
+    assert sorted(report.students) == ["carol", "dave"]
+    copies = {r.file: Path(r.copy) for r in report.rejected}
+    assert sorted(copies) == [f"dave/{long_a}", f"dave/{long_b}"]
+    assert copies[f"dave/{long_a}"].read_bytes() == b"first" and copies[f"dave/{long_b}"].read_bytes() == b"second"
+    for copy in copies.values():
+        assert len(copy.name.encode()) <= 255 and copy.suffix == ".docx" and copy.name.startswith("概率论")
+
+
+def test_a_zip_holding_one_name_twice_keeps_the_older_file_as_the_rejected_copy(course, tmp_path):
+    """The newer member is filed; the copy kept of the older one held the newer one's bytes (found by review)."""
+    import warnings
+
+    zpath = tmp_path / "download.zip"
+    with warnings.catch_warnings(), zipfile.ZipFile(zpath, "w") as zf:
+        warnings.simplefilter("ignore")  # zipfile warns about the repeated name
+        zf.writestr(zipfile.ZipInfo("alice/02-shapes-and-loss.ipynb", (2026, 3, 1, 10, 0, 0)), notebook_bytes("old"))
+        zf.writestr(zipfile.ZipInfo("alice/02-shapes-and-loss.ipynb", (2026, 3, 1, 12, 0, 0)), notebook_bytes("new"))
+    report = collect(course, zpath)
+    assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": notebook_bytes("new")}
+    [record] = report.rejected
+    assert Path(record.copy).read_bytes() == notebook_bytes("old")
+    assert "both named alice/02-shapes-and-loss.ipynb" in record.reason, record.reason
+
+
+def test_a_newer_copy_under_a_name_of_the_student_s_own_beats_an_older_file_named_after_the_notebook(course, tmp_path):
+    """'02-shapes-and-loss v2.ipynb' holding 02's exercises is the student's newer work: kept, as README promises
+    for two files of one notebook, over the older 02-shapes-and-loss.ipynb (a name of another notebook still loses)."""
+    releases = {name: graded_notebook([(f"ex_{i}", "answer"), (f"test_{i}", "test")]) for i, name in enumerate(NOTEBOOKS)}
+    for name, nb in releases.items():
+        nbformat.write(nb, course.release_dir / f"{name}.ipynb")
+    blank = nbformat.writes(releases["02-shapes-and-loss"]).encode()
+    work = nbformat.writes(graded_notebook([("ex_1", "answer"), ("test_1", "test"), ("mine", "answer")])).encode()
+    download = write_tree(tmp_path / "d", {"alice/02-shapes-and-loss.ipynb": blank, "alice/02-shapes-and-loss v2.ipynb": work})
+    os.utime(download / "alice/02-shapes-and-loss.ipynb", (1.7e9, 1.7e9))
+    os.utime(download / "alice/02-shapes-and-loss v2.ipynb", (1.8e9, 1.8e9))
+    report = collect(course, download)
+    assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": work}
+    [record] = report.rejected
+    assert record.file == "alice/02-shapes-and-loss.ipynb"
+    assert "kept the newer alice/02-shapes-and-loss v2.ipynb" in record.reason, record.reason
