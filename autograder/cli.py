@@ -319,14 +319,22 @@ def _run(args: argparse.Namespace) -> int:
                   f"{'waits' if cells == 1 else 'wait'} for a grader in formgrader "
                   "(not graded yet, or flagged for review by a regrade): see needs_manual_grading; "
                   "run export again after grading them")
+        code = 0
         if pending := not_graded(written[0]):
             n = len(pending)
             listed = ", ".join(pending[:5]) + (", …" if n > 5 else "")
             print(f"{n} {'student is' if n == 1 else 'students are'} not graded yet ({listed}): "
                   f"{'its scores are' if n == 1 else 'their scores are'} left empty; run `python -m autograder grade"
                   f"{build_option(course)}`, then export again")
-            return 1
-        return 0
+            code = 1
+        if failed := not_graded(written[0], "error"):
+            n = len(failed)
+            listed = ", ".join(failed[:5]) + (", …" if n > 5 else "")
+            print(f"{n} {'student' if n == 1 else 'students'} could not be graded ({listed}): "
+                  f"{'its scores are' if n == 1 else 'their scores are'} left empty and the notes say why; "
+                  f"`python -m autograder grade{build_option(course)}` tries again, then export again")
+            code = 1
+        return code
     raise AssertionError(args.command)
 
 

@@ -184,9 +184,10 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                 gives = "" if nbgrader_interval(until, assignment.duedate) else \
                     (" (no extra time: no due date)" if assignment.duedate is None else " (no extra time: the due date is later)")
                 notes.append(f"extension until {utc_time(until)}{gives}")
-            if submission is None or status in ("no submission", "not graded"):
-                # not graded: empty, not 0, so that an upload to the LMS cannot pass it off as a score
-                zero = "" if status == "not graded" else "0"
+            if submission is None or status in ("no submission", "not graded", "error"):
+                # not graded, or its grading failed (an earlier grading's scores would stand for other files): empty,
+                # not 0, so that an upload to the LMS cannot pass it off as a score
+                zero = "" if status in ("not graded", "error") else "0"
                 row.update(timestamp="", raw_score=zero, late_submission_penalty=zero, score=zero, needs_manual_grading="",
                            seconds_late="")
                 row.update({nb: "" for nb in notebooks})
@@ -248,7 +249,8 @@ def waiting_for_a_grader(path: Path) -> dict[str, int]:
                 if r["needs_manual_grading"] not in ("", "0")}
 
 
-def not_graded(path: Path) -> list[str]:
-    """student_ids whose status in a grades.csv is 'not graded' (their scores are left empty)."""
+def not_graded(path: Path, status: str = "not graded") -> list[str]:
+    """student_ids whose status in a grades.csv is status ('not graded', or 'error': grading failed); their scores
+    are left empty."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        return [r["student_id"] for r in csv.DictReader(fh) if r["status"] == "not graded"]
+        return [r["student_id"] for r in csv.DictReader(fh) if r["status"] == status]

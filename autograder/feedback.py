@@ -49,7 +49,8 @@ from traitlets import Dict
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, hidden_line_numbers, is_test_cell, last_heading,
                     nbgrader_meta, outcome_message, stopped_kernel, visible_source)
 from .collect import load_collect_log, match_notebook, moved_files
-from .course import ASSIGNMENT, BEIJING, AutograderError, Course, case_hint, quiet_nbgrader_logs, run_first
+from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
+                     run_first)
 from .export import late_by, released_test_ids, tampered_cells
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -497,6 +498,11 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     for student in sorted(needs_regrade(course, jobs)):
         result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
                                   f"{run_first(course, 'grade')}")
+        graded.remove(student)
+    for student in sorted(s for s, row in jobs.items() if row["state"] == "error" and s in graded):
+        # the pages of an earlier grading would stand for a hand-in whose new grading failed (found by review)
+        result.errors[student] = (f"grading failed ({jobs[student].get('error')}): no feedback written; "
+                                  f"`python -m autograder grade{build_option(course)}` tries again")
         graded.remove(student)
     for student in sorted(s for s, row in jobs.items() if row["state"] in ("pending", "running") and s in graded):
         result.errors[student] = ("grading pending (e.g. after a release with new tests): no feedback written; "

@@ -1037,6 +1037,46 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_after_a_failed_regrade_feedback_writes_no_page_and_export_leaves_the_scores_empty(graded, capsys):
+    """A grading that failed (job state error) leaves the earlier grading's pages and scores standing for other files:
+    feedback wrote pages from the old autograded notebook and export showed the old scores, exiting 0 (found by
+    review). Now feedback removes the pages, export leaves the scores empty (not 0) and exits 1 saying who."""
+    from sqlalchemy import create_engine
+
+    from autograder.cli import main
+    from autograder.feedback import feedback
+    from autograder.grade import JOBS
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        error = "the grading process was killed by signal 9 (SIGKILL)"
+        engine = create_engine(course.db_url, future=True)
+        with engine.begin() as db:  # what two killed workers leave: the job failed after an earlier grading
+            db.execute(JOBS.update().where(JOBS.c.student_id == "perfect").values(state="error", error=error))
+        engine.dispose()
+        earlier = sorted(course.step_dir("feedback", "perfect").glob("*.html"))
+        assert earlier, "the shared class has feedback for perfect"
+        with build_env(build):
+            result = feedback(course, students=["perfect", "partial"])
+        again = f"`python -m autograder grade --build {Path(build).resolve()}` tries again"
+        assert result.errors["perfect"].startswith(f"grading failed ({error}): no feedback written; {again}"), \
+            result.errors["perfect"]
+        assert not any(p.exists() for p in earlier)
+        assert {p.parent.parent.name for p in result.written} == {"partial"}
+        with build_env(build):
+            code = main(["export", "--build", str(build)])
+        out = capsys.readouterr().out
+        assert code == 1, out
+        assert ("1 student could not be graded (perfect): its scores are left empty and the notes say why; "
+                f"`python -m autograder grade --build {Path(build).resolve()}` tries again, then export again") in out, out
+        rows = read_grades_csv(course.reports_dir / "grades.csv")
+        assert rows["perfect"]["status"] == "error" and error in rows["perfect"]["notes"], rows["perfect"]
+        assert rows["perfect"]["score"] == rows["perfect"]["raw_score"] == rows["perfect"]["02-shapes-and-loss"] == ""
+        assert rows["partial"]["status"] != "error" and float(rows["partial"]["score"]) > 0
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def read_grades(course: Course) -> dict[str, dict]:
     """student_id -> row of the course's reports/grades.csv."""
     return read_grades_csv(course.reports_dir / "grades.csv")
