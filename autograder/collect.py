@@ -1231,20 +1231,33 @@ def keep_rejected_copies(course: Course, entries: list[Entry], records: list[Rec
         r.copy = str(copy)
 
 
-def save_report(course: Course, report: CollectReport, entries: list[Entry] | None = None) -> Path:
+def save_report(course: Course, report: CollectReport, entries: list[Entry] | None = None,
+                filed: set[tuple[str, str]] = frozenset()) -> Path:
     """Merge this run into reports/collect.json (students of this download replace their old entries).
-    entries: this download's files, to tell an old record's file from another at its path."""
+    entries: this download's files, to tell an old record's file from another at its path; filed: the (student,
+    notebook) pairs this run filed."""
     path = course.reports_dir / "collect.json"
     merged = load_collect_log(course)
     for s in report.students:
         merged["students"].pop(s, None)
-    # a student's files of this download replace their old records; an old record of no student's file is replaced
-    # by this run's record of the very file (same path and bytes: collected again, maybe with --student now), never
-    # by another download's file at that path; one without a copy to compare (unreadable), by its path
+    # an old record of a student's file stays until this download holds a file at its path (recorded anew) or files
+    # the notebook its name gives for that student: a download of one notebook must not erase why another was
+    # rejected. An old record of no student's file is replaced by this run's record of the very file (same path
+    # and bytes: collected again, maybe with --student now), never by another download's file at that path; one
+    # without a copy to compare (unreadable), by its path
     again = {r.file for r in report.rejected + report.ignored if not r.student}
     by_path = {str(e.path): e for e in entries or []}
+    notebooks = course.notebook_names()
+
+    def superseded(record: dict) -> bool:
+        """True when this run replaces an old record of a student's file."""
+        if record["student"] not in report.students:
+            return False
+        hit = match_notebook(PurePosixPath(record["file"]).stem, notebooks)
+        return record["file"] in by_path or (hit is not None and (record["student"], hit[0]) in filed)
+
     for kind in ("rejected", "ignored"):
-        merged[kind] = [r for r in merged[kind] if (r.get("student") not in report.students if r.get("student")
+        merged[kind] = [r for r in merged[kind] if (not superseded(r) if r.get("student")
                                                     else not same_file_again(r, by_path, again))]
     merged["students"].update({s: asdict(r) for s, r in report.students.items()})
     merged["rejected"] += [r.saved() for r in report.rejected]
@@ -1399,7 +1412,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             if not files:  # nothing filed: what was handed in is worth saying, system files included
                 notes += [f"{r.file}: {r.reason}" for r in ignored if r.student == sid]
             report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
-        save_report(course, report, entries)
+        save_report(course, report, entries, {(f.student, f.notebook) for f in filed})
     return report
 
 

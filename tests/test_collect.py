@@ -1429,3 +1429,26 @@ def test_a_newer_copy_under_a_name_of_the_student_s_own_beats_an_older_file_name
     [record] = report.rejected
     assert record.file == "alice/02-shapes-and-loss.ipynb"
     assert "kept the newer alice/02-shapes-and-loss v2.ipynb" in record.reason, record.reason
+
+
+def test_a_later_download_keeps_the_record_of_a_rejected_notebook_it_does_not_file(course, tmp_path):
+    """alice's damaged 02 was rejected; a later download of her 00 only erased that record, so grades.csv and her
+    02 page said only 'not handed in' (found by review). The record stays until a download files her 02 or holds
+    that file again."""
+    from autograder.collect import load_collect_log
+    from autograder.export import student_notes
+
+    def alice_rejections() -> list[str]:
+        return [r["file"] for r in load_collect_log(course)["rejected"] if r.get("student") == "alice"]
+
+    collect(course, write_tree(tmp_path / "a", {"alice/02-shapes-and-loss.ipynb": b'{"cells": [',
+                                                "bob/02-shapes-and-loss.ipynb": notebook_bytes("bob")}))
+    collect(course, write_tree(tmp_path / "b", {"alice/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("a 00")}))
+    assert alice_rejections() == ["alice/02-shapes-and-loss.ipynb"]
+    _, notes = student_notes("alice", load_collect_log(course), None)
+    assert any(n.startswith("rejected alice/02-shapes-and-loss.ipynb: invalid JSON") for n in notes), notes
+    collect(course, write_tree(tmp_path / "a2", {"alice/02-shapes-and-loss.ipynb": b'{"cells": ['}))  # the same again
+    assert alice_rejections() == ["alice/02-shapes-and-loss.ipynb"], "recorded once, not twice"
+    collect(course, write_tree(tmp_path / "c", {"alice/02-shapes-and-loss (1).ipynb": notebook_bytes("a 02")}))
+    assert alice_rejections() == [], "her 02 is filed now: the old rejection no longer applies"
+    assert sorted(submitted(course, "alice")) == [f"{n}.ipynb" for n in NOTEBOOKS]
