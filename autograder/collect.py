@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import unicodedata
 import zipfile
@@ -208,6 +209,10 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                 rejected.append(Record(str(name), "unsafe path inside the zip (absolute or with '..'); not extracted"))
                 continue
             mtime, wall = zip_member_time(info, zip_time)
+            if info.create_system == 3 and stat.S_ISLNK(info.external_attr >> 16):  # zipped with zip -y (Unix)
+                target = zf.read(info)[:200].decode("utf-8", "replace") if info.file_size <= 4096 else "?"
+                entries.append(Entry(name, b"", mtime, unreadable=symlink_reason(target), wall_clock=wall))
+                continue
             if info.file_size > MAX_READ_BYTES:
                 opener = functools.partial(_open_zip_member, path, info.filename)
                 entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size, wall_clock=wall))
@@ -303,8 +308,9 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
     entries, rejected = [], []
     for file in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
         rel = PurePosixPath(file.relative_to(path).as_posix())
-        if file.is_symlink():
-            rejected.append(Record(str(rel), "symbolic link; not followed"))
+        if file.is_symlink():  # rejected in classify, which can still tell whose file it was from its path
+            entries.append(Entry(rel, b"", dt.datetime.fromtimestamp(file.lstat().st_mtime, tz=dt.timezone.utc),
+                                 unreadable=symlink_reason(os.readlink(file))))
             continue
         size = file.stat().st_size
         mtime = dt.datetime.fromtimestamp(file.stat().st_mtime, tz=dt.timezone.utc)
@@ -313,6 +319,11 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
             continue
         entries.append(Entry(rel, file.read_bytes(), mtime))
     return entries, rejected
+
+
+def symlink_reason(target: str) -> str:
+    """Why a symbolic link in a download is not filed."""
+    return f"a symbolic link (to {target}), not a file: not followed; hand in the notebook itself"
 
 
 def _looks_like_zip(path: Path) -> bool:
@@ -645,6 +656,9 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data":  # a character's bytes begun, then the file ends
+            raise NotANotebook(f"cut off inside a character at its end (byte {exc.start} of {len(data)}): the file was "
+                               "not saved or copied whole; the file is damaged") from None
         raise NotANotebook(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); not a Jupyter notebook") from None
     try:
         raw = json.loads(text)

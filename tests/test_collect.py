@@ -1452,3 +1452,31 @@ def test_a_later_download_keeps_the_record_of_a_rejected_notebook_it_does_not_fi
     collect(course, write_tree(tmp_path / "c", {"alice/02-shapes-and-loss (1).ipynb": notebook_bytes("a 02")}))
     assert alice_rejections() == [], "her 02 is filed now: the old rejection no longer applies"
     assert sorted(submitted(course, "alice")) == [f"{n}.ipynb" for n in NOTEBOOKS]
+
+
+def test_symbolic_links_in_a_folder_or_a_zip_are_rejected_for_their_student_with_their_target(course, tmp_path):
+    """A symlink zipped with `zip -y` was called invalid JSON, and one in a folder was nobody's (found by review)."""
+    download = write_tree(tmp_path / "d", {"alice/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("a")})
+    (download / "alice" / "02-shapes-and-loss.ipynb").symlink_to("/etc/passwd")
+    zpath = tmp_path / "download.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr("bob/00-vectors-shapes-and-gradients.ipynb", notebook_bytes("b"))
+        link = zipfile.ZipInfo("bob/02-shapes-and-loss.ipynb")
+        link.create_system = 3
+        link.external_attr = (0o120777 << 16)  # a symbolic link, as zip -y stores it: the target is the data
+        zf.writestr(link, "../../secret.ipynb")
+    for source, student, target in ((download, "alice", "/etc/passwd"), (zpath, "bob", "../../secret.ipynb")):
+        report = collect(course, source)
+        assert [(r.file, r.student) for r in report.rejected] == [(f"{student}/02-shapes-and-loss.ipynb", student)]
+        assert report.rejected[0].reason == (f"a symbolic link (to {target}), not a file: not followed; hand in the "
+                                             "notebook itself"), report.rejected[0].reason
+        assert sorted(submitted(course, student)) == ["00-vectors-shapes-and-gradients.ipynb"]
+
+
+def test_a_notebook_cut_off_inside_a_character_is_called_damaged_not_another_encoding():
+    whole = nbformat.writes(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("概率")])).encode()
+    cut = whole[: whole.index("率".encode()) + 1]
+    with pytest.raises(NotANotebook, match=r"cut off inside a character at its end .*the file is damaged"):
+        read_notebook(cut)
+    with pytest.raises(NotANotebook, match=r"not UTF-8 text \(byte 0xb8"):
+        read_notebook("概率".encode("gbk") + b"{}")
