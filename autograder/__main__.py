@@ -1,7 +1,15 @@
 """``python -m autograder``: the grading harness's command line (see autograder/cli.py)."""
 
+import os
 import sys
 
 from .cli import main
 
-sys.exit(main())
+try:
+    code = main()
+    sys.stdout.flush()  # here, where a closed pipe can still be handled, not at exit
+except BrokenPipeError:
+    # the reader stopped early (`collect PATH | head`): the command's work is done; no traceback for that
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+    code = 1
+sys.exit(code)

@@ -198,6 +198,24 @@ def test_the_module_entry_point_reports_errors_too():
     assert "--workers: expected a whole number >= 1, got 0" in proc.stderr
 
 
+def test_output_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path):
+    """`python -m autograder collect PATH | head` printed a BrokenPipeError traceback once head had stopped reading;
+    the command's work is done by then: exit 1, nothing on stderr about the pipe."""
+    import shutil
+
+    from shared_builds import cli_env, released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "extend", "--build", str(build)], cwd=REPO,
+                            env=cli_env(build), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 1, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
 def _smallest_source_notebook():
     """The part-ii source notebook with the fewest code cells, read with nbformat."""
     import nbformat
