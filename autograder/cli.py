@@ -103,11 +103,17 @@ def _mathjax_url(text: str) -> str:
 
 
 def _student_id(text: str) -> str:
-    """argparse type: a student id as collect files it."""
-    from .collect import STUDENT_ID
+    """argparse type: a student id as collect files it (Unicode's composed form, at most 128 characters)."""
+    import unicodedata
 
+    from .collect import MAX_ID_CHARS, STUDENT_ID
+
+    text = unicodedata.normalize("NFC", text)
     if not STUDENT_ID.fullmatch(text):
         raise argparse.ArgumentTypeError(f"expected a student id (letters, digits, . _ @ -), got {text!r}")
+    if len(text) > MAX_ID_CHARS:
+        raise argparse.ArgumentTypeError(f"expected a student id of at most {MAX_ID_CHARS} characters (nbgrader's "
+                                         f"limit), got {len(text)}")
     return text
 
 

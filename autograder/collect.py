@@ -47,8 +47,9 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
                               (also name_late_12345_67890_…; a -N resubmission suffix is allowed; with
                               Canvas and Blackboard, more of the student's own file name may follow the prefix)
     Blackboard                Part II_jdoe_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb -> student jdoe
-                              (a user name may hold '_': it is what follows the part that the download's
-                              users' names share; the attempt's .txt receipt is ignored)
+                              (a user name may hold '_': it is the one on the 'Name:' line of the attempt's
+                              .txt receipt, which is then ignored, else a gradebook student the name ends
+                              with, else its last '_' part, longer where two users share that part)
     Moodle, without folders   Full Name_12345_assignsubmission_file_02-shapes-and-loss.ipynb -> student 12345
   wrapping folders: a zip or folder that holds just one folder is unwrapped when that folder holds
     several student folders or files named for several students (e.g. submissions/alice/…,
@@ -89,8 +90,12 @@ MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
 # a flat download's file names: the id its folders give, whatever the student typed after it
 MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+(?=_|$)")
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
+# Canvas with more of the student's own file name after it: ids of 3+ digits and a letter in the rest, so that an
+# id-prefixed name of digit groups (CS_2023_01_07_02-...) is not read as one
+CANVAS_PREFIX_OWN_NAME = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d{3,})_\d{3,}(?=_[^_]*[^\W\d_])")
 BLACKBOARD_PREFIX = re.compile(r"(?P<head>.*_(?P<id>[^_]+))_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
 BLACKBOARD_RECEIPT = re.compile(rf"(?P<prefix>{BLACKBOARD_PREFIX.pattern})\.txt", re.IGNORECASE)  # an attempt's receipt
+BLACKBOARD_RECEIPT_USER = re.compile(r"^Name:.*\((?P<user>[^()\s]+)\)\s*$", re.MULTILINE)  # 'Name: Zhang San (zhang_san)'
 COPY_FORMS = r"\s*\(\d+\)|-\d+|-copy\d*"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1', Jupyter's 'NAME-Copy1'
 COPY_SUFFIX = rf"(?:[_\-\s]+final)?(?:{COPY_FORMS})?"  # also a student's 'NAME-final'
 COPY_OF = r"(?:copy[_\-\s]+of[_\-\s]+)?"  # Colab and Google Drive name a copy 'Copy of NAME'
@@ -210,7 +215,10 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                 continue
             mtime, wall = zip_member_time(info, zip_time)
             if info.create_system == 3 and stat.S_ISLNK(info.external_attr >> 16):  # zipped with zip -y (Unix)
-                target = zf.read(info)[:200].decode("utf-8", "replace") if info.file_size <= 4096 else "?"
+                try:
+                    target = zf.read(info)[:200].decode("utf-8", "replace") if info.file_size <= 4096 else "?"
+                except (*ZIP_MEMBER_ERRORS, OSError):  # a damaged or encrypted link: where it pointed is unknown
+                    target = "?"
                 entries.append(Entry(name, b"", mtime, unreadable=symlink_reason(target), wall_clock=wall))
                 continue
             if info.file_size > MAX_READ_BYTES:
@@ -307,10 +315,10 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
     """Entries of a folder tree (symlinks are not followed)."""
     entries, rejected = [], []
     for file in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
-        rel = PurePosixPath(file.relative_to(path).as_posix())
+        rel = PurePosixPath(readable_name(file.relative_to(path).as_posix()))
         if file.is_symlink():  # rejected in classify, which can still tell whose file it was from its path
             entries.append(Entry(rel, b"", dt.datetime.fromtimestamp(file.lstat().st_mtime, tz=dt.timezone.utc),
-                                 unreadable=symlink_reason(os.readlink(file))))
+                                 unreadable=symlink_reason(readable_name(os.readlink(file)))))
             continue
         size = file.stat().st_size
         mtime = dt.datetime.fromtimestamp(file.stat().st_mtime, tz=dt.timezone.utc)
@@ -324,6 +332,17 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
 def symlink_reason(target: str) -> str:
     """Why a symbolic link in a download is not filed."""
     return f"a symbolic link (to {target}), not a file: not followed; hand in the notebook itself"
+
+
+def readable_name(name: str) -> str:
+    """A file name as its writer meant it: a name on disk that is not UTF-8 (a zip unpacked without converting
+    Windows' Chinese code page) is read as GB18030, as zip member names are (member_name), else with
+    replacement characters; never with the undecodable bytes Python keeps in a str, which cannot be saved."""
+    raw = os.fsencode(name)
+    for encoding in ("utf-8", "gb18030"):
+        with contextlib.suppress(UnicodeDecodeError):
+            return raw.decode(encoding)
+    return raw.decode("utf-8", "replace")
 
 
 def _looks_like_zip(path: Path) -> bool:
@@ -411,34 +430,53 @@ def student_from_folder(folder: str) -> str | None:
     return m.group("id") if m else sanitize_id(folder)
 
 
-def student_from_prefix(prefix: str, assignment: str | None = None) -> tuple[str | None, dt.datetime | None, str | None]:
+def student_from_prefix(prefix: str, blackboard: dict[str, str] | None = None
+                        ) -> tuple[str | None, dt.datetime | None, str | None]:
     """(student id, Blackboard time, Canvas person 'name_userid') from the part of a file name before the notebook name.
 
     An LMS prefix may be followed by more of the name the student gave the file ('..._67890_zhangsan'). A Blackboard
-    user id is what follows the download's assignment part (see blackboard_assignment: user names may hold '_'), or
-    without one the last '_' part."""
+    name's user is blackboard[its ASSIGNMENT_USER head] (see blackboard_users: user names may hold '_'), else the
+    last '_' part."""
     if m := MOODLE_PREFIX.match(prefix):
         return m.group("id"), None, None
     if m := re.match(rf"(?:{BLACKBOARD_PREFIX.pattern})(?=_|$)", prefix):
-        head = m.group("head")
-        user = head[len(assignment):] if assignment and head.startswith(assignment) and len(head) > len(assignment) \
-            else m.group("id")
-        return sanitize_id(user), blackboard_time(m.group("ts")), None
-    if m := re.match(rf"(?:{CANVAS_PREFIX.pattern})(?=_|$)", prefix):
+        user = (blackboard or {}).get(m.group("head")) or sanitize_id(m.group("id"))
+        return user, blackboard_time(m.group("ts")), None
+    if m := CANVAS_PREFIX.fullmatch(prefix) or CANVAS_PREFIX_OWN_NAME.match(prefix):
         student = sanitize_id(m.group("id"))
         return student, None, (f"{m.group('id')}_{m.group('user')}" if student else None)
     return sanitize_id(prefix), None, None
 
 
-def blackboard_assignment(names) -> str | None:
-    """The part ('Part II_') that the Blackboard file names of a download (names: its top-level file names) share
-    before their user ids, when they are two or more users' attempts; else None. Blackboard names a file
-    ASSIGNMENT_USER_attempt_TIME_FILE, and both the assignment and the user name may hold '_'."""
-    heads = {m.group("head") for name in names if (m := re.match(BLACKBOARD_PREFIX, name))}
-    if len(heads) < 2:
-        return None
-    common = os.path.commonprefix(sorted(heads))
-    return common[: common.rfind("_") + 1] or None
+def blackboard_users(entries: list[Entry], known: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+    """{ASSIGNMENT_USER head: student id} of a download's top-level Blackboard names (ASSIGNMENT_USER_attempt_TIME_FILE).
+
+    Both the assignment and the user name may hold '_', so the user is, in this order: the user name in parentheses
+    on the 'Name:' line of the attempt's .txt receipt; the longest '_'-ending of the head that is a student of the
+    gradebook (known); the last '_' part, or, where two heads of the download share that, the shortest ending
+    that tells them apart (zhang_san and li_san are two students, not one 'san')."""
+    heads, users = set(), {}
+    for e in entries:
+        if len(e.path.parts) != 1 or not (m := re.match(BLACKBOARD_PREFIX, e.path.name)):
+            continue
+        heads.add(m.group("head"))
+        if BLACKBOARD_RECEIPT.fullmatch(e.path.name) and (r := BLACKBOARD_RECEIPT_USER.search(
+                e.data[:4096].decode("utf-8", "replace"))) and m.group("head").endswith("_" + r.group("user")):
+            users[m.group("head")] = sanitize_id(r.group("user"))
+
+    def ending(head: str, k: int) -> str:
+        return "_".join(head.split("_")[-k:])
+
+    for head in heads - set(users):
+        parts = head.count("_")  # endings of 1 .. parts '_'-parts leave some assignment name before them
+        if found := [e for k in range(parts, 0, -1) if (e := sanitize_id(ending(head, k))) in known]:
+            users[head] = found[0]
+            continue
+        for k in range(1, parts + 1):
+            if not any(ending(other, k) == ending(head, k) for other in heads - {head}) or k == parts:
+                users[head] = sanitize_id(ending(head, k))
+                break
+    return {head: user for head, user in users.items() if user}
 
 
 def blackboard_time(text: str) -> dt.datetime | None:
@@ -494,10 +532,10 @@ def lms_prefix(name: str) -> str | None:
     return None
 
 
-def file_owner(name: str, notebooks: list[str], assignment: str | None = None
+def file_owner(name: str, notebooks: list[str], blackboard: dict[str, str] | None = None
                ) -> tuple[str | None, dt.datetime | None, str | None]:
-    """(student, Blackboard time, Canvas person) from a file name outside student folders (assignment: the
-    download's Blackboard assignment part, see blackboard_assignment).
+    """(student, Blackboard time, Canvas person) from a file name outside student folders (blackboard: the download's
+    Blackboard users, see blackboard_users).
 
     The Canvas person is 'name_userid': the user id tells two people with the same name apart.
     """
@@ -506,7 +544,7 @@ def file_owner(name: str, notebooks: list[str], assignment: str | None = None
     prefix = hit[1] if hit else receipt.group("prefix") if receipt else lms_prefix(name)
     if not prefix:
         return None, None, None
-    return student_from_prefix(prefix, assignment)
+    return student_from_prefix(prefix, blackboard)
 
 
 def _layout_signals(inner: list[PurePosixPath], notebooks: list[str], bundled: frozenset[str] = frozenset()
@@ -840,9 +878,9 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     gradebook) or names another file of the download; otherwise nobody's, rejected with how to file it."""
     filed, rejected, ignored, seen = [], [], [], {}
     expected = ", ".join(f"{n}.ipynb" for n in notebooks)
-    assignment = blackboard_assignment(e.path.name for e in entries if len(e.path.parts) == 1)
+    blackboard = blackboard_users(entries, known)
     claimable = known | {s for e in entries
-                         if not _is_system(e.path) and (s := named_student(e.path, notebooks, assignment))}
+                         if not _is_system(e.path) and (s := named_student(e.path, notebooks, blackboard))}
     for e in entries:
         if _is_system(e.path):
             who = checkpoint_owner(e.path, notebooks, owner)
@@ -860,7 +898,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             continue
         student, timestamp, origin = None, None, None
         if owner is not None:
-            student, timestamp = owner, file_owner(e.path.name, notebooks, assignment)[1]  # a Blackboard name's time
+            student, timestamp = owner, file_owner(e.path.name, notebooks, blackboard)[1]  # a Blackboard name's time
         elif len(e.path.parts) >= 2:
             folder = e.path.parts[0]
             if is_assignment_name(folder, notebooks):
@@ -872,7 +910,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}"))
                 continue
         else:
-            student, timestamp, origin = file_owner(e.path.name, notebooks, assignment)
+            student, timestamp, origin = file_owner(e.path.name, notebooks, blackboard)
             if student is None and not _is_system(e.path) and match_notebook(e.path.stem, notebooks) is None:
                 student = own_name_owner(e.path.stem, claimable)
         if student is not None:
@@ -940,12 +978,12 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
     return filed, rejected, ignored, seen
 
 
-def named_student(path: PurePosixPath, notebooks: list[str], assignment: str | None = None) -> str | None:
+def named_student(path: PurePosixPath, notebooks: list[str], blackboard: dict[str, str] | None = None) -> str | None:
     """The student a download's file names by the layouts classify reads (its folder, or its LMS or id-prefixed name;
-    assignment: see blackboard_assignment); None for a folder named after the assignment or a notebook, or the
-    bundle's code/ and data/."""
+    blackboard: see blackboard_users); None for a folder named after the assignment or a notebook, or the bundle's
+    code/ and data/."""
     if len(path.parts) == 1:
-        return file_owner(path.name, notebooks, assignment)[0]
+        return file_owner(path.name, notebooks, blackboard)[0]
     folder = path.parts[0]
     if is_assignment_name(folder, notebooks) or folder in BUNDLE_CONTENT:
         return None
@@ -1027,7 +1065,9 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
             lo = key(loser)
             same = "both have the same time; "
             if loser.named in notebooks and winner.named not in notebooks:
-                why = f"kept {winner.entry.path}, the file named after it; this one is named {loser.named}.ipynb"
+                why = (f"kept {winner.entry.path}, the file named after it; this one is named {loser.named}.ipynb"
+                       if winner.named is None else
+                       f"kept {winner.entry.path}; this one is named {loser.named}.ipynb, after another notebook")
             elif lo[1] < w[1]:
                 why = (f"kept the newer {winner.entry.path}" if loser.entry.path != winner.entry.path else
                        f"kept the newer of the files both named {winner.entry.path} (the zip holds that name more than "
@@ -1199,13 +1239,13 @@ NAME_BYTES = 200  # a kept copy's file and folder names at most (file systems al
 def fitting_name(name: str) -> str:
     """name, or when it is longer than NAME_BYTES in UTF-8 (a zip may hold longer names than a disk allows) its start,
     a '~' and 8 hex digits of its hash, then its extension: unique, and short enough to write."""
-    if len(name.encode("utf-8")) <= NAME_BYTES:
+    if len(name.encode("utf-8", "surrogateescape")) <= NAME_BYTES:
         return name
     suffix = PurePosixPath(name).suffix
-    suffix = suffix if len(suffix.encode("utf-8")) <= 16 else ""
+    suffix = suffix if len(suffix.encode("utf-8", "surrogateescape")) <= 16 else ""
     mark = "~" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    room = NAME_BYTES - len(mark) - len(suffix.encode("utf-8"))
-    start = name[: len(name) - len(suffix)].encode("utf-8")[:room].decode("utf-8", "ignore")
+    room = NAME_BYTES - len(mark) - len(suffix.encode("utf-8", "surrogateescape"))
+    start = name[: len(name) - len(suffix)].encode("utf-8", "surrogateescape")[:room].decode("utf-8", "ignore")
     return f"{start}{mark}{suffix}"
 
 
@@ -1254,24 +1294,26 @@ def save_report(course: Course, report: CollectReport, entries: list[Entry] | No
     merged = load_collect_log(course)
     for s in report.students:
         merged["students"].pop(s, None)
-    # an old record of a student's file stays until this download holds a file at its path (recorded anew) or files
-    # the notebook its name gives for that student: a download of one notebook must not erase why another was
-    # rejected. An old record of no student's file is replaced by this run's record of the very file (same path
+    # an old rejection of a student's notebook file stays until this download holds a file at its path (recorded
+    # anew) or files the notebook its name gives for that student: a download of one notebook must not erase why
+    # another was rejected; the student's other old records (ignored files, rejected files of no notebook) go. An old record of no student's file is replaced by this run's record of the very file (same path
     # and bytes: collected again, maybe with --student now), never by another download's file at that path; one
     # without a copy to compare (unreadable), by its path
     again = {r.file for r in report.rejected + report.ignored if not r.student}
     by_path = {str(e.path): e for e in entries or []}
     notebooks = course.notebook_names()
 
-    def superseded(record: dict) -> bool:
-        """True when this run replaces an old record of a student's file."""
+    def superseded(record: dict, kind: str) -> bool:
+        """True when this run replaces an old record of a student's file: one of this run's students, and an ignored
+        file or one whose name gives no notebook, or its path in this download, or its notebook filed by this run."""
         if record["student"] not in report.students:
             return False
         hit = match_notebook(PurePosixPath(record["file"]).stem, notebooks)
-        return record["file"] in by_path or (hit is not None and (record["student"], hit[0]) in filed)
+        return (kind == "ignored" or hit is None or record["file"] in by_path
+                or (record["student"], hit[0]) in filed)
 
     for kind in ("rejected", "ignored"):
-        merged[kind] = [r for r in merged[kind] if (not superseded(r) if r.get("student")
+        merged[kind] = [r for r in merged[kind] if (not superseded(r, kind) if r.get("student")
                                                     else not same_file_again(r, by_path, again))]
     merged["students"].update({s: asdict(r) for s, r in report.students.items()})
     merged["rejected"] += [r.saved() for r in report.rejected]

@@ -87,6 +87,8 @@ def empty_build(tmp_path, monkeypatch):
     (["extend", "--student", "ann", "--until", "9999-12-31 23:59 Etc/GMT+12", "--build", "{build}"],
      "the end of the extension '9999-12-31 23:59 Etc/GMT+12' is out of range"),
     (["feedback", "--mathjax-url", "http://", "--build", "{build}"], "cannot load MathJax from 'http://': it names no host"),
+    (["extend", "--student", "a" * 129, "--until", "none"], "expected a student id of at most 128 characters (nbgrader's "
+                                                          "limit), got 129"),
     (["export", "--build", ""], "--build: expected a folder path, got an empty string"),
     (["extend", "--student", "ann", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--until", "2026-03-01 23:59", "--build", "{build}"], "--student ID and --until WHEN go together"),
@@ -898,3 +900,15 @@ def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_e
     assert "  1011_mywork.ipynb: wrong name" in out, out
     with open(build / "course" / "reports" / "grades.csv", newline="", encoding="utf-8") as fh:
         assert [r["student_id"] for r in csv.DictReader(fh)] == ["2024001"]
+
+
+def test_a_student_id_given_decomposed_is_read_composed_as_collect_files_it():
+    """--student José typed on macOS arrives decomposed; collect files ids composed (NFC), so they must match."""
+    import unicodedata
+
+    from autograder.cli import build_parser
+
+    decomposed, composed = unicodedata.normalize("NFD", "José"), unicodedata.normalize("NFC", "José")
+    for argv in (["collect", "dl", "--student", decomposed], ["extend", "--student", decomposed, "--until", "none"]):
+        args, _ = build_parser().parse_known_args(argv)
+        assert args.student in (composed, [composed]), args.student

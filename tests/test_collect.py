@@ -1324,19 +1324,46 @@ def test_a_file_too_large_to_read_keeps_one_copy_however_often_it_is_collected(c
 def test_blackboard_user_names_with_underscores_stay_apart_and_receipts_are_no_rejections(course, tmp_path):
     """Blackboard names a file ASSIGNMENT_USER_attempt_TIME_FILE and a user name may hold '_': zhang_san and li_san
     are two students, not one 'san' whose older hand-in is thrown out as a duplicate (found by review). Each
-    attempt's .txt receipt is Blackboard's, not a file the student handed in: ignored, so the download exits 0."""
+    attempt's .txt receipt is Blackboard's, not a file the student handed in: ignored, so the download exits 0; its
+    'Name:' line gives the user name. A later download of one of them keeps the id (the gradebook knows it)."""
     stamp = "attempt_2026-03-01-10-00-00"
     download = write_tree(tmp_path / "bb", {
         f"Part II_zhang_san_{stamp}_02-shapes-and-loss.ipynb": notebook_bytes("zhang"),
         f"Part II_li_san_{stamp.replace('10-00-00', '11-00-00')}_02-shapes-and-loss.ipynb": notebook_bytes("li"),
-        f"Part II_zhang_san_{stamp}.txt": b"Name: Zhang San (zhang_san)\nAssignment: Part II\n",
+        f"Part II_wang_wu_{stamp}_02-shapes-and-loss.ipynb": notebook_bytes("wang"),
+        f"Part II_wang_wu_{stamp}.txt": b"Name: Wang Wu (wang_wu)\nAssignment: Part II\n",
     })
     report = collect(course, download)
-    assert sorted(report.students) == ["li_san", "zhang_san"] and not report.rejected, report
+    assert sorted(report.students) == ["li_san", "wang_wu", "zhang_san"] and not report.rejected, report
     assert submitted(course, "zhang_san") == {"02-shapes-and-loss.ipynb": notebook_bytes("zhang")}
     assert submitted(course, "li_san") == {"02-shapes-and-loss.ipynb": notebook_bytes("li")}
-    assert [(r.file, r.student) for r in report.ignored] == [(f"Part II_zhang_san_{stamp}.txt", "zhang_san")]
+    assert [(r.file, r.student) for r in report.ignored] == [(f"Part II_wang_wu_{stamp}.txt", "wang_wu")]
     assert "receipt" in report.ignored[0].reason
+    late = write_tree(tmp_path / "late", {
+        f"Part II_zhang_san_{stamp}_00-vectors-shapes-and-gradients.ipynb": notebook_bytes("zhang 00")})
+    assert list(collect(course, late).students) == ["zhang_san"], "the gradebook's id, not 'san'"
+
+
+def test_blackboard_ids_do_not_depend_on_who_else_is_in_the_download(course, tmp_path):
+    """Without receipts or known ids, a user is the last '_' part unless two users share it: zhang_san beside li_si
+    is not kept whole one time and cut to 'san' the next, when alone (found by review of the first fix)."""
+    stamp = "attempt_2026-03-01-10-00-00"
+    first = collect(course, write_tree(tmp_path / "a", {
+        f"Part II_zhang_san_{stamp}_02-shapes-and-loss.ipynb": notebook_bytes("s"),
+        f"Part II_li_si_{stamp}_02-shapes-and-loss.ipynb": notebook_bytes("w")}))
+    alone = collect(course, write_tree(tmp_path / "b", {
+        f"Part II_zhang_san_{stamp}_00-vectors-shapes-and-gradients.ipynb": notebook_bytes("s 00")}))
+    assert sorted(first.students) == ["san", "si"] and list(alone.students) == ["san"]
+
+
+def test_an_id_prefix_of_digit_groups_is_no_canvas_name(course, tmp_path):
+    """CS_2023_01_07_02-... is student CS_2023_01_07's file, not Canvas user 'CS' (two students merged, one file
+    rejected as a duplicate, found by review): a Canvas name followed by more of the student's own name has ids of
+    3+ digits and a letter after them."""
+    report = collect(course, write_tree(tmp_path / "d", {
+        "CS_2023_01_07_02-shapes-and-loss.ipynb": notebook_bytes("7"),
+        "CS_2023_01_08_02-shapes-and-loss.ipynb": notebook_bytes("8")}))
+    assert sorted(report.students) == ["CS_2023_01_07", "CS_2023_01_08"] and not report.rejected
 
 
 def test_a_file_name_of_the_student_s_own_after_the_lms_prefix_keeps_the_student(course, tmp_path):
@@ -1480,3 +1507,60 @@ def test_a_notebook_cut_off_inside_a_character_is_called_damaged_not_another_enc
         read_notebook(cut)
     with pytest.raises(NotANotebook, match=r"not UTF-8 text \(byte 0xb8"):
         read_notebook("概率".encode("gbk") + b"{}")
+
+
+def test_a_folder_file_name_in_the_windows_chinese_code_page_is_read_as_such(course, tmp_path):
+    """A zip unpacked without converting names leaves GBK bytes on disk: collect crashed writing its report (found
+    by review). The name is read as GB18030, as zip member names are, and the file is rejected under that name."""
+    download = write_tree(tmp_path / "d", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("a")})
+    raw = os.fsencode(download / "alice") + b"/" + "作业说明.docx".encode("gbk")
+    with open(raw, "wb") as fh:
+        fh.write(b"doc")
+    report = collect(course, download)
+    assert [(r.file, r.student) for r in report.rejected] == [("alice/作业说明.docx", "alice")]
+    assert Path(report.rejected[0].copy).read_bytes() == b"doc"
+
+
+def test_a_later_download_of_all_her_notebooks_clears_her_other_old_records(course, tmp_path):
+    """Old records of a student's files that give no notebook (a stray pdf, receipts, system files) do not pile up
+    across downloads: she is 'graded', not 'incomplete' forever (found by review of the first fix)."""
+    from autograder.collect import load_collect_log
+
+    collect(course, write_tree(tmp_path / "a", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("a"),
+                                                "alice/report.pdf": b"%PDF"}))
+    assert [r["file"] for r in load_collect_log(course)["rejected"]] == ["alice/report.pdf"]
+    collect(course, write_tree(tmp_path / "b", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("a2"),
+                                                "alice/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("a0")}))
+    assert load_collect_log(course)["rejected"] == []
+
+
+def test_a_damaged_symbolic_link_in_a_zip_is_rejected_not_a_crash(course, tmp_path):
+    """Reading a zip -y link's target raised through collect when the member was damaged (found by review)."""
+    zpath = tmp_path / "download.zip"
+    target = b"../../somewhere/else/02-shapes-and-loss.ipynb"
+    with zipfile.ZipFile(zpath, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr("bob/00-vectors-shapes-and-gradients.ipynb", notebook_bytes("b"))
+        link = zipfile.ZipInfo("bob/02-shapes-and-loss.ipynb")
+        link.create_system, link.external_attr = 3, 0o120777 << 16
+        zf.writestr(link, target)
+    raw = bytearray(zpath.read_bytes())
+    raw[raw.index(target) + 5] ^= 0x20  # a bad CRC-32 for the link's data
+    zpath.write_bytes(bytes(raw))
+    report = collect(course, zpath)
+    assert [(r.file, r.student, r.reason) for r in report.rejected] == [
+        ("bob/02-shapes-and-loss.ipynb", "bob", "a symbolic link (to ?), not a file: not followed; hand in the notebook "
+                                                "itself")]
+
+
+def test_a_misnamed_copy_losing_to_a_file_of_the_student_s_own_name_is_told_so(course, tmp_path):
+    """mywork.ipynb beat a 00-named copy of 02's work: the message called mywork 'the file named after it'."""
+    releases = {name: graded_notebook([(f"ex_{i}", "answer"), (f"test_{i}", "test")]) for i, name in enumerate(NOTEBOOKS)}
+    for name, nb in releases.items():
+        nbformat.write(nb, course.release_dir / f"{name}.ipynb")
+    holds_02 = nbformat.writes(releases["02-shapes-and-loss"]).encode()
+    report = collect(course, write_tree(tmp_path / "d", {"alice/mywork.ipynb": holds_02,
+                                                         "alice/00-vectors-shapes-and-gradients.ipynb": holds_02}))
+    assert [(r.file, r.reason) for r in report.rejected] == [(
+        "alice/00-vectors-shapes-and-gradients.ipynb",
+        "duplicate: alice handed in 02-shapes-and-loss.ipynb more than once; kept alice/mywork.ipynb; this one is "
+        "named 00-vectors-shapes-and-gradients.ipynb, after another notebook")]
