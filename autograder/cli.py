@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from .course import (DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, AutograderError, Course, build_flag, build_option,
-                     gradebook_error, load_config)
+                     gradebook_error, listed, load_config)
 from .demo import DEMO_CELL_TIMEOUT, DEMO_NOTEBOOK_TIMEOUT
 
 
@@ -328,15 +328,13 @@ def _run(args: argparse.Namespace) -> int:
         code = 0
         if pending := not_graded(written[0]):
             n = len(pending)
-            listed = ", ".join(pending[:5]) + (", …" if n > 5 else "")
-            print(f"{n} {'student is' if n == 1 else 'students are'} not graded yet ({listed}): "
+            print(f"{n} {'student is' if n == 1 else 'students are'} not graded yet ({listed(pending)}): "
                   f"{'its scores are' if n == 1 else 'their scores are'} left empty; run `python -m autograder grade"
                   f"{build_option(course)}`, then export again")
             code = 1
         if failed := not_graded(written[0], "error"):
             n = len(failed)
-            listed = ", ".join(failed[:5]) + (", …" if n > 5 else "")
-            print(f"{n} {'student' if n == 1 else 'students'} could not be graded ({listed}): "
+            print(f"{n} {'student' if n == 1 else 'students'} could not be graded ({listed(failed)}): "
                   f"{'its scores are' if n == 1 else 'their scores are'} left empty and the notes say why; "
                   f"`python -m autograder grade{build_option(course)}` tries again, then export again")
             code = 1

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 import nbformat
 
 from .cells import grade_ids
-from .course import ASSIGNMENT, BUNDLE_CONTENT, AutograderError, Course
+from .course import ASSIGNMENT, BUNDLE_CONTENT, AutograderError, Course, listed
 
 LAYOUTS_HELP = """\
 accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-and-loss.ipynb):
@@ -1440,8 +1440,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         entries, unwrapped = unwrap(entries, notebooks, known, bundled)
     elif shared := shared_notebooks(entries, notebooks, known):
         nb, who = next(iter(shared.items()))
-        listed = ", ".join(who[:5]) + (", …" if len(who) > 5 else "")
-        raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed}); "
+        raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed(who)}); "
                               "--student is for a download of one student's files")
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
                                               release_cells=graded_release_cells(release), known=known)

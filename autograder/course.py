@@ -181,6 +181,11 @@ def check_db_url(url: str) -> None:
                               "or unset $PART_II_DB_URL to use the SQLite gradebook") from None
 
 
+def listed(ids: list[str], most: int = 5) -> str:
+    """'a, b, c, d, e, …': the first `most` ids, for a one-line summary."""
+    return ", ".join(ids[:most]) + (", …" if len(ids) > most else "")
+
+
 def case_hint(unknown: list[str], known: list[str]) -> str:
     """' (ids are case-sensitive: did you mean alice?)' for unknown ids that differ from a known one only in case, else ''."""
     lowered = {k.lower(): k for k in known}

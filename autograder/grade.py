@@ -40,7 +40,7 @@ from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, cr
 
 from .collect import _digest
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
-                     build_option, case_hint, fast_new_gradebooks, one_transaction, run_first)
+                     build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 RETRIES = 1  # a worker that crashes (not a timeout) is started once more
@@ -833,6 +833,6 @@ def print_summary(course: Course, result: GradeResult) -> None:
         print(f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "
               f"`python -m autograder export{build}` (grades.csv); free-text answers are graded by hand in formgrader")
     if left := [s for s in to_grade(course) if s not in result.errors]:  # e.g. a run limited by --student
-        n, listed = len(left), ", ".join(left[:5]) + (", …" if len(left) > 5 else "")
-        print(f"{n} other collected {'student is' if n == 1 else 'students are'} not graded yet ({listed}): "
+        n = len(left)
+        print(f"{n} other collected {'student is' if n == 1 else 'students are'} not graded yet ({listed(left)}): "
               f"`python -m autograder grade{build}` grades {'it' if n == 1 else 'them'}")
