@@ -255,14 +255,21 @@ def student_readme(notebooks: list[Path], pins: dict[str, str], due: dt.datetime
         notebook_timeout=f"{DEFAULT_NOTEBOOK_TIMEOUT:g}", due_date=due_date_text(due))
 
 
+VALIDATE_WIDTH = 240  # characters of each line `nbgrader validate` prints of a failed check (nbgrader cuts at 90)
+
+
 def student_nbgrader_config() -> str:
     """The student's nbgrader_config.py: JupyterLab started in the bundle gives Validate grading's default cell time
-    limit (nbgrader's own is 30 s, so a cell of 30 to 60 s failed Validate and passed grading)."""
+    limit (nbgrader's own is 30 s, so a cell of 30 to 60 s failed Validate and passed grading); `nbgrader validate`
+    run there prints lines long enough for a check's message with its got and expected values (it cut them after 87
+    characters; the Validate button shows them whole)."""
     return ("# Written by `python -m autograder release`. JupyterLab started in this folder reads it: the Validate\n"
-            "# button then gives each cell as long as grading does by default.\n"
+            "# button then gives each cell as long as grading does by default; `nbgrader validate` here prints whole\n"
+            "# check messages.\n"
             "c = get_config()  # noqa: F821\n"
             f"c.Execute.timeout = {math.ceil(DEFAULT_CELL_TIMEOUT)}\n"
-            "c.Execute.interrupt_on_timeout = True\n")
+            "c.Execute.interrupt_on_timeout = True\n"
+            f"c.Validator.width = {VALIDATE_WIDTH}\n")
 
 
 def write_bundle(course: Course) -> tuple[Path, Path]:

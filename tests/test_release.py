@@ -258,7 +258,7 @@ def _imported_modules(source: str) -> set[str]:
     return found
 
 
-def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_versions(release_dir):
+def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_versions(release_dir, tmp_path):
     """A student with only the zip gets a README naming each notebook with its points and a requirements.txt
     pinning, at the versions grading runs, every package the notebooks and the bundled code import."""
     import importlib.metadata as md
@@ -301,6 +301,7 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     config = Config()
     exec(compile(validate_config, "nbgrader_config.py", "exec"), {"get_config": lambda: config})
     assert config.Execute.timeout == DEFAULT_CELL_TIMEOUT and config.Execute.interrupt_on_timeout is True
+    assert_validate_shows_whole_messages(config, tmp_path)
 
     # one row per release notebook: its file and its points, as nbgrader's gradebook records them
     with build_env(build):
@@ -362,3 +363,25 @@ def test_the_student_readme_gives_the_due_date_in_beijing_time_and_utc():
     assert due_date_text(dt.datetime(2026, 12, 31, 20, 30)).startswith(
         "截止时间：**2027-01-01 04:30（北京时间）**，即 2026-12-31 20:30 UTC。")  # the next day, and year, there
     assert due_date_text(None) == "截止时间以老师的通知为准。"
+
+
+def assert_validate_shows_whole_messages(config, folder: Path) -> None:
+    """`nbgrader validate` in a terminal, with the student's config, prints a failed check's whole line: the got and
+    expected values come last, after the label, and nbgrader cut lines after 87 characters (found by review). (The
+    Validate button gets nbgrader's JSON results, which are not cut.)"""
+    import io
+
+    from nbgrader.validator import Validator
+
+    message = ("stable_softmax row by row: [ln 2, 0, 0] and the same row + 1000, as a [2, 3] batch: got [0.333333 0.333333 "
+               "0.333333], expected [0.500000 0.250000 0.250000]")
+    cell = nbformat.v4.new_code_cell(f"raise AssertionError({message!r})")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1, "grade_id": "test_x",
+                                 "schema_version": 3}
+    path = folder / "validate-width.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
+    validator = Validator(config=config, ignore_checksums=True)
+    validator.stream = io.StringIO()
+    validator.validate_and_print(str(path))
+    printed = " ".join(validator.stream.getvalue().split())  # the line as the terminal shows it, indent aside
+    assert message in printed, printed
