@@ -264,3 +264,28 @@ def test_every_guard_names_a_function_its_exercise_defines_and_calls_it(name):
     for grade_id, user, called in guards:
         assert user in solutions, f"{name}: {grade_id} guards {user!r}, which no solution cell defines ({sorted(solutions)})"
         assert user in called, f"{name}: {grade_id} guards {user!r} but its guarded block never calls it"
+
+
+def _calls_named(tree, name: str):
+    """Call nodes of `name(...)` or `anything.name(...)` in tree."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name):
+                yield node
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_visible_check_expects_a_bare_true_or_false(name):
+    """A visible check_equal(label, <condition>, True) fails with 'got False, expected True': a student whose answer
+    is the boolean False reads that as the answer (found by review of exercise 2.6). Compare what the student can act
+    on (a type name, a value) instead, or use check_true with a hint."""
+    bad = []
+    for _i, cell, meta in _graded_cells(_read(name)):
+        if _role(cell, meta) != "test":
+            continue
+        for call in _calls_named(ast.parse(HIDDEN.sub("", cell.source)), "check_equal"):
+            expected = call.args[2] if len(call.args) > 2 else next((k.value for k in call.keywords if k.arg == "expected"), None)
+            if isinstance(expected, ast.Constant) and isinstance(expected.value, bool):
+                bad.append(f"{meta['grade_id']}: {ast.unparse(call)[:100]}")
+    assert not bad, f"{name}: visible checks expecting a bare True/False: {bad}"
