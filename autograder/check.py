@@ -1,7 +1,9 @@
 """For students: ``python -m autograder check NOTEBOOK`` runs a notebook and prints a table per exercise.
 
 The notebook runs from top to bottom in a fresh kernel, in its own folder (so the setup
-cell finds code/part-ii beside it, as in the student zip). Each graded cell gets a row:
+cell finds code/part-ii beside it, as in the student zip); a notebook outside any course
+folder runs with this repository's code/part-ii, as grading runs it with the course's, and
+a note says so. Each graded cell gets a row:
 autograded test cells say passed or failed and the points at stake; free-text answers
 say they are graded by the instructor. Hidden tests are not in a student's notebook, so
 passing here means the visible checks pass, not yet the final score; a test cell whose visible
@@ -27,7 +29,9 @@ this course.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
 from pathlib import Path
 
@@ -35,7 +39,7 @@ from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format
                     graded_cells_of, is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message,
                     stopped_kernel)
 from .collect import NotANotebook, match_notebook, notebook_of, read_notebook
-from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, AutograderError, load_config
+from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, load_config
 
 
 def read_for_check(path: Path):
@@ -267,6 +271,26 @@ def print_table(path: Path, rows) -> None:
     print("hidden tests run only when your notebook is graded, so the final score can be lower.")
 
 
+def course_folder_of(folder: Path) -> Path | None:
+    """The folder at or above folder that holds code/part-ii, where a notebook's setup cell finds the course code."""
+    return next((p for p in (folder, *folder.parents) if (p / "code" / "part-ii").is_dir()), None)
+
+
+@contextlib.contextmanager
+def course_code_for(folder: Path):
+    """PART_II_ROOT set to this repository for the block when a notebook in folder could not find the course code
+    (not inside a course folder, no PART_II_ROOT): grading runs it with the course's code, so the check does too.
+    Yields True when it did so."""
+    if os.environ.get("PART_II_ROOT") or course_folder_of(folder) is not None:
+        yield False
+        return
+    os.environ["PART_II_ROOT"] = str(REPO)
+    try:
+        yield True
+    finally:
+        os.environ.pop("PART_II_ROOT", None)
+
+
 def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     """Run the notebook at path, print the table; 0 when every visible test passes, else 1."""
     nb = read_for_check(path)
@@ -282,7 +306,14 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     if problem:
         print(problem, flush=True)
     deleted = deleted_tests(nb, course[best])
-    run_notebook(nb, Path(path).resolve().parent, timeout)
+    folder = Path(path).resolve().parent
+    with course_code_for(folder) as borrowed:
+        if borrowed:
+            print(f"note: {folder} is not inside the course folder (no code/part-ii in it or above it), so the "
+                  f"notebook's setup cell cannot find the course code there; this check runs it with {REPO}'s, as "
+                  "grading runs it with the course's. To run it in Jupyter yourself, open it from the unpacked course "
+                  "folder.", flush=True)
+        run_notebook(nb, folder, timeout)
     rows = exercise_rows(nb)
     print_table(Path(path), rows)
     locked = edited_locked_cells(nb)

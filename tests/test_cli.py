@@ -268,11 +268,16 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     import nbformat
 
     path, nb = _smallest_source_notebook()
-    monkeypatch.setenv("PART_II_ROOT", str(REPO))  # the copy in tmp_path finds code/ and data/ through it
+    # the copy in tmp_path is outside any course folder: its setup cell cannot find code/part-ii, but grading would
+    # run it with the course's code, and so does check, saying so (it failed every exercise, found by review)
+    monkeypatch.delenv("PART_II_ROOT", raising=False)
     solved = tmp_path / path.name
     nbformat.write(nb, solved)
     code, _, out = run(["check", str(solved)], capsys)
     assert code == 0, out
+    assert (f"note: {tmp_path} is not inside the course folder (no code/part-ii in it or above it), so the notebook's "
+            f"setup cell cannot find the course code there; this check runs it with {REPO}'s") in out, out
+    assert "PART_II_ROOT" not in os.environ, "set for the check's kernel only"
     meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
     solution = next(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code")
     test_id = next(m["grade_id"] for m in meta[solution:] if m.get("grade") and not m.get("solution"))
