@@ -199,17 +199,25 @@ EDITED = ("✘ This test cell was changed: grading uses the released cell, so th
           "Undo the change (copy the cell from a fresh copy of the notebook).")
 
 
-def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
+def raised(cell, name: str) -> bool:
+    """True when the code cell's run ended with the exception `name`."""
+    return any(o.output_type == "error" and o.get("ename") == name for o in cell.get("outputs", []))
+
+
+def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, float, str, bool | None]]:
     """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells.
 
     A failed test cell's message also names the first cell that failed since the previous test
     cell, or else the first that failed in the setup (every cell before the first graded or
     solution cell): its NameError is usually that cell's fault. An unfinished earlier exercise
-    is not the setup, so it is named only under its own test cell.
+    is not the setup, so it is named only under its own test cell. Where the release's
+    `raise NotImplementedError()` is still what ran, the message says the exercise is not answered
+    yet and names its answer cell; a free-text answer that still reads as released (text_stub)
+    says so too.
     """
     rows, heading = [], "(before the first exercise)"
-    setup_failure = since_last_test = None
-    in_setup = True
+    setup_failure = since_last_test = answer_cell = None
+    unanswered, in_setup = False, True
     for number, cell in enumerate(nb.cells, start=1):
         meta = nbgrader_meta(cell)
         in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
@@ -217,9 +225,12 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
             setup_failure = cell_error(cell, number)
         if cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
             heading = last_heading(cell.source) or heading  # as the feedback page's contents name it
+        if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
+            answer_cell = numbered_cell(cell, number)
         test = is_test_cell(cell)
         if not test and since_last_test is None:
             since_last_test = cell_error(cell, number)
+        unanswered = unanswered or (cell.cell_type == "code" and raised(cell, "NotImplementedError"))
         if not meta.get("grade"):
             continue
         points = cell_points(cell)
@@ -228,14 +239,20 @@ def exercise_rows(nb) -> list[tuple[str, str, float, str, bool | None]]:
             if message == WROTE_TO_STDERR:
                 message += stderr_excerpt(cell)
             earlier = since_last_test or setup_failure
-            if earlier and not message.startswith("✔") and message != EDITED:
+            if unanswered and answer_cell and not message.startswith("✔") and message != EDITED:
+                message = (f"✘ not answered yet: {answer_cell} still raises NotImplementedError; replace "
+                           "`raise NotImplementedError()` there with your answer")
+            elif earlier and not message.startswith("✔") and message != EDITED:
                 message += f" [an earlier cell failed first: {earlier}; fix it and run again]"
-            since_last_test = None
+            since_last_test, unanswered = None, False
             if message.startswith("✔") and checks_format_only(cell):
                 message = FORMAT_OK
             rows.append((heading, meta.get("grade_id", "?"), points, message, message.startswith("✔")))
         else:
-            rows.append((heading, meta.get("grade_id", "?"), points, "graded by your instructor", None))
+            blank = text_stub is not None and cell.source.strip() == text_stub.strip()
+            rows.append((heading, meta.get("grade_id", "?"), points,
+                         f"not answered yet: the cell still reads {text_stub.strip()!r}; write your answer there "
+                         "(graded by your instructor)" if blank else "graded by your instructor", None))
     return rows
 
 
@@ -314,7 +331,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
                   "grading runs it with the course's. To run it in Jupyter yourself, open it from the unpacked course "
                   "folder.", flush=True)
         run_notebook(nb, folder, timeout)
-    rows = exercise_rows(nb)
+    rows = exercise_rows(nb, load_config().ClearSolutions.text_stub)
     print_table(Path(path), rows)
     locked = edited_locked_cells(nb)
     if locked:

@@ -281,10 +281,12 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
     solution = next(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code")
     test_id = next(m["grade_id"] for m in meta[solution:] if m.get("grade") and not m.get("solution"))
-    nb.cells[solution].source = "raise NotImplementedError()"
+    nb.cells[solution].source = "# YOUR CODE HERE\nraise NotImplementedError()"  # as released
     # and a later answer that ends the kernel: grading (and check) restart it and go on without that cell
     last = max(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "code")
     nb.cells[last].source += "\nexit()"
+    free_text = next(i for i, m in enumerate(meta) if m.get("solution") and nb.cells[i].cell_type == "markdown")
+    nb.cells[free_text].source = "在此写下你的回答。"  # the release's text, not replaced
     stubbed = tmp_path / "stubbed" / path.name
     stubbed.parent.mkdir()
     nbformat.write(nb, stubbed)
@@ -292,9 +294,12 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     assert code == 1
     line = next(ln for ln in out.splitlines() if test_id in ln)
     assert "✘" in line
-    # the test cell's own error is a consequence: the line names the solution cell that raised first
-    solution_id = meta[solution]["grade_id"]
-    assert f"an earlier cell failed first: {solution_id}, NotImplementedError" in line, line
+    # the test cell's own error is a consequence: the line says the exercise is not answered, naming the answer cell
+    # (it said "an earlier cell failed first: ex_..., NotImplementedError", a grade id JupyterLab never shows)
+    assert (f"✘ not answered yet: cell {solution + 1} (# YOUR CODE HERE) still raises NotImplementedError; replace "
+            "`raise NotImplementedError()` there with your answer") in line, line
+    line = next(ln for ln in out.splitlines() if meta[free_text]["grade_id"] in ln)
+    assert "not answered yet: the cell still reads '在此写下你的回答。'; write your answer there" in line, line
     assert (f"✘ cell {last + 1} (" in out and "stopped the Python kernel. Grading, like this check, then starts a new "
             "kernel, re-runs the cells before it and goes on without it" in out), out
 
@@ -495,7 +500,7 @@ def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_f
     line = next(ln for ln in out.splitlines() if meta[later]["grade_id"] in ln)
     assert "✘" in line and "earlier cell failed first" not in line, line
     first_line = next(ln for ln in out.splitlines() if meta[first_test]["grade_id"] in ln)
-    assert f"an earlier cell failed first: {meta[solutions[0]]['grade_id']}" in first_line, first_line
+    assert f"✘ not answered yet: cell {solutions[0] + 1} (raise NotImplementedError())" in first_line, first_line
 
 
 def test_check_lists_each_graded_cell_under_its_exercise_heading_as_the_feedback_contents_do():
