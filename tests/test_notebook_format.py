@@ -289,3 +289,25 @@ def test_no_visible_check_expects_a_bare_true_or_false(name):
             if isinstance(expected, ast.Constant) and isinstance(expected.value, bool):
                 bad.append(f"{meta['grade_id']}: {ast.unparse(call)[:100]}")
     assert not bad, f"{name}: visible checks expecting a bare True/False: {bad}"
+
+
+ARRAY_ONLY = {"shape", "ndim", "dtype", "sum", "mean", "max", "min", "tolist", "astype", "reshape"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_test_cells_read_a_solution_s_result_as_any_array_like(name):
+    """`f(x).shape` fails with AttributeError on a list a student's f returns (found by review of 5.4), where the
+    exercise asks for an array of a shape: reduce and measure through numpy (np.shape(...), np.asarray(...).sum()),
+    as notebooks/README.md says."""
+    nb = _read(name)
+    defined = {node.name for _i, cell, meta in _graded_cells(nb) if _role(cell, meta) == "solution"
+               for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.FunctionDef)}
+    bad = []
+    for _i, cell, meta in _graded_cells(nb):
+        if _role(cell, meta) != "test":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if (isinstance(node, ast.Attribute) and node.attr in ARRAY_ONLY and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name) and node.value.func.id in defined):
+                bad.append(f"{meta['grade_id']}: {ast.unparse(node)[:90]}")
+    assert not bad, f"{name}: array attributes read straight off a student's result: {bad}"
