@@ -172,12 +172,12 @@ def timed_out_cells(nb) -> list[str]:
 
 
 def cell_error(cell, number: int) -> str | None:
-    """'<grade id or cell N (first line)>, <error name>: <first line of its message>' for a code cell that raised,
-    else None."""
+    """'cell N (first line), <error name>: <first line of its message>' for a code cell that raised, else None (by
+    number, not grade id: JupyterLab shows students no grade ids)."""
     errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
     if cell.cell_type != "code" or not errors:
         return None
-    name = nbgrader_meta(cell).get("grade_id") or numbered_cell(cell, number)
+    name = numbered_cell(cell, number)
     ename = errors[0].get("ename", "Error")
     if ename in TIMED_OUT:
         return f"{name}, which did not finish within the time limit"

@@ -777,7 +777,7 @@ def test_a_cell_that_ends_the_kernel_is_named_and_the_rest_run_after_a_restart_a
     assert rows["test_f"][1] is True and rows["test_g"][1] is True, rows  # replayed x and f: as graded
     message, passed = rows["test_y"]  # the stopping cell is not replayed, so its y never exists
     assert passed is False and "NameError: name 'y' is not defined" in message, message
-    assert f"[an earlier cell failed first: ex_g, KernelDied: {why}" in message, message
+    assert f"[an earlier cell failed first: cell 4 (y = 3), KernelDied: {why}" in message, message  # not its grade id
 
 
 def test_exit_that_keeps_the_kernel_is_not_blamed_for_a_later_stop(tmp_path):
