@@ -265,12 +265,12 @@ def edited_locked_cells(nb) -> list[str]:
 def print_table(path: Path, rows) -> None:
     """The self-check table and a one-line verdict."""
     print(f"self-check of {path}")
-    current = None
+    current, width = None, max([len(r[1]) for r in rows] + [32])  # one column, however long a grade id
     for heading, grade_id, points, message, _ in rows:
         if heading != current:
             print(f"\n{heading}")
             current = heading
-        print(f"  {grade_id:<32} {points:>4g} pt  {message}")
+        print(f"  {grade_id:<{width}} {points:>4g} pt  {message}")
     tests = [r for r in rows if r[4] is not None]
     passed = [r for r in tests if r[4]]
     at_stake = sum(r[2] for r in tests)

@@ -922,3 +922,17 @@ def test_a_student_id_given_decomposed_is_read_composed_as_collect_files_it():
     for argv in (["collect", "dl", "--student", decomposed], ["extend", "--student", decomposed, "--until", "none"]):
         args, _ = build_parser().parse_known_args(argv)
         assert args.student in (composed, [composed]), args.student
+
+
+def test_check_s_table_keeps_one_column_for_long_grade_ids(capsys):
+    """test_perplexity_from_target_probs (33 characters) pushed its row's points out of the column."""
+    import nbformat
+
+    from autograder.check import exercise_rows, print_table
+
+    path = REPO / "notebooks" / "part-ii" / "05-sequence-loss-and-perplexity.ipynb"
+    rows = exercise_rows(nbformat.read(path, as_version=4))
+    assert max(len(r[1]) for r in rows) > 32
+    print_table(path, rows)
+    columns = {line.index(" pt  ") for line in capsys.readouterr().out.splitlines() if " pt  " in line}
+    assert len(columns) == 1, columns
