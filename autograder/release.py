@@ -331,8 +331,13 @@ def release(course: Course, due_date=KEEP) -> Release:
 
     due_date: naive UTC or None (no due date) to record in the gradebook; KEEP leaves it as it is.
     """
+    from .grade import regrade_after_new_tests
+
     with course.lock("release"):
         changed = check_changes_since_last_release(course)
+        # before nbgrader runs: it records the new test cells in the gradebook, and a release that fails or is
+        # interrupted after that would leave the next one nothing to compare, and the class graded under old tests
+        regrade = regrade_after_new_tests(course) if changed else []
         notebooks = generate_release(course)
         if due_date is not KEEP:
             set_due_date(course, due_date)
@@ -343,9 +348,6 @@ def release(course: Course, due_date=KEEP) -> Release:
             raise AutograderError(f"the release still contains solution/hidden-test markers: {leaks}")
         bundle_dir, zip_path = write_bundle(course)
         write_formgrader_config(course)
-        from .grade import regrade_after_new_tests
-
-        regrade = regrade_after_new_tests(course) if changed else []
         due = due_date_of(course)
     return Release(notebooks, bundle_dir, zip_path, changed, regrade, due)
 

@@ -1351,6 +1351,45 @@ def test_test_cells_edited_after_release_stop_grading_until_released_again(grade
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_a_release_interrupted_after_nbgrader_recorded_changed_tests_still_sends_the_class_back_to_grading(
+        graded, tmp_path, monkeypatch):
+    """nbgrader records the new test cells in the gradebook before a release can fail or be interrupted; the next
+    release then saw no change, and nobody was graded again under the new tests (found by review)."""
+    import autograder.release as release_module
+    from autograder.grade import job_rows
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        source = tmp_path / "notebooks"
+        shutil.copytree(REPO / "notebooks", source)
+        edited = source / "part-ii" / "02-shapes-and-loss.ipynb"
+        nb = nbformat.read(edited, as_version=4)
+        test = next(c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+                    and not c.metadata["nbgrader"].get("solution"))
+        test.source += "\nassert True  # a check added after the release"
+        nbformat.write(nb, edited)
+        monkeypatch.setenv("PART_II_SOURCE", str(source))
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
+        with build_env(build):
+            course = Course.load(build)
+        done = sorted(s for s, row in job_rows(course.db_url).items() if row["state"] == "done")
+        assert set(SAMPLE) <= set(done)
+        write_bundle = release_module.write_bundle
+
+        def interrupted(*_args):
+            raise KeyboardInterrupt  # Ctrl-C once nbgrader has written the release and the gradebook
+
+        monkeypatch.setattr(release_module, "write_bundle", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            release_module.release(course)
+        assert {row["state"] for s, row in job_rows(course.db_url).items() if s in done} == {"pending"}
+        monkeypatch.setattr(release_module, "write_bundle", write_bundle)
+        release_module.release(course)  # nbgrader has the new cells now: nothing new to compare, the jobs stay due
+        assert {row["state"] for s, row in job_rows(course.db_url).items() if s in done} == {"pending"}
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 FORMGRADER_BUTTONS = """
 import json, os, sys
 from traitlets.config.loader import PyFileConfigLoader
