@@ -26,6 +26,7 @@ exit codes:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import os
 import re
@@ -442,6 +443,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C inside asyncio.run (nbclient) arrives as the latter
         print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
         return 130
