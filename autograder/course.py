@@ -158,6 +158,22 @@ def check_build_folder(root: Path, create: bool = True) -> None:
                               "$PART_II_BUILD) must name a folder you can write to") from None
 
 
+def check_gradebook_present(url: str, root: Path) -> None:
+    """Raise AutograderError when the SQLite gradebook file of a course that has collected hand-ins is gone (moved
+    or deleted): opening it would make a new, empty one, and every command would then advise releasing again."""
+    from sqlalchemy.engine import make_url
+
+    url_ = make_url(url)
+    if not url_.drivername.startswith("sqlite") or url_.database in (None, "", ":memory:"):
+        return
+    path = Path(url_.database)
+    collected = root / "reports" / "collect.json"
+    if not path.exists() and collected.is_file():
+        raise AutograderError(f"the gradebook {path} does not exist, but this course has collected hand-ins (see "
+                              f"{collected}): it was moved or deleted. Put it back, or point $PART_II_DB_URL at it "
+                              f"(sqlite:////path/to/gradebook.db); to start the course over instead, remove {root} first")
+
+
 def check_db_url(url: str) -> None:
     """Raise AutograderError when the gradebook URL is not a database URL SQLAlchemy can open here."""
     from sqlalchemy.engine import make_url
@@ -230,6 +246,7 @@ class Course:
         config = load_config(build)
         check_db_url(config.CourseDirectory.db_url)
         check_build_folder(Path(config.CourseDirectory.root), create)
+        check_gradebook_present(config.CourseDirectory.db_url, Path(config.CourseDirectory.root))
         return cls(config)
 
     @property

@@ -411,6 +411,7 @@ def test_a_course_released_with_another_gradebook_keeps_it_when_the_variable_is_
 
 def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(tmp_path, capsys, monkeypatch):
     import shutil
+    import sqlite3
 
     from shared_builds import released_build
 
@@ -423,6 +424,9 @@ def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(
     (reports / "collect.json").write_text('{"students": {"ann": {"missing": [], "notebooks": {}}}, "rejected": [], '
                                           '"ignored": []}', encoding="utf-8")
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    code, err, _ = run(["feedback", "--build", str(build)], capsys)  # gone: put it back, not "release again"
+    assert code == 2 and "the gradebook" in err and "does not exist, but this course has collected hand-ins" in err, err
+    sqlite3.connect(build / "course" / "gradebook.db").close()  # an empty file in its place: replaced
     code, err, _ = run(["feedback", "--build", str(build)], capsys)
     assert code == 2, err
     assert "feedback: error: the gradebook sqlite:///" in err, err
@@ -936,3 +940,44 @@ def test_check_s_table_keeps_one_column_for_long_grade_ids(capsys):
     print_table(path, rows)
     columns = {line.index(" pt  ") for line in capsys.readouterr().out.splitlines() if " pt  " in line}
     assert len(columns) == 1, columns
+
+
+def test_ctrl_c_inside_asyncio_is_reported_as_an_interrupt(monkeypatch, capsys):
+    """Ctrl-C while grade recorded the expected values (nbclient runs under asyncio.run) surfaced as a 130-line
+    CancelledError traceback with exit code 1 (found by review)."""
+    import asyncio
+
+    from autograder import cli
+
+    def cancelled(_args):
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(cli, "_run", cancelled)
+    assert cli.main(["grade"]) == 130
+    assert capsys.readouterr().err == "python -m autograder grade: interrupted\n"
+
+
+def test_a_released_course_whose_gradebook_file_is_gone_is_refused_not_given_a_new_empty_one(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """A moved gradebook.db was silently recreated empty, and every command then advised releasing again
+    (found by review)."""
+    import shutil
+
+    from shared_builds import released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    download = tmp_path / "download" / "carol"
+    download.mkdir(parents=True)
+    shutil.copy(build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb", download)
+    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    gradebook = build / "course" / "gradebook.db"
+    gradebook.rename(tmp_path / "elsewhere.db")
+    for argv in (["export"], ["extend"], ["release"], ["grade"], ["collect", str(download.parent)]):
+        code, err, _ = run([*argv, "--build", str(build)], capsys)
+        assert code == 2, err
+        assert (f"the gradebook {gradebook} does not exist, but this course has collected hand-ins" in err
+                and "Put it back" in err), err
+        assert not gradebook.exists(), f"{argv[0]} made a new, empty gradebook"

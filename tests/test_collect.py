@@ -369,6 +369,8 @@ def test_rejections_of_no_student_s_files_survive_the_next_collect_and_are_repla
 def test_a_damaged_collect_record_stops_collect_before_it_files_anything(course, tmp_path, capsys, text):
     from autograder.cli import main
 
+    with course.gradebook():  # the collect that wrote the record made the gradebook too
+        pass
     course.reports_dir.mkdir(parents=True, exist_ok=True)
     (course.reports_dir / "collect.json").write_text(text)
     download = write_tree(tmp_path / "d", {"olga/02-shapes-and-loss.ipynb": notebook_bytes("olga")})
