@@ -274,6 +274,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"due date: {result.due_date:%Y-%m-%d %H:%M:%S} UTC{as_given(None if given is KEEP else given)}"
               if result.due_date else
               "no due date (release --due-date WHEN records one; export then says who handed in late)")
+        if result.given_changed:
+            listed_given = "; ".join(f"{nb}: {', '.join(cells)}" for nb, cells in sorted(result.given_changed.items()))
+            print(f"WARNING: code cells that are no exercise changed since the last release ({listed_given}). Students "
+                  "keep the copies they started from, and grading runs theirs, while the hidden tests' expected values "
+                  "come from the new sources: a right answer computed from an old cell can fail. Revert the change, or "
+                  "have every student copy the new cells in before handing in")
         if result.changed:
             from .grade import listed_cells
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import cell_points, headings, nbgrader_meta
+from .cells import cell_points, headings, nbgrader_meta, numbered_cell
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url)
 
@@ -52,6 +52,7 @@ class Release:
     changed: dict[str, list[str]] = field(default_factory=dict)  # test cells changed since the last release
     regrade: list[str] = field(default_factory=list)  # students whose grades are to be redone for that
     due_date: dt.datetime | None = None  # the assignment's due date after the release (naive UTC, as nbgrader keeps it)
+    given_changed: dict[str, list[str]] = field(default_factory=dict)  # given code cells changed: 'cell N (…)' each
 
 
 def parse_moment(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
@@ -338,6 +339,7 @@ def release(course: Course, due_date=KEEP) -> Release:
         # before nbgrader runs: it records the new test cells in the gradebook, and a release that fails or is
         # interrupted after that would leave the next one nothing to compare, and the class graded under old tests
         regrade = regrade_after_new_tests(course) if changed else []
+        before = given_cells(course.release_dir)
         notebooks = generate_release(course)
         if due_date is not KEEP:
             set_due_date(course, due_date)
@@ -349,7 +351,24 @@ def release(course: Course, due_date=KEEP) -> Release:
         bundle_dir, zip_path = write_bundle(course)
         write_formgrader_config(course)
         due = due_date_of(course)
-    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due)
+        after = given_cells(course.release_dir)
+        given_changed = {nb: [label for cell_id, (source, label) in cells.items()
+                              if cell_id in before[nb] and before[nb][cell_id][0] != source]
+                         for nb, cells in after.items() if nb in before}
+    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due,
+                   {nb: labels for nb, labels in given_changed.items() if labels})
+
+
+def given_cells(release_dir: Path) -> dict[str, dict[str, tuple[str, str]]]:
+    """{notebook: {cell id: (source, 'cell N (first line)')}} of the released code cells nbgrader does not restore
+    at grading (no grade, solution or lock): every student keeps the copy of the release they started from."""
+    out = {}
+    for path in sorted(release_dir.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        out[path.stem] = {cell.get("id"): (cell.source, numbered_cell(cell, number))
+                          for number, cell in enumerate(nb.cells, 1) if cell.cell_type == "code" and cell.get("id")
+                          and not any(nbgrader_meta(cell).get(k) for k in ("grade", "solution", "locked"))}
+    return out
 
 
 def check_changes_since_last_release(course: Course) -> dict[str, list[str]]:

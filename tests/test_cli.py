@@ -981,3 +981,34 @@ def test_a_released_course_whose_gradebook_file_is_gone_is_refused_not_given_a_n
         assert (f"the gradebook {gradebook} does not exist, but this course has collected hand-ins" in err
                 and "Put it back" in err), err
         assert not gradebook.exists(), f"{argv[0]} made a new, empty gradebook"
+
+
+def test_a_release_that_changes_a_given_code_cell_warns_that_students_keep_their_copies(tmp_path, capsys, monkeypatch):
+    """Editing a setup or demo cell mid-term changed the hidden tests' expected values while every student kept the
+    old cell, and release said nothing (found by review): a right answer then failed."""
+    import shutil
+
+    import nbformat
+
+    from shared_builds import released_build
+
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    source = tmp_path / "notebooks"
+    shutil.copytree(REPO / "notebooks", source)
+    monkeypatch.setenv("PART_II_SOURCE", str(source))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
+    edited = source / "part-ii" / "06-counting-language-model.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    number, cell = next((n, c) for n, c in enumerate(nb.cells, 1) if n > 2 and c.cell_type == "code"
+                        and not c.metadata.get("nbgrader"))
+    cell.source = "# changed after the release\n" + cell.source
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0, err + out
+    assert (f"WARNING: code cells that are no exercise changed since the last release (06-counting-language-model: "
+            f"cell {number} (# changed after the release)). Students keep the copies they started from") in out, out
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0 and "WARNING" not in out, err + out  # released as it is now: nothing changed since
