@@ -251,7 +251,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.student is None:
             shown = extensions(course)
             if not shown:
-                print("no extensions (extend --student ID --until WHEN gives one)")
+                print(f"no extensions (`python -m autograder extend --student ID --until WHEN{build_option(course)}` "
+                      "gives one)")
         else:
             named = list(dict.fromkeys(args.student))
             until = args.until[0]
@@ -262,7 +263,7 @@ def _run(args: argparse.Namespace) -> int:
                 for student in named:
                     print(f"{student}: no extension (the assignment's due date applies)")
         for ext in shown:
-            print(describe(ext, as_given(args.until[0]) if args.student else ""))
+            print(describe(ext, as_given(args.until[0]) if args.student else "", build_option(course)))
         return 1 if any(not ext.known for ext in shown) else 0  # an id no hand-in has: a typo?
     if args.command == "release":
         from .release import KEEP, as_given, naive_utc, release

@@ -164,9 +164,10 @@ def extensions(course: Course) -> list[Extension]:
                 for student, until in sorted(extension_ends(gb.db).items())]
 
 
-def describe(ext: Extension, given: str = "") -> str:
+def describe(ext: Extension, given: str = "", build: str = "") -> str:
     """One line on an extension for the terminal, e.g. '10001: until 2026-03-04 15:59 UTC (3 d after the due date)'
-    (given: release.as_given's note on the time as the instructor wrote it, put after the UTC time)."""
+    (given: release.as_given's note on the time as the instructor wrote it, put after the UTC time; build: the
+    ' --build DIR' a suggested command needs, see course.build_option)."""
     from .export import late_by
 
     line = f"{ext.student}: until {utc_time(ext.until)}{given}"
@@ -181,5 +182,5 @@ def describe(ext: Extension, given: str = "") -> str:
     elif not ext.known:
         line += "; not in the gradebook yet (no hand-in of theirs collected: is the id right?)"
     if not ext.known:
-        line += f" (extend --student {ext.student} --until none removes it)"
+        line += f" (`python -m autograder extend --student {ext.student} --until none{build}` removes it)"
     return line

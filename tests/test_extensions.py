@@ -165,14 +165,16 @@ def test_an_id_that_differs_only_in_case_is_named_and_the_command_exits_1(course
     assert main(["extend", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
     out = capsys.readouterr().out
     assert "ANN: until 2026-03-01 16:00:30 UTC (1 min after the due date); not in the gradebook, but ann is: " \
-           "ids are case-sensitive, did you mean ann? (extend --student ANN --until none removes it)" in out, out
+           "ids are case-sensitive, did you mean ann? (`python -m autograder extend --student ANN --until none " \
+           f"--build {course.root.parent}` removes it)" in out, out  # runs as printed
     assert lateness(course)["ann"] == (DUE, 3600)
 
 
 def test_the_command_grants_lists_and_removes(course, capsys):
     build = str(course.root.parent)
     assert main(["extend", "--build", build]) == 0
-    assert "no extensions" in capsys.readouterr().out
+    assert capsys.readouterr().out == (f"no extensions (`python -m autograder extend --student ID --until WHEN --build "
+                                       f"{build}` gives one)\n")  # a command that runs as printed
     assert main(["extend", "--student", "ann", "--student", "zed", "--until", "2026-03-03 23:59 Asia/Shanghai",
                  "--build", build]) == 1  # zed has no hand-in: a typo?
     out = capsys.readouterr().out
