@@ -275,6 +275,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"due date: {result.due_date:%Y-%m-%d %H:%M:%S} UTC{as_given(None if given is KEEP else given)}"
               if result.due_date else
               "no due date (release --due-date WHEN records one; export then says who handed in late)")
+        if result.answer_points:
+            from .grade import listed_cells
+
+            print(f"points of hand-graded answers changed since the last release: {listed_cells(result.answer_points)}; "
+                  f"{result.flagged} hand {'score' if result.flagged == 1 else 'scores'} given under the old points "
+                  f"{'is' if result.flagged == 1 else 'are'} flagged for review in formgrader (until changed, a score "
+                  "counts as given, even above the new maximum)")
         if result.given_changed:
             listed_given = "; ".join(f"{nb}: {', '.join(cells)}" for nb, cells in sorted(result.given_changed.items()))
             print(f"WARNING: code cells that are no exercise changed since the last release ({listed_given}). Students "

@@ -53,6 +53,8 @@ class Release:
     regrade: list[str] = field(default_factory=list)  # students whose grades are to be redone for that
     due_date: dt.datetime | None = None  # the assignment's due date after the release (naive UTC, as nbgrader keeps it)
     given_changed: dict[str, list[str]] = field(default_factory=dict)  # given code cells changed: 'cell N (…)' each
+    answer_points: dict[str, list[str]] = field(default_factory=dict)  # hand-graded answers whose points changed
+    flagged: int = 0  # hand scores given under their old points, flagged for review
 
 
 def parse_moment(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
@@ -340,7 +342,9 @@ def release(course: Course, due_date=KEEP) -> Release:
         # interrupted after that would leave the next one nothing to compare, and the class graded under old tests
         regrade = regrade_after_new_tests(course) if changed else []
         before = given_cells(course.release_dir)
+        repointed = answer_points_changed(course)
         notebooks = generate_release(course)
+        flagged = flag_hand_scores(course, repointed)
         if due_date is not KEEP:
             set_due_date(course, due_date)
         for nb in notebooks:
@@ -356,7 +360,47 @@ def release(course: Course, due_date=KEEP) -> Release:
                               if cell_id in before[nb] and before[nb][cell_id][0] != source]
                          for nb, cells in after.items() if nb in before}
     return Release(notebooks, bundle_dir, zip_path, changed, regrade, due,
-                   {nb: labels for nb, labels in given_changed.items() if labels})
+                   {nb: labels for nb, labels in given_changed.items() if labels}, repointed, flagged)
+
+
+def answer_points_changed(course: Course) -> dict[str, list[str]]:
+    """notebook -> grade ids of hand-graded answers whose points in the sources differ from the release the gradebook
+    recorded ({} before a first release)."""
+    from nbgrader.api import MissingEntry
+
+    out = {}
+    with course.gradebook() as gb:
+        if not _has_assignment(gb):
+            return {}
+        for path in sorted(course.source_dir.glob("*.ipynb")):
+            try:
+                released = gb.find_notebook(path.stem, ASSIGNMENT)
+            except MissingEntry:
+                continue
+            answers = {c.name for c in released.solution_cells}
+            recorded = {g.name: float(g.max_score) for g in released.grade_cells if g.name in answers}
+            points = {nbgrader_meta(c)["grade_id"]: cell_points(c) for c in nbformat.read(path, as_version=4).cells
+                      if nbgrader_meta(c).get("grade") and nbgrader_meta(c).get("solution")}
+            if differ := sorted(g for g in recorded.keys() & points.keys() if recorded[g] != points[g]):
+                out[path.stem] = differ
+    return out
+
+
+def flag_hand_scores(course: Course, answers: dict[str, list[str]]) -> int:
+    """Flag for review every hand score of these answers (notebook -> grade ids): it was given under other points,
+    and may now exceed the maximum. Return how many were flagged."""
+    if not answers:
+        return 0
+    flagged = 0
+    with course.gradebook() as gb:
+        for submission in gb.assignment_submissions(ASSIGNMENT):
+            for nb in submission.notebooks:
+                for grade in nb.grades:
+                    if grade.name in answers.get(nb.name, ()) and grade.manual_score is not None:
+                        grade.needs_manual_grade = True
+                        flagged += 1
+        gb.db.commit()
+    return flagged
 
 
 def given_cells(release_dir: Path) -> dict[str, dict[str, tuple[str, str]]]:

@@ -1390,6 +1390,48 @@ def test_a_release_interrupted_after_nbgrader_recorded_changed_tests_still_sends
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_new_points_on_a_hand_graded_answer_flag_its_hand_scores_for_review(graded, tmp_path, monkeypatch, capsys):
+    """A hand-graded answer's points changed in a new release: the hand scores given under the old points stood
+    unflagged, even above the new maximum (3 of 1 counted in raw_score), and release said nothing (found by review)."""
+    from autograder.cli import main
+    from autograder.export import waiting_for_a_grader
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        (name,) = [n.removesuffix(".ipynb") for n in graded["students"]["partial"].files]
+        source = tmp_path / "notebooks"
+        shutil.copytree(REPO / "notebooks", source)
+        edited = source / "part-ii" / f"{name}.ipynb"
+        nb = nbformat.read(edited, as_version=4)
+        answer = next(c for c in nb.cells if meta(c).get("solution") and meta(c).get("grade") and c.cell_type == "markdown")
+        answer.metadata["nbgrader"]["points"] = 1
+        nbformat.write(nb, edited)
+        key = (meta(answer)["grade_id"], name, "part-ii", "partial")
+        with course.gradebook() as gb:
+            found = gb.find_grade(*key)
+            found.manual_score, found.needs_manual_grade = 2.5, False  # scored and resolved by a grader
+            gb.db.commit()
+        monkeypatch.setenv("PART_II_SOURCE", str(source))
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
+        with build_env(build):
+            assert main(["release", "--build", str(build)]) == 0
+        out = capsys.readouterr().out
+        assert (f"points of hand-graded answers changed since the last release: {name} ({meta(answer)['grade_id']}); "
+                "1 hand score given under the old points is flagged for review in formgrader") in out, out
+        with course.gradebook() as gb:
+            found = gb.find_grade(*key)
+            assert (found.manual_score, found.needs_manual_grade, found.max_score) == (2.5, True, 1.0)
+        with build_env(build):
+            main(["export", "--build", str(build)])
+        capsys.readouterr()
+        assert waiting_for_a_grader(course.reports_dir / "grades.csv").get("partial", 0) >= 1
+        with build_env(build):
+            assert main(["release", "--build", str(build)]) == 0  # the same points again: nothing to say
+        assert "points of hand-graded answers" not in capsys.readouterr().out
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 FORMGRADER_BUTTONS = """
 import json, os, sys
 from traitlets.config.loader import PyFileConfigLoader
