@@ -297,18 +297,20 @@ def warn_weak_cells(records: dict) -> None:
               "Add a value check (check_close or check_equal) to each.", file=sys.stderr)
 
 
-def release_drift(course: Course, gb, notebooks: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(moved, changed), each notebook -> grade ids, comparing the source notebooks with the release recorded in
-    the gradebook: moved, the cells nbgrader records (graded, answer, task or read-only) added or removed, which it
-    refuses once submissions exist; changed, the test cells whose source or points differ (added and removed ones
-    included). Notebooks the gradebook or the source folder lacks are left out; each source is read once."""
+def release_drift(course: Course, gb, notebooks: list[str]
+                  ) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """(moved, changed, repointed), each notebook -> grade ids, comparing the source notebooks with the release
+    recorded in the gradebook: moved, the cells nbgrader records (graded, answer, task or read-only) added or removed,
+    which it refuses once submissions exist; changed, the test cells whose source or points differ (added and removed
+    ones included); repointed, the hand-graded answers whose points differ. Notebooks the gradebook or the source
+    folder lacks are left out; each source is read once."""
     import nbformat
     from nbgrader.api import MissingEntry
     from nbgrader.utils import is_grade, is_locked, is_solution, is_task
 
     from .cells import cell_points, is_test_cell, nbgrader_meta
 
-    moved, changed = {}, {}
+    moved, changed, repointed = {}, {}, {}
     for name in notebooks:
         path = course.source_dir / f"{name}.ipynb"
         try:
@@ -330,7 +332,11 @@ def release_drift(course: Course, gb, notebooks: list[str]) -> tuple[dict[str, l
         differ = sorted(k for k in tests.keys() | recorded.keys() if tests.get(k) != recorded.get(k))
         if differ:
             changed[name] = differ
-    return moved, changed
+        answer_points = {nbgrader_meta(c)["grade_id"]: cell_points(c) for c in cells if is_grade(c) and is_solution(c)}
+        hand_points = {g.name: float(g.max_score) for g in released.grade_cells if g.name in answers}
+        if differ := sorted(g for g in answer_points.keys() & hand_points.keys() if answer_points[g] != hand_points[g]):
+            repointed[name] = differ
+    return moved, changed, repointed
 
 
 def listed_cells(cells: dict[str, list[str]]) -> str:
@@ -349,7 +355,7 @@ def moved_cells_error(moved: dict[str, list[str]]) -> AutograderError:
 def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
     """Raise when test cells were edited after release: graded kernels would run the released test cells
     (nbgrader restores them from the gradebook) against values recorded from the edited ones."""
-    moved, changed = release_drift(course, gb, notebooks)
+    moved, changed, _ = release_drift(course, gb, notebooks)
     if moved and gb.assignment_submissions(ASSIGNMENT):
         raise moved_cells_error(moved)
     if changed:

@@ -337,12 +337,11 @@ def release(course: Course, due_date=KEEP) -> Release:
     from .grade import regrade_after_new_tests
 
     with course.lock("release"):
-        changed = check_changes_since_last_release(course)
+        changed, repointed = check_changes_since_last_release(course)
         # before nbgrader runs: it records the new test cells in the gradebook, and a release that fails or is
         # interrupted after that would leave the next one nothing to compare, and the class graded under old tests
         regrade = regrade_after_new_tests(course) if changed else []
         before = given_cells(course.release_dir)
-        repointed = answer_points_changed(course)
         notebooks = generate_release(course)
         flagged = flag_hand_scores(course, repointed)
         if due_date is not KEEP:
@@ -355,35 +354,10 @@ def release(course: Course, due_date=KEEP) -> Release:
         bundle_dir, zip_path = write_bundle(course)
         write_formgrader_config(course)
         due = due_date_of(course)
-        after = given_cells(course.release_dir)
-        given_changed = {nb: [label for cell_id, (source, label) in cells.items()
-                              if cell_id in before[nb] and before[nb][cell_id][0] != source]
-                         for nb, cells in after.items() if nb in before}
-    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due,
-                   {nb: labels for nb, labels in given_changed.items() if labels}, repointed, flagged)
-
-
-def answer_points_changed(course: Course) -> dict[str, list[str]]:
-    """notebook -> grade ids of hand-graded answers whose points in the sources differ from the release the gradebook
-    recorded ({} before a first release)."""
-    from nbgrader.api import MissingEntry
-
-    out = {}
-    with course.gradebook() as gb:
-        if not _has_assignment(gb):
-            return {}
-        for path in sorted(course.source_dir.glob("*.ipynb")):
-            try:
-                released = gb.find_notebook(path.stem, ASSIGNMENT)
-            except MissingEntry:
-                continue
-            answers = {c.name for c in released.solution_cells}
-            recorded = {g.name: float(g.max_score) for g in released.grade_cells if g.name in answers}
-            points = {nbgrader_meta(c)["grade_id"]: cell_points(c) for c in nbformat.read(path, as_version=4).cells
-                      if nbgrader_meta(c).get("grade") and nbgrader_meta(c).get("solution")}
-            if differ := sorted(g for g in recorded.keys() & points.keys() if recorded[g] != points[g]):
-                out[path.stem] = differ
-    return out
+        given_changed = {nb: labels for nb, cells in given_cells(course.release_dir).items() if nb in before
+                         and (labels := [label for cell_id, (source, label) in cells.items()
+                                         if cell_id in before[nb] and before[nb][cell_id][0] != source])}
+    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due, given_changed, repointed, flagged)
 
 
 def flag_hand_scores(course: Course, answers: dict[str, list[str]]) -> int:
@@ -415,19 +389,20 @@ def given_cells(release_dir: Path) -> dict[str, dict[str, tuple[str, str]]]:
     return out
 
 
-def check_changes_since_last_release(course: Course) -> dict[str, list[str]]:
-    """notebook -> test cells changed since the last release ({} for a first release); raise, before nbgrader
-    runs (it would fail and delete the release folder), when cells were added or removed once students handed in."""
+def check_changes_since_last_release(course: Course) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(notebook -> test cells changed, notebook -> hand-graded answers whose points changed) since the last release
+    (both {} for a first release); raise, before nbgrader runs (it would fail and delete the release folder), when
+    cells were added or removed once students handed in."""
     from .grade import moved_cells_error, release_drift
 
     names = [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))]
     with course.gradebook() as gb:
         if not _has_assignment(gb):
-            return {}
-        moved, changed = release_drift(course, gb, names)
+            return {}, {}
+        moved, changed, repointed = release_drift(course, gb, names)
         if moved and gb.assignment_submissions(ASSIGNMENT):
             raise moved_cells_error(moved)
-        return changed
+        return changed, repointed
 
 
 def _has_assignment(gb) -> bool:
