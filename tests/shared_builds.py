@@ -119,6 +119,24 @@ def run_cli(build: Path, *args: str, timeout: int = 1800, db_url: str | None = N
     return {"args": argv, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
 
+def released_copy(tmp_path: Path) -> Path:
+    """tmp_path/build: a copy of the course released by the CLI (released_build) that a test may change."""
+    released, _ = released_build()
+    build = tmp_path / "build"
+    shutil.copytree(released, build, symlinks=True)
+    return build
+
+
+def editable_sources(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of notebooks/ that courses read for the test ($PART_II_SOURCE), with the venv first on PATH (a release
+    runs nbgrader, which calls alembic); returns its part-ii/ folder, whose notebooks the test may edit."""
+    source = tmp_path / "notebooks"
+    shutil.copytree(REPO / "notebooks", source)
+    monkeypatch.setenv("PART_II_SOURCE", str(source))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return source / "part-ii"
+
+
 def read_grades_csv(path: Path) -> dict[str, dict[str, str]]:
     """{student_id: row} of an export's grades.csv."""
     import csv

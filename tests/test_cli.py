@@ -203,13 +203,9 @@ def test_the_module_entry_point_reports_errors_too():
 def test_output_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path):
     """`python -m autograder collect PATH | head` printed a BrokenPipeError traceback once head had stopped reading;
     the command's work is done by then: exit 1, nothing on stderr about the pipe."""
-    import shutil
+    from shared_builds import cli_env, released_copy
 
-    from shared_builds import cli_env, released_build
-
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "extend", "--build", str(build)], cwd=REPO,
                             env=cli_env(build), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdout.close()  # the reader is gone before the first line
@@ -410,14 +406,11 @@ def test_a_course_released_with_another_gradebook_keeps_it_when_the_variable_is_
 
 
 def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(tmp_path, capsys, monkeypatch):
-    import shutil
     import sqlite3
 
-    from shared_builds import released_build
+    from shared_builds import released_copy
 
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     (build / "course" / "gradebook.db").unlink()  # a fresh, empty one is made on first use
     reports = build / "course" / "reports"  # a student collected before the gradebook went
     reports.mkdir(exist_ok=True)
@@ -597,11 +590,9 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     nothing), grade while one is not graded."""
     import shutil
 
-    from shared_builds import released_build
+    from shared_builds import released_copy
 
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
     download = tmp_path / "download" / "carol"
     download.mkdir(parents=True)
@@ -633,13 +624,10 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
 
 def test_collect_replace_older_files_an_older_file_the_default_rejects(tmp_path, capsys, monkeypatch):
     import os
-    import shutil
 
-    from shared_builds import released_build
+    from shared_builds import released_copy
 
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
     name = "02-shapes-and-loss.ipynb"
     release = (build / "course" / "release" / "part-ii" / name).read_bytes()
@@ -694,11 +682,9 @@ def test_every_command_that_writes_the_course_waits_for_no_one_and_says_who_hold
     import shutil
 
     from autograder.course import Course
-    from shared_builds import released_build
+    from shared_builds import released_copy
 
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
     (tmp_path / "download" / "ann").mkdir(parents=True)
     shutil.copy(build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb", tmp_path / "download" / "ann")
@@ -878,11 +864,9 @@ def test_a_file_named_on_its_own_is_filed_for_a_student_the_download_names_and_e
     import shutil
 
     from autograder.feedback import page_text
-    from shared_builds import released_build, sandbox_works
+    from shared_builds import released_copy, sandbox_works
 
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
     release = build / "course" / "release" / "part-ii"
     download = tmp_path / "flat"
@@ -963,11 +947,9 @@ def test_a_released_course_whose_gradebook_file_is_gone_is_refused_not_given_a_n
     (found by review)."""
     import shutil
 
-    from shared_builds import released_build
+    from shared_builds import released_copy
 
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
     download = tmp_path / "download" / "carol"
     download.mkdir(parents=True)
@@ -986,21 +968,13 @@ def test_a_released_course_whose_gradebook_file_is_gone_is_refused_not_given_a_n
 def test_a_release_that_changes_a_given_code_cell_warns_that_students_keep_their_copies(tmp_path, capsys, monkeypatch):
     """Editing a setup or demo cell mid-term changed the hidden tests' expected values while every student kept the
     old cell, and release said nothing (found by review): a right answer then failed."""
-    import shutil
-
     import nbformat
 
-    from shared_builds import released_build
+    from shared_builds import editable_sources, released_copy
 
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    source = tmp_path / "notebooks"
-    shutil.copytree(REPO / "notebooks", source)
-    monkeypatch.setenv("PART_II_SOURCE", str(source))
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
-    edited = source / "part-ii" / "06-counting-language-model.ipynb"
+    edited = editable_sources(tmp_path, monkeypatch) / "06-counting-language-model.ipynb"
     nb = nbformat.read(edited, as_version=4)
     number, cell = next((n, c) for n, c in enumerate(nb.cells, 1) if n > 2 and c.cell_type == "code"
                         and not c.metadata.get("nbgrader"))

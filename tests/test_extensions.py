@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from autograder.course import ASSIGNMENT, AutograderError, Course
 from autograder.extensions import describe, extensions, grant
 from autograder.grade import JOBS, GradeOptions, build_template, commit_grades, discard_job_dir, prepare_job
 from autograder.release import set_due_date
-from shared_builds import build_env, released_build
+from shared_builds import build_env, released_copy
 
 DUE = dt.datetime(2026, 3, 1, 15, 59)
 HOUR = dt.timedelta(hours=1)
@@ -28,9 +27,7 @@ HOUR = dt.timedelta(hours=1)
 def course(tmp_path):
     """The released course copied, with the due date DUE and two graded-looking submissions (ann, bob),
     each handed in one hour after it."""
-    released, _ = released_build()
-    build = tmp_path / "build"
-    shutil.copytree(released, build, symlinks=True)
+    build = released_copy(tmp_path)
     with build_env(build):
         course = Course.load(build)
         set_due_date(course, DUE)

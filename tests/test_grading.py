@@ -32,8 +32,8 @@ from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
 from processes import process_gone, processes_of_build
-from shared_builds import (CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, graded_build, read_grades_csv,
-                           released_build, reverse_cell_rows, run_cli, sandbox_works)
+from shared_builds import (CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, editable_sources, graded_build,
+                           read_grades_csv, released_build, reverse_cell_rows, run_cli, sandbox_works)
 
 SAMPLE = ["perfect", "blank", "partial", "broken", "edited-tests", "infinite-loop"]
 
@@ -1305,20 +1305,16 @@ def test_test_cells_edited_after_release_stop_grading_until_released_again(grade
 
     build, course = copy_course(graded["course"].root)
     try:
-        source = tmp_path / "notebooks"
-        shutil.copytree(REPO / "notebooks", source)
-        edited = source / "part-ii" / "02-shapes-and-loss.ipynb"
+        edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
         nb = nbformat.read(edited, as_version=4)
         tests = [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
                  and not c.metadata["nbgrader"].get("solution")]
         tests[0].source += "\nassert True  # a check added after the release"
         tests[-1].metadata["nbgrader"]["points"] += 1
         nbformat.write(nb, edited)
-        monkeypatch.setenv("PART_II_SOURCE", str(source))
-        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
         with build_env(build):
             course = Course.load(build)
-        assert course.source_dir == source / "part-ii"
+        assert course.source_dir == edited.parent
         changed = sorted(c.metadata["nbgrader"]["grade_id"] for c in (tests[0], tests[-1]))
         with pytest.raises(AutograderError, match=r"test cells of the source notebooks changed \(source or points\) "
                                                   rf"after the assignment was released: 02-shapes-and-loss \({', '.join(changed)}\)"
@@ -1360,16 +1356,12 @@ def test_a_release_interrupted_after_nbgrader_recorded_changed_tests_still_sends
 
     build, course = copy_course(graded["course"].root)
     try:
-        source = tmp_path / "notebooks"
-        shutil.copytree(REPO / "notebooks", source)
-        edited = source / "part-ii" / "02-shapes-and-loss.ipynb"
+        edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
         nb = nbformat.read(edited, as_version=4)
         test = next(c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
                     and not c.metadata["nbgrader"].get("solution"))
         test.source += "\nassert True  # a check added after the release"
         nbformat.write(nb, edited)
-        monkeypatch.setenv("PART_II_SOURCE", str(source))
-        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
         with build_env(build):
             course = Course.load(build)
         done = sorted(s for s, row in job_rows(course.db_url).items() if row["state"] == "done")
@@ -1399,9 +1391,7 @@ def test_new_points_on_a_hand_graded_answer_flag_its_hand_scores_for_review(grad
     build, course = copy_course(graded["course"].root)
     try:
         (name,) = [n.removesuffix(".ipynb") for n in graded["students"]["partial"].files]
-        source = tmp_path / "notebooks"
-        shutil.copytree(REPO / "notebooks", source)
-        edited = source / "part-ii" / f"{name}.ipynb"
+        edited = editable_sources(tmp_path, monkeypatch) / f"{name}.ipynb"
         nb = nbformat.read(edited, as_version=4)
         answer = next(c for c in nb.cells if meta(c).get("solution") and meta(c).get("grade") and c.cell_type == "markdown")
         answer.metadata["nbgrader"]["points"] = 1
@@ -1411,8 +1401,6 @@ def test_new_points_on_a_hand_graded_answer_flag_its_hand_scores_for_review(grad
             found = gb.find_grade(*key)
             found.manual_score, found.needs_manual_grade = 2.5, False  # scored and resolved by a grader
             gb.db.commit()
-        monkeypatch.setenv("PART_II_SOURCE", str(source))
-        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
         with build_env(build):
             assert main(["release", "--build", str(build)]) == 0
         out = capsys.readouterr().out
