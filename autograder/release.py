@@ -13,6 +13,7 @@ see as ``PART_II_ROOT``.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import re
 import shutil
@@ -156,8 +157,41 @@ def due_date_of(course: Course) -> dt.datetime | None:
         return gb.find_assignment(ASSIGNMENT).duedate
 
 
+class _NbgraderLog(logging.Handler):
+    """The records nbgrader logs while it converts (its logger has only a NullHandler: without this they are lost)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def failed_notebook(records: list[logging.LogRecord]) -> str | None:
+    """The file name of the notebook nbgrader was converting last (None before it began one)."""
+    return next((Path(str(r.args[0])).name for r in reversed(records) if r.msg == "Converting notebook %s" and r.args),
+                None)
+
+
+def nbgrader_failure(course: Course, records: list[logging.LogRecord]) -> str:
+    """What nbgrader's log says went wrong: 'NOTEBOOK: CAUSE, in cell N (first line)' as far as it tells."""
+    notebook = failed_notebook(records)
+    causes = [line for r in records if r.levelno >= logging.ERROR and (text := r.getMessage()).startswith("Traceback")
+              for line in text.strip().splitlines()[-1:]]
+    # the first traceback is the root cause: a failed check logs its own ("Duplicate grade id: …") before nbgrader's
+    cause = causes[0].split(": ", 1)[-1].rstrip(".") if causes else "nbgrader gave no reason"
+    contents = next((r.args[0] for r in reversed(records) if "Cell contents are:" in str(r.msg) and r.args), None)
+    where = ""
+    if notebook and contents is not None and (course.source_dir / notebook).is_file():
+        nb = nbformat.read(course.source_dir / notebook, as_version=4)
+        where = next((f", in {numbered_cell(c, n)}" for n, c in enumerate(nb.cells, 1) if c.source == contents), "")
+    return f"{notebook}: {cause}{where}" if notebook else cause
+
+
 def generate_release(course: Course) -> list[Path]:
-    """Run nbgrader's GenerateAssignment (records the assignment in the gradebook); return the release notebooks."""
+    """Run nbgrader's GenerateAssignment (records the assignment in the gradebook); return the release notebooks.
+    When nbgrader fails, the previous release notebooks are put back (nbgrader deletes the folder)."""
     from nbgrader.converters import GenerateAssignment
     from nbgrader.converters.base import NbGraderException
 
@@ -168,10 +202,30 @@ def generate_release(course: Course) -> list[Path]:
     converter = GenerateAssignment(coursedir=course.coursedir(), config=course.config)
     converter.force = True
     converter.create_assignment = True
+    kept = course.root / ".release-before"  # not under release/: formgrader would list it as an assignment
+    shutil.rmtree(kept, ignore_errors=True)
+    if course.release_dir.is_dir():
+        shutil.copytree(course.release_dir, kept)
+    log, level = _NbgraderLog(), converter.log.level
+    converter.log.addHandler(log)
+    converter.log.setLevel(logging.INFO)  # "Converting notebook …" says which notebook failed
     try:
         converter.start()
-    except NbGraderException as exc:
-        raise AutograderError(f"nbgrader could not generate the student version: {exc}") from exc
+    except BaseException as exc:
+        if kept.is_dir():
+            shutil.rmtree(course.release_dir, ignore_errors=True)
+            kept.replace(course.release_dir)
+        if isinstance(exc, NbGraderException):
+            notebook = failed_notebook(log.records)
+            source = course.source_dir / notebook if notebook else course.source_dir
+            raise AutograderError(f"nbgrader could not generate the student version of "
+                                  f"{nbgrader_failure(course, log.records)}; fix it in {source} and release again "
+                                  "(the previous release is kept)") from exc
+        raise
+    finally:
+        converter.log.removeHandler(log)
+        converter.log.setLevel(level)
+    shutil.rmtree(kept, ignore_errors=True)
     return sorted(course.release_dir.glob("*.ipynb"))
 
 

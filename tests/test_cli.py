@@ -986,3 +986,46 @@ def test_a_release_that_changes_a_given_code_cell_warns_that_students_keep_their
             f"cell {number} (# changed after the release)). Students keep the copies they started from") in out, out
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0 and "WARNING" not in out, err + out  # released as it is now: nothing changed since
+
+
+def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_the_previous_release(tmp_path, capsys,
+                                                                                                       monkeypatch):
+    """A source notebook missing a `### END SOLUTION` made release say only "Please see the above traceback" (there
+    was none: nbgrader's log went nowhere) and left release/ empty until it was fixed (found by review)."""
+    import nbformat
+
+    from shared_builds import editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    release_dir = build / "course" / "release" / "part-ii"
+    before = {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))}
+    zip_before = (build / "course" / "student" / "part-ii.zip").read_bytes()
+    edited = editable_sources(tmp_path, monkeypatch) / "03-maximum-likelihood.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    number, cell = next((n, c) for n, c in enumerate(nb.cells, 1) if "### END SOLUTION" in c.source)
+    cell.source = cell.source.replace("### END SOLUTION", "", 1)
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2, err + out
+    first = cell.source.strip().splitlines()[0]
+    assert (f"nbgrader could not generate the student version of 03-maximum-likelihood.ipynb: no end solution "
+            f"statement found, in cell {number} ({first[:60]}") in err, err
+    assert str(edited) in err and "the previous release is kept" in err, err
+    assert "above traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))} == before
+    assert (build / "course" / "student" / "part-ii.zip").read_bytes() == zip_before
+    assert sorted(p.name for p in (build / "course").iterdir()) == sorted(
+        p.name for p in (tmp_path / "build" / "course").iterdir())  # no leftover copy beside the course's folders
+    cell.source += "\n### END SOLUTION"
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")]
+    twice, own = graded[0].metadata.nbgrader["grade_id"], graded[1].metadata.nbgrader["grade_id"]
+    graded[1].metadata.nbgrader["grade_id"] = twice
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)  # the cause is the check's, not nbgrader's summary
+    assert code == 2 and f"03-maximum-likelihood.ipynb: Duplicate grade id: {twice}; fix it in {edited}" in err, err
+    assert {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))} == before
+    graded[1].metadata.nbgrader["grade_id"] = own
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0, err + out
