@@ -161,17 +161,32 @@ def check_build_folder(root: Path, create: bool = True) -> None:
 def check_gradebook_present(url: str, root: Path) -> None:
     """Raise AutograderError when the SQLite gradebook file of a course that has collected hand-ins is gone (moved
     or deleted): opening it would make a new, empty one, and every command would then advise releasing again."""
-    from sqlalchemy.engine import make_url
-
-    url_ = make_url(url)
-    if not url_.drivername.startswith("sqlite") or url_.database in (None, "", ":memory:"):
+    path = sqlite_file(url)
+    if path is None:
         return
-    path = Path(url_.database)
     collected = root / "reports" / "collect.json"
     if not path.exists() and collected.is_file():
         raise AutograderError(f"the gradebook {path} does not exist, but this course has collected hand-ins (see "
                               f"{collected}): it was moved or deleted. Put it back, or point $PART_II_DB_URL at it "
                               f"(sqlite:////path/to/gradebook.db); to start the course over instead, remove {root} first")
+
+
+def sqlite_url(path: Path | str) -> str:
+    """The SQLAlchemy URL of the SQLite file at path, with the characters a URL gives a meaning (? # % : @) escaped:
+    sqlite:///… written plainly opened the file 'a' for a build folder named 'a?b' (the rest read as a query)."""
+    from sqlalchemy.engine import URL
+
+    return URL.create("sqlite", database=str(path)).render_as_string()
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (its escapes undone); None for another database, or SQLite in memory."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
 
 
 def check_db_url(url: str) -> None:

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .course import REPO, Course, build_option
+from .course import REPO, Course, build_option, sqlite_file
 
 DEMO_CELL_TIMEOUT = 60.0  # the sample infinite loop costs one cell timeout; honest cells need far less
 DEMO_NOTEBOOK_TIMEOUT = 300.0
@@ -162,7 +162,7 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
         ("sample LMS download", lms_zip),
         ("collect report", course.reports_dir / "collect.json"),
         ("rejected files", course.rejected_dir),
-        ("gradebook (SQLite)", Path(course.db_url.removeprefix("sqlite:///"))),
+        ("gradebook (SQLite)", sqlite_file(course.db_url)),
         ("autograded notebooks", course.root / "autograded"),
         ("feedback (HTML)", course.root / "feedback"),
         ("grades per student", grades_csv),

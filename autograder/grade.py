@@ -40,7 +40,7 @@ from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, cr
 
 from .collect import _digest
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
-                     build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first)
+                     build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 RETRIES = 1  # a worker that crashes (not a timeout) is started once more
@@ -223,7 +223,7 @@ def build_template(course: Course, master_engine, path: Path) -> str:
 
     fast_new_gradebooks()
     path.unlink(missing_ok=True)
-    url = f"sqlite:///{path}"
+    url = sqlite_url(path)
     with Gradebook(url, course.course_id):
         pass  # creates the schema, the alembic version and the course row
     target = create_engine(url, future=True)
@@ -444,7 +444,7 @@ def prepare_job(course: Course, student: str, attempt: int, template: Path, opti
     if extension is not None:
         from nbgrader.api import Gradebook
 
-        with Gradebook(f"sqlite:///{job_dir / 'gradebook.db'}", course.course_id) as private_gb:
+        with Gradebook(sqlite_url(job_dir / "gradebook.db"), course.course_id) as private_gb:
             private_gb.update_or_create_student(student)
             _new_submission(private_gb, student).extension = extension  # nbgrader's Autograde updates the row
             private_gb.db.commit()
@@ -453,7 +453,7 @@ def prepare_job(course: Course, student: str, attempt: int, template: Path, opti
         "notebooks": notebooks,
         "course_root": str(private),
         "course_id": course.course_id,
-        "db_url": f"sqlite:///{job_dir / 'gradebook.db'}",
+        "db_url": sqlite_url(job_dir / "gradebook.db"),
         "bundle_dir": str(course.bundle_dir),
         "cell_timeout": options.cell_timeout or DEFAULT_CELL_TIMEOUT,
         "notebook_timeout": options.notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT,
@@ -658,7 +658,7 @@ class Scheduler:
         self._keep_log(run)
         if rc == 0 and result_file.exists():
             notebooks = json.loads(result_file.read_text(encoding="utf-8"))["notebooks"]
-            grades = read_private_grades(f"sqlite:///{run.job_dir / 'gradebook.db'}", self.course.course_id, student)
+            grades = read_private_grades(sqlite_url(run.job_dir / "gradebook.db"), self.course.course_id, student)
             unchanged = unchanged_answers(self.course, run.job_dir, student)  # before the old notebooks are replaced
             install_autograded(self.course, run.job_dir, student)
             problems = {nb: r["error"] + (f"; the kernel's log ends: {r['kernel_log']}" if r.get("kernel_log") else "")

@@ -11,6 +11,8 @@ folder. ``PART_II_BUILD`` moves that folder (tests use a temporary one) and
 import os
 from pathlib import Path
 
+from sqlalchemy.engine import URL
+
 REPO = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("PART_II_BUILD", REPO / "build")).resolve()
 COURSE = BUILD / "course"
@@ -19,7 +21,9 @@ c = get_config()  # noqa: F821 - injected by traitlets when nbgrader loads this 
 
 c.CourseDirectory.root = str(COURSE)
 c.CourseDirectory.source_directory = os.environ.get("PART_II_SOURCE", str(REPO / "notebooks"))
-c.CourseDirectory.db_url = os.environ.get("PART_II_DB_URL", f"sqlite:///{COURSE / 'gradebook.db'}")
+# URL.create escapes ? # % in the path: written plainly, a build folder "a?b" put the gradebook in the file "a"
+c.CourseDirectory.db_url = os.environ.get("PART_II_DB_URL",
+                                          URL.create("sqlite", database=str(COURSE / "gradebook.db")).render_as_string())
 c.CourseDirectory.course_id = "llm-probability-part-ii"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*"]
 

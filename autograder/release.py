@@ -26,7 +26,8 @@ import nbformat
 
 from .cells import cell_points, headings, nbgrader_meta, numbered_cell
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
-                     AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url)
+                     AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
+                     sqlite_file)
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -365,13 +366,15 @@ def write_formgrader_config(course: Course) -> Path:
 
     record_db_url(course.root, course.db_url)  # later commands without $PART_II_DB_URL use this gradebook
     path = course.root / "nbgrader_config.py"
-    local_db = f"sqlite:///{course.root / 'gradebook.db'}"
-    db_line = ("c.CourseDirectory.db_url = 'sqlite:///' + os.path.join(_here, 'gradebook.db')\n"
-               if course.db_url == local_db else f"c.CourseDirectory.db_url = {course.db_url!r}\n")
+    own_file = sqlite_file(course.db_url)
+    db_line = ("c.CourseDirectory.db_url = URL.create('sqlite', database=os.path.join(_here, 'gradebook.db'))"
+               ".render_as_string()\n"
+               if own_file and (Path.cwd() / own_file).resolve() == (course.root / "gradebook.db").resolve() else f"c.CourseDirectory.db_url = {course.db_url!r}\n")
     path.write_text(
         "# Written by `python -m autograder release`. Start JupyterLab in this folder and\n"
         "# nbgrader's formgrader (Nbgrader > Formgrader) opens this course and gradebook.\n"
         "import os\n\n"
+        "from sqlalchemy.engine import URL\n\n"
         "c = get_config()  # noqa: F821\n"
         f"load_subconfig({str(REPO / 'autograder' / 'nbgrader_config.py')!r})  # noqa: F821\n"
         "_here = os.path.dirname(os.path.abspath(__file__))\n"

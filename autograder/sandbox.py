@@ -99,6 +99,7 @@ from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, v
 from traitlets.config import Config
 
 from .cells import KERNEL_DIED, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, nbgrader_meta
+from .course import sqlite_file
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
 __all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
@@ -260,9 +261,9 @@ def _course_paths(config: Config) -> list[Path]:
     root = config.CourseDirectory.get("root")
     if root:
         paths.append(Path(str(root)))
-    db_url = str(config.CourseDirectory.get("db_url") or "")
-    if db_url.startswith("sqlite:///"):
-        paths.append(Path(db_url[len("sqlite:///"):]).parent)
+    gradebook = sqlite_file(str(config.CourseDirectory.get("db_url") or "sqlite://"))  # escapes undone: ? # % …
+    if gradebook is not None:
+        paths.append(gradebook.parent)
     build = os.environ.get("PART_II_BUILD")
     if build:
         paths.append(Path(build))

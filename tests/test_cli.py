@@ -1029,3 +1029,36 @@ def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_
     nbformat.write(nb, edited)
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0, err + out
+
+
+def test_a_build_folder_whose_name_a_url_would_misread_keeps_its_gradebook_inside(tmp_path, capsys, monkeypatch):
+    """`sqlite:///…` was written with the path as it is: for a build folder named 'a?b' SQLAlchemy read '?b…' as the
+    URL's query and opened the file 'a' beside it, and '%41' became 'A' (found by review)."""
+    from sqlalchemy.engine import make_url
+    from traitlets.config.loader import PyFileConfigLoader
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    build = tmp_path / "term?1 #2 %41"
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0, err + out
+    gradebook = build / "course" / "gradebook.db"
+    assert gradebook.is_file(), sorted(p.name for p in tmp_path.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [build.name]  # no stray gradebook beside the build folder
+    formgrader = PyFileConfigLoader("nbgrader_config.py", path=str(build / "course")).load_config()
+    assert make_url(formgrader.CourseDirectory.db_url).database == str(gradebook)
+    download = tmp_path / "download" / "carol"  # collect, grade (each job's own gradebook too) and export in there
+    download.mkdir(parents=True)
+    (download / "02-shapes-and-loss.ipynb").write_bytes(
+        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
+    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
+    assert code == 0, err + out
+    assert run(["export", "--build", str(build)], capsys)[0] == 0
+    from shared_builds import read_grades_csv
+
+    rows = read_grades_csv(build / "course" / "reports" / "grades.csv")
+    assert list(rows) == ["carol"] and rows["carol"]["status"] == "incomplete", rows  # 6 of the 7 notebooks missing
+    assert "could not be graded" not in str(rows) and "grading failed" not in str(rows), rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([build.name, "download"])
+

@@ -24,6 +24,7 @@ from traitlets.config import Config
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from autograder.course import sqlite_url  # noqa: E402
 from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
                                 close_fork_servers, configure_sandbox, sandbox_uid)
 from adversarial_catalogue import listening_socket  # noqa: E402
@@ -472,6 +473,10 @@ def test_a_bound_tree_holding_the_course_or_the_repository_is_refused(short_tmp,
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path} holds {course}")):  # a fork server's folder is bound read-write
         configure_sandbox(config, scratch / "nb0", READABLE, SandboxLimits(), fork_server=tmp_path)
     configure_sandbox(config, scratch, READABLE, SandboxLimits())  # beside the course: fine
+    gradebooks = tmp_path / "g?b %41"  # a URL escapes these: read plainly, the folder was "g", nothing to refuse
+    config.CourseDirectory.db_url = sqlite_url(gradebooks / "gradebook.db")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path} holds {gradebooks}")):
+        configure_sandbox(config, scratch, [tmp_path], SandboxLimits())
 
 
 def test_configure_sandbox_swaps_in_grading_execute():
