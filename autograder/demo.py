@@ -10,6 +10,7 @@ notebooks' nbgrader metadata predicts (exit 1 when one differs).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -175,6 +176,7 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
         print(f"  {label:<22} {path}")
     print(f"  {'grading mode':<22} {graded_mode} ({mode})")
     as_root = " --allow-root" if os.geteuid() == 0 else ""  # JupyterLab refuses root without it
-    print(f"\nmanual grading: cd {course.root} && {REPO / '.venv' / 'bin' / 'jupyter'} lab{as_root}   "
+    jupyter = shlex.quote(str(REPO / ".venv" / "bin" / "jupyter"))
+    print(f"\nmanual grading: cd {shlex.quote(str(course.root))} && {jupyter} lab{as_root}   "
           f"(then Nbgrader > Formgrader > Manual Grading; afterwards run `python -m autograder export"
           f"{build_option(course)}` and `... feedback{build_option(course)}`)")

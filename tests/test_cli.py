@@ -1062,3 +1062,19 @@ def test_a_build_folder_whose_name_a_url_would_misread_keeps_its_gradebook_insid
     assert "could not be graded" not in str(rows) and "grading failed" not in str(rows), rows
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([build.name, "download"])
 
+
+def test_the_demos_manual_grading_command_runs_as_printed_in_a_folder_with_spaces(tmp_path, capsys, monkeypatch):
+    """The demo's `cd COURSE && jupyter lab` line printed the course folder unquoted: pasted into a shell, a build
+    folder with a space or '?' in its name sent cd somewhere else."""
+    import shlex
+
+    from autograder.course import Course
+    from autograder.demo import print_paths
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    course = Course.load(tmp_path / "term 1?")
+    print_paths(course, *(tmp_path / name for name in ("s.zip", "l.zip", "g.csv", "c.csv", "t.png")), "sandbox",
+                "sandbox")
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("manual grading: "))
+    words = shlex.split(line.removeprefix("manual grading: ").split("   (")[0])
+    assert words[:4] == ["cd", str(course.root), "&&", str(REPO / ".venv" / "bin" / "jupyter")], words
