@@ -158,6 +158,19 @@ def check_build_folder(root: Path, create: bool = True) -> None:
                               "$PART_II_BUILD) must name a folder you can write to") from None
 
 
+GLOB_WILDCARDS = "[]*?"  # nbgrader joins the course and source folders into glob patterns unescaped
+
+
+def check_no_wildcards(path: Path, what: str) -> None:
+    """Raise AutograderError when path holds a character glob reads as a wildcard: nbgrader would miss the course's
+    own files ('[1]' matches '1', not '[1]') or pick up another folder's ('a?b' matches 'axb')."""
+    found = [char for char in GLOB_WILDCARDS if char in str(path)]
+    if found:
+        raise AutograderError(f"{what} {path} has {' '.join(found)} in its path: nbgrader finds the course's notebooks "
+                              "with glob patterns made from it, where these are wildcards, so it would miss files or "
+                              "read another folder's; choose a folder whose path has none of [ ] * ?")
+
+
 def check_gradebook_present(url: str, root: Path) -> None:
     """Raise AutograderError when the SQLite gradebook file of a course that has collected hand-ins is gone (moved
     or deleted): opening it would make a new, empty one, and every command would then advise releasing again."""
@@ -260,6 +273,8 @@ class Course:
         course folder that does not exist yet is an AutograderError instead of being made."""
         config = load_config(build)
         check_db_url(config.CourseDirectory.db_url)
+        check_no_wildcards(Path(config.CourseDirectory.root), "the course folder")
+        check_no_wildcards(Path(config.CourseDirectory.source_directory) / ASSIGNMENT, "the source notebooks' folder")
         check_build_folder(Path(config.CourseDirectory.root), create)
         check_gradebook_present(config.CourseDirectory.db_url, Path(config.CourseDirectory.root))
         return cls(config)

@@ -1032,14 +1032,14 @@ def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_
 
 
 def test_a_build_folder_whose_name_a_url_would_misread_keeps_its_gradebook_inside(tmp_path, capsys, monkeypatch):
-    """`sqlite:///…` was written with the path as it is: for a build folder named 'a?b' SQLAlchemy read '?b…' as the
-    URL's query and opened the file 'a' beside it, and '%41' became 'A' (found by review)."""
+    """`sqlite:///…` was written with the path as it is: SQLAlchemy read '%41' in a build folder's name as 'A' and opened
+    a gradebook in another folder (and a '?' began the URL's query; such paths are now refused, nbgrader globs them)."""
     from sqlalchemy.engine import make_url
     from traitlets.config.loader import PyFileConfigLoader
 
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    build = tmp_path / "term?1 #2 %41"
+    build = tmp_path / "term #2 %41 @x:y"
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0, err + out
     gradebook = build / "course" / "gradebook.db"
@@ -1078,3 +1078,20 @@ def test_the_demos_manual_grading_command_runs_as_printed_in_a_folder_with_space
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("manual grading: "))
     words = shlex.split(line.removeprefix("manual grading: ").split("   (")[0])
     assert words[:4] == ["cd", str(course.root), "&&", str(REPO / ".venv" / "bin" / "jupyter")], words
+
+
+@pytest.mark.parametrize("name", ["term[1]", "a*b", "a?b"])
+def test_a_build_or_source_folder_nbgrader_would_read_as_a_glob_pattern_is_refused(name, tmp_path, capsys, monkeypatch):
+    """nbgrader finds notebooks with glob patterns built from the course folder: in 'term[1]' grading failed with
+    "No such submitted notebook" after collect had filed it, and '*' or '?' also match other folders' files."""
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    build = tmp_path / name
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2, err + out
+    wildcards = {"term[1]": "[ ]", "a*b": "*", "a?b": "?"}[name]
+    assert (f"the course folder {build / 'course'} has {wildcards} in its path" in err
+            and "choose a folder whose path has none of [ ] * ?" in err), err
+    assert not build.exists()
+    monkeypatch.setenv("PART_II_SOURCE", str(build / "notebooks"))
+    code, err, out = run(["release", "--build", str(tmp_path / "plain")], capsys)
+    assert code == 2 and f"the source notebooks' folder {build / 'notebooks' / 'part-ii'} has" in err, err + out
