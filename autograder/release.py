@@ -367,9 +367,9 @@ def write_formgrader_config(course: Course) -> Path:
     record_db_url(course.root, course.db_url)  # later commands without $PART_II_DB_URL use this gradebook
     path = course.root / "nbgrader_config.py"
     own_file = sqlite_file(course.db_url)
+    own = own_file is not None and (Path.cwd() / own_file).resolve() == (course.root / "gradebook.db").resolve()
     db_line = ("c.CourseDirectory.db_url = URL.create('sqlite', database=os.path.join(_here, 'gradebook.db'))"
-               ".render_as_string()\n"
-               if own_file and (Path.cwd() / own_file).resolve() == (course.root / "gradebook.db").resolve() else f"c.CourseDirectory.db_url = {course.db_url!r}\n")
+               ".render_as_string()\n" if own else f"c.CourseDirectory.db_url = {course.db_url!r}\n")
     path.write_text(
         "# Written by `python -m autograder release`. Start JupyterLab in this folder and\n"
         "# nbgrader's formgrader (Nbgrader > Formgrader) opens this course and gradebook.\n"

@@ -1001,6 +1001,7 @@ def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_
     release_dir = build / "course" / "release" / "part-ii"
     before = {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))}
     zip_before = (build / "course" / "student" / "part-ii.zip").read_bytes()
+    course_before = sorted(p.name for p in (build / "course").iterdir())
     edited = editable_sources(tmp_path, monkeypatch) / "03-maximum-likelihood.ipynb"
     nb = nbformat.read(edited, as_version=4)
     number, cell = next((n, c) for n, c in enumerate(nb.cells, 1) if "### END SOLUTION" in c.source)
@@ -1015,8 +1016,7 @@ def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_
     assert "above traceback" not in err, err
     assert {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))} == before
     assert (build / "course" / "student" / "part-ii.zip").read_bytes() == zip_before
-    assert sorted(p.name for p in (build / "course").iterdir()) == sorted(
-        p.name for p in (tmp_path / "build" / "course").iterdir())  # no leftover copy beside the course's folders
+    assert sorted(p.name for p in (build / "course").iterdir()) == course_before  # no copy of the release left over
     cell.source += "\n### END SOLUTION"
     graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")]
     twice, own = graded[0].metadata.nbgrader["grade_id"], graded[1].metadata.nbgrader["grade_id"]
