@@ -210,7 +210,7 @@ def tampered_note(edited: list[str], deleted: list[str]) -> str:
 
 
 FAILED_CHECKS_NOTE = (
-    "**Why a test failed.** A failed test below names the check that failed, but not the values: your code could "
+    "**Why a test failed.** A failed test below names every check of it that failed, but not the values: your code could "
     "have put hidden inputs into them. Run your notebook in JupyterLab (or `python -m autograder check` on it): the "
     "visible checks then print what your code gave and what was expected. Hidden tests check the same properties "
     "on other inputs.")

@@ -17,7 +17,7 @@ How it works (three steps per grading session):
    records with the instructor's (same number, same kinds, values within the instructor's
    tolerances, using checks.py's own ``close_failure``/``equal_failure`` on decoded plain
    data). A missing, extra or differing record fails the cell. It then replaces the test
-   cell's outputs by a verdict only (nothing, or one short error naming the check's label -
+   cell's outputs by a verdict only (nothing, or one short error naming each failed check's label -
    never a value, a hidden input or a traceback line of test code), restores the cell's
    original source, and strips every record from the notebook.
 
@@ -109,6 +109,7 @@ def _load_checks():
 
 checks = _load_checks()
 RECORD_ENV = {checks.MODE_ENV: "record"}
+VERDICT_CHARS = 300  # longest verdict a failed test cell shows (whole failures, then "and N more")
 
 
 def is_autograded_test(cell) -> bool:
@@ -231,17 +232,37 @@ def raises_failure(label: str, wanted, raised) -> str:
     return f"{label}: expected {wanted}, got {shown}"
 
 
+NOT_REPORTED = "this check did not report its result"
+
+
 def cell_failure(expected: list, got: list) -> str | None:
-    """Compare one test cell's records with the instructor's; return the first failure or None."""
+    """Compare one test cell's records with the instructor's; return every failure ('a; b'), or None. The checks after
+    one that did not report are not judged: their records are missing, or no longer line up, for the same reason."""
+    failures = []
     for index, want in enumerate(expected):
         if index >= len(got):
-            return f"{want.get('label', 'check')}: this check did not report its result (the cell stopped early or the check helper was changed)"
+            failures.append(f"{want.get('label', 'check')}: {NOT_REPORTED} (the cell stopped early or the check "
+                            "helper was changed)")
+            break
         message = record_failure(want, got[index])
         if message:
-            return message
-    if len(got) > len(expected):
+            failures.append(message)
+            if message.endswith(NOT_REPORTED):
+                break
+    if len(got) > len(expected) and not failures:
         return "the test cell reported more checks than it contains (the check helper was changed)"
-    return None
+    return joined_failures(failures) if failures else None
+
+
+def joined_failures(failures: list[str], limit: int = VERDICT_CHARS) -> str:
+    """'a; b; c' in at most `limit` characters, cut after a whole failure ('a; and 2 more checks failed')."""
+    for shown in range(len(failures), 0, -1):
+        rest = len(failures) - shown
+        text = "; ".join(failures[:shown]) + (f"; and {rest} more {'check' if rest == 1 else 'checks'} failed"
+                                             if rest else "")
+        if len(text) <= limit or shown == 1:
+            return text
+    return ""
 
 
 async def _run_in_record_mode(path: Path, timeout: int) -> nbformat.NotebookNode:
@@ -494,7 +515,7 @@ def _error_summary(ename: str, evalue: str = "", names: frozenset = frozenset())
 
 def _error(message: str):
     """An error output nbgrader scores as a failed test cell."""
-    message = re.sub(r"\s+", " ", message)[:300]
+    message = re.sub(r"\s+", " ", message)[:VERDICT_CHARS]
     return new_output("error", ename="AssertionError", evalue=message, traceback=[f"AssertionError: {message}"])
 
 

@@ -213,6 +213,16 @@ def test_records_are_judged_against_the_instructor_not_the_kernel():
     assert "did not report" in cell_failure(expected, good[:1])
     assert "more checks" in cell_failure(expected, good + good[:1])
     assert cell_failure([{"kind": "true", "label": "t"}], [{"kind": "true", "holds": "yes"}]) == "t: property does not hold"
+    # every failed check of the cell is named, not only the first (the student fixed one, to learn of the next)
+    both = [wrong[0], {"kind": "equal", "actual": {"tuple": [3]}}]
+    assert cell_failure(expected, both) == ("p: the shape differs from the expected one; "
+                                            "shape: the value differs from the expected one"), cell_failure(expected, both)
+    # after a check that sent nothing, the rest are not judged: they no longer line up
+    assert cell_failure(expected, [{"kind": "equal", "actual": 1}, good[0]]) == "p: this check did not report its result"
+    many = [{"kind": "true", "label": f"property {i} of the answer"} for i in range(20)]
+    verdict = cell_failure(many, [{"kind": "true", "holds": False}] * 20)
+    assert len(verdict) <= 300 and verdict.startswith("property 0 of the answer: property does not hold; ")
+    assert verdict.endswith(" more checks failed") and "property 19" not in verdict, verdict
 
 
 def test_checks_keep_their_in_process_behaviour_outside_the_grader(monkeypatch):
