@@ -90,7 +90,8 @@ def make_class(students: int) -> tuple[Path, list[str]]:
         files = {f"{n}.ipynb": _dump(nb) for n, nb in kinds[kind].items()}
         roster.append(SampleStudent(f"s{i + 1:03d}-{kind}", kind, files))
     lms = write_lms_zip(roster, WORK / "lms.zip")
-    collect(course, lms)
+    # a download of one student's folder does not say whose it is (collect asks for --student)
+    collect(course, lms, student=roster[0].student if students == 1 else None)
     return master, course.notebook_names()
 
 
