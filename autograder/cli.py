@@ -284,15 +284,18 @@ def _run(args: argparse.Namespace) -> int:
                   "counts as given, even above the new maximum)")
         if result.given_changed:
             listed_given = "; ".join(f"{nb}: {', '.join(cells)}" for nb, cells in sorted(result.given_changed.items()))
-            print(f"WARNING: code cells that are no exercise changed since the last release ({listed_given}). Students "
-                  "keep the copies they started from, and grading runs theirs, while the hidden tests' expected values "
-                  "come from the new sources: a right answer computed from an old cell can fail. Revert the change, or "
-                  "have every student copy the new cells in before handing in")
+            print(f"WARNING: code cells that are no exercise changed or were added since the last release "
+                  f"({listed_given}). Students keep the copies they started from (without new cells), and grading runs "
+                  "theirs, while the hidden tests' expected values come from the new sources: a right answer computed "
+                  "from an old cell, or a test using a new one, can fail. Revert the change, or have every student "
+                  "copy the new cells in before handing in")
         if result.changed:
             from .grade import listed_cells
 
-            print(f"test cells changed since the last release: {listed_cells(result.changed)}; the next `grade` grades again the "
-                  f"{len(result.regrade)} submissions graded under the old cells")
+            n = len(result.regrade)
+            again = (f"the next `grade` grades again the {n} {'submission' if n == 1 else 'submissions'} graded under "
+                     "the old cells" if n else "no submission was graded under the old cells")
+            print(f"test cells changed since the last release: {listed_cells(result.changed)}; {again}")
         print_next_step(course)
         return 0
     if args.command == "collect":

@@ -30,6 +30,17 @@ from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, 
                      sqlite_file)
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+# what must never reach a student, beyond the exact markers: nbgrader removes only exactly spelt markers (a stray END
+# line silently), so a misspelt one leaves the hidden tests in; hidden checks are the only ones that pass reveal=False;
+# marking notes begin with 评分要点 and go only under a note_ grade id
+LEAKS = (
+    (re.compile(r"(BEGIN|END)[\s_-]*(HIDDEN[\s_-]*TESTS?|SOLUTION)", re.IGNORECASE),
+     "a solution or hidden-test marker (nbgrader removes only the exact lines ### BEGIN SOLUTION, ### END SOLUTION, "
+     "### BEGIN HIDDEN TESTS and ### END HIDDEN TESTS)"),
+    (re.compile(r"reveal\s*=\s*False"),
+     "a hidden check (reveal=False): its ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS lines are missing or misspelt"),
+    (re.compile(r"评分要点"), "a marking note (评分要点): release removes only cells whose grade id starts with note_"),
+)
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
 MARKING_NOTE_PREFIX = "note_"
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
@@ -175,13 +186,26 @@ def failed_notebook(records: list[logging.LogRecord]) -> str | None:
                 None)
 
 
+def exception_line(traceback_text: str) -> str:
+    """The first line of the (last) exception's message in a formatted traceback, without its class: the lines after
+    the last frame ('  File …' and its indented source), e.g. '-3 is less than the minimum of 0' of a ValidationError
+    whose message goes on for lines."""
+    lines = traceback_text.rstrip().splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("  File ")), default=-1) + 1
+    while start < len(lines) and (lines[start].startswith("  ") or not lines[start].strip()):
+        start += 1
+    first = lines[start] if start < len(lines) else (lines[-1] if lines else "")
+    return first.split(": ", 1)[-1].strip().rstrip(".") if ": " in first else first.strip()
+
+
 def nbgrader_failure(course: Course, records: list[logging.LogRecord]) -> str:
     """What nbgrader's log says went wrong: 'NOTEBOOK: CAUSE, in cell N (first line)' as far as it tells."""
     notebook = failed_notebook(records)
-    causes = [line for r in records if r.levelno >= logging.ERROR and (text := r.getMessage()).startswith("Traceback")
-              for line in text.strip().splitlines()[-1:]]
+    causes = [exception_line(text) for r in records
+              if r.levelno >= logging.ERROR and (text := r.getMessage()).startswith("Traceback")]
     # the first traceback is the root cause: a failed check logs its own ("Duplicate grade id: …") before nbgrader's
-    cause = causes[0].split(": ", 1)[-1].rstrip(".") if causes else "nbgrader gave no reason"
+    cause = causes[0] if causes else next((r.getMessage() for r in records if r.levelno >= logging.ERROR),
+                                          "nbgrader gave no reason")
     contents = next((r.args[0] for r in reversed(records) if "Cell contents are:" in str(r.msg) and r.args), None)
     where = ""
     if notebook and contents is not None and (course.source_dir / notebook).is_file():
@@ -191,8 +215,9 @@ def nbgrader_failure(course: Course, records: list[logging.LogRecord]) -> str:
 
 
 def generate_release(course: Course) -> list[Path]:
-    """Run nbgrader's GenerateAssignment (records the assignment in the gradebook); return the release notebooks.
-    When nbgrader fails, the previous release notebooks are put back (nbgrader deletes the folder)."""
+    """Run nbgrader's GenerateAssignment (records the assignment in the gradebook), remove the marking notes and check
+    that nothing secret is left (find_leaks); return the release notebooks. When nbgrader fails or something secret is
+    left, the previous release notebooks are put back (nbgrader deletes the folder)."""
     from nbgrader.converters import GenerateAssignment
     from nbgrader.converters.base import NbGraderException
 
@@ -212,6 +237,12 @@ def generate_release(course: Course) -> list[Path]:
     converter.log.setLevel(logging.INFO)  # "Converting notebook …" says which notebook failed
     try:
         converter.start()
+        notebooks = sorted(course.release_dir.glob("*.ipynb"))
+        for nb in notebooks:
+            strip_marking_notes(nb)
+        if leaks := [f"{nb.name}: {found}" for nb in notebooks for found in find_leaks(nb)]:
+            raise AutograderError(f"the student version would show what students must not see: {'; '.join(leaks)}; "
+                                  f"fix it in {course.source_dir} and release again (the previous release is kept)")
     except BaseException as exc:
         if kept.is_dir():
             shutil.rmtree(course.release_dir, ignore_errors=True)
@@ -219,7 +250,8 @@ def generate_release(course: Course) -> list[Path]:
         if isinstance(exc, NbGraderException):
             notebook = failed_notebook(log.records)
             source = course.source_dir / notebook if notebook else course.source_dir
-            raise AutograderError(f"nbgrader could not generate the student version of "
+            of = " of" if notebook else ":"
+            raise AutograderError(f"nbgrader could not generate the student version{of} "
                                   f"{nbgrader_failure(course, log.records)}; fix it in {source} and release again "
                                   "(the previous release is kept)") from exc
         raise
@@ -227,7 +259,7 @@ def generate_release(course: Course) -> list[Path]:
         converter.log.removeHandler(log)
         converter.log.setLevel(level)
     shutil.rmtree(kept, ignore_errors=True)
-    return sorted(course.release_dir.glob("*.ipynb"))
+    return notebooks
 
 
 def strip_marking_notes(notebook: Path) -> int:
@@ -242,9 +274,10 @@ def strip_marking_notes(notebook: Path) -> int:
 
 
 def find_leaks(notebook: Path) -> list[str]:
-    """Solution or hidden-test markers left in a release notebook, as 'cell N: marker' strings."""
+    """What a release notebook shows that students must not see (LEAKS), as 'cell N (first line): what' strings."""
     nb = nbformat.read(notebook, as_version=4)
-    return [f"cell {i}: {m}" for i, cell in enumerate(nb.cells) for m in LEAK_MARKERS if m in cell.source]
+    return [f"{numbered_cell(cell, n)}: {what}" for n, cell in enumerate(nb.cells, 1) for pattern, what in LEAKS
+            if pattern.search(cell.source)]
 
 
 def _bundle_files(course: Course) -> list[tuple[Path, str]]:
@@ -403,17 +436,14 @@ def release(course: Course, due_date=KEEP) -> Release:
         flagged = flag_hand_scores(course, repointed)
         if due_date is not KEEP:
             set_due_date(course, due_date)
-        for nb in notebooks:
-            strip_marking_notes(nb)
-        leaks = {nb.name: found for nb in notebooks if (found := find_leaks(nb))}
-        if leaks:
-            raise AutograderError(f"the release still contains solution/hidden-test markers: {leaks}")
         bundle_dir, zip_path = write_bundle(course)
         write_formgrader_config(course)
         due = due_date_of(course)
+        # a new cell counts too: students lack it, and a hidden test that uses what it defines fails for everyone
         given_changed = {nb: labels for nb, cells in given_cells(course.release_dir).items() if nb in before
-                         and (labels := [label for cell_id, (source, label) in cells.items()
-                                         if cell_id in before[nb] and before[nb][cell_id][0] != source])}
+                         and (labels := [label + ("" if cell_id in before[nb] else ", new")
+                                         for cell_id, (source, label) in cells.items()
+                                         if cell_id not in before[nb] or before[nb][cell_id][0] != source])}
     return Release(notebooks, bundle_dir, zip_path, changed, regrade, due, given_changed, repointed, flagged)
 
 
@@ -453,13 +483,43 @@ def check_changes_since_last_release(course: Course) -> tuple[dict[str, list[str
     from .grade import moved_cells_error, release_drift
 
     names = [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))]
+    check_grade_ids_unique(course)
     with course.gradebook() as gb:
         if not _has_assignment(gb):
             return {}, {}
+        released = sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
+        if released != names and gb.assignment_submissions(ASSIGNMENT):
+            raise notebooks_changed_error(course, released, names)
         moved, changed, repointed = release_drift(course, gb, names)
         if moved and gb.assignment_submissions(ASSIGNMENT):
             raise moved_cells_error(moved)
         return changed, repointed
+
+
+def check_grade_ids_unique(course: Course) -> None:
+    """Raise AutograderError when two source notebooks share a grade id: collect tells a hand-in's notebook by its
+    grade ids (a file named otherwise is filed as the notebook whose ids it holds), and formgrader lists them by id."""
+    owners: dict[str, list[str]] = {}
+    for path in sorted(course.source_dir.glob("*.ipynb")):
+        ids = {nbgrader_meta(c).get("grade_id") for c in nbformat.read(path, as_version=4).cells}
+        for grade_id in sorted(i for i in ids if i):
+            owners.setdefault(grade_id, []).append(path.name)
+    if shared := {grade_id: nbs for grade_id, nbs in owners.items() if len(nbs) > 1}:
+        listing = "; ".join(f"{grade_id} in {' and '.join(nbs)}" for grade_id, nbs in sorted(shared.items()))
+        raise AutograderError(f"grade ids must differ between notebooks, but {listing}: collect tells which notebook a "
+                              f"hand-in is by them. Give the cells of one notebook new ids (in {course.source_dir}) and "
+                              "release again")
+
+
+def notebooks_changed_error(course: Course, released: list[str], sources: list[str]) -> AutograderError:
+    """The error for notebooks added, removed or renamed in the source folder after students handed in."""
+    gone, new = sorted(set(released) - set(sources)), sorted(set(sources) - set(released))
+    what = "; ".join(part for part in (f"no longer in the sources: {', '.join(gone)}" if gone else "",
+                                       f"new: {', '.join(new)}" if new else "") if part)
+    return AutograderError(
+        f"the source notebooks in {course.source_dir} are not the ones students handed in for ({what}). nbgrader cannot "
+        "change an assignment's notebooks once submissions exist, and grading needs each released notebook's source: "
+        "put them back as they were (a renamed notebook under its old name), or use a new build folder for the new set")
 
 
 def _has_assignment(gb) -> bool:

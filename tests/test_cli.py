@@ -979,11 +979,14 @@ def test_a_release_that_changes_a_given_code_cell_warns_that_students_keep_their
     number, cell = next((n, c) for n, c in enumerate(nb.cells, 1) if n > 2 and c.cell_type == "code"
                         and not c.metadata.get("nbgrader"))
     cell.source = "# changed after the release\n" + cell.source
+    # a new cell counts too (found by review: a hidden test using a name it defined failed for the whole class)
+    nb.cells.insert(number, nbformat.v4.new_code_cell("_SEED = 12  # added after the release"))
     nbformat.write(nb, edited)
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0, err + out
-    assert (f"WARNING: code cells that are no exercise changed since the last release (06-counting-language-model: "
-            f"cell {number} (# changed after the release)). Students keep the copies they started from") in out, out
+    assert (f"WARNING: code cells that are no exercise changed or were added since the last release "
+            f"(06-counting-language-model: cell {number} (# changed after the release), cell {number + 1} (_SEED = 12  "
+            "# added after the release), new). Students keep the copies they started from (without new cells)") in out, out
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0 and "WARNING" not in out, err + out  # released as it is now: nothing changed since
 
@@ -1065,14 +1068,14 @@ def test_a_build_folder_whose_name_a_url_would_misread_keeps_its_gradebook_insid
 
 def test_the_demos_manual_grading_command_runs_as_printed_in_a_folder_with_spaces(tmp_path, capsys, monkeypatch):
     """The demo's `cd COURSE && jupyter lab` line printed the course folder unquoted: pasted into a shell, a build
-    folder with a space or '?' in its name sent cd somewhere else."""
+    folder with a space or '&' in its name sent cd somewhere else."""
     import shlex
 
     from autograder.course import Course
     from autograder.demo import print_paths
 
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    course = Course.load(tmp_path / "term 1?")
+    course = Course.load(tmp_path / "term 1 & co")
     print_paths(course, *(tmp_path / name for name in ("s.zip", "l.zip", "g.csv", "c.csv", "t.png")), "sandbox",
                 "sandbox")
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("manual grading: "))
@@ -1095,3 +1098,115 @@ def test_a_build_or_source_folder_nbgrader_would_read_as_a_glob_pattern_is_refus
     monkeypatch.setenv("PART_II_SOURCE", str(build / "notebooks"))
     code, err, out = run(["release", "--build", str(tmp_path / "plain")], capsys)
     assert code == 2 and f"the source notebooks' folder {build / 'notebooks' / 'part-ii'} has" in err, err + out
+
+
+def _hidden_test_cell(nb):
+    """(number from 1, cell) of the notebook's first test cell with a hidden block."""
+    return next((n, c) for n, c in enumerate(nb.cells, 1) if "### BEGIN HIDDEN TESTS" in c.source)
+
+
+def _misspell_hidden_markers(nb):
+    _, cell = _hidden_test_cell(nb)
+    cell.source = cell.source.replace("### BEGIN HIDDEN TESTS", "### BEGIN HIDDEN TEST")
+    return cell
+
+
+def _drop_hidden_begin(nb):
+    _, cell = _hidden_test_cell(nb)
+    cell.source = cell.source.replace("### BEGIN HIDDEN TESTS\n", "")
+    return cell
+
+
+def _unprefixed_marking_note(nb):
+    note = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("note_"))
+    note.metadata["nbgrader"]["grade_id"] = "cell-5a1b2c3d"  # the kind of id Create Assignment makes
+    return note
+
+
+def _negative_points(nb):
+    _, cell = _hidden_test_cell(nb)
+    cell.metadata["nbgrader"]["points"] = -3
+    return None
+
+
+def _no_grade_id(nb):
+    _, cell = _hidden_test_cell(nb)
+    del cell.metadata["nbgrader"]["grade_id"]
+    return None
+
+
+@pytest.mark.parametrize("mistake, says", [
+    (_misspell_hidden_markers, "a solution or hidden-test marker (nbgrader removes only the exact lines"),
+    (_drop_hidden_begin, "a hidden check (reveal=False): its ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS lines are "
+                         "missing or misspelt"),
+    (_unprefixed_marking_note, "a marking note (评分要点): release removes only cells whose grade id starts with note_"),
+    (_negative_points, "nbgrader could not generate the student version of 01-probability-and-bayes.ipynb: -3 is less "
+                       "than the minimum of 0; fix it in"),
+    (_no_grade_id, "nbgrader could not generate the student version of 01-probability-and-bayes.ipynb: nbgrader cell "
+                   'does not have a grade_id: """Check event_probability'),  # the cell by its first line
+], ids=["misspelt-hidden-marker", "hidden-begin-missing", "note-without-prefix", "negative-points", "no-grade-id"])
+def test_an_authoring_mistake_is_refused_naming_its_cause_and_nothing_secret_is_released(mistake, says, tmp_path,
+                                                                                          capsys, monkeypatch):
+    """Found by review: a misspelt or missing hidden-test marker released the hidden tests (nbgrader removes only exact
+    markers, a stray END silently), a marking note under another grade id than note_* was released, and nbgrader's
+    schema errors were quoted by their last line ('    -3') instead of their cause."""
+    import nbformat
+
+    from shared_builds import editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    release_dir = build / "course" / "release" / "part-ii"
+    before = {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))}
+    zip_before = (build / "course" / "student" / "part-ii.zip").read_bytes()
+    edited = editable_sources(tmp_path, monkeypatch) / "01-probability-and-bayes.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    cell = mistake(nb)
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2 and says in err and "the previous release is kept" in err, err + out
+    if cell is not None:  # the leak is named by notebook and cell
+        number = next(n for n, c in enumerate(nb.cells, 1) if c is cell)
+        first = cell.source.strip().splitlines()[0]
+        assert f"01-probability-and-bayes.ipynb: cell {number} ({first[:60]}" in err, err
+    assert {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))} == before
+    assert (build / "course" / "student" / "part-ii.zip").read_bytes() == zip_before
+
+
+def test_grade_ids_shared_between_notebooks_are_refused(tmp_path, capsys, monkeypatch):
+    """A notebook copied to start a new one kept its grade ids; collect then filed a hand-in of the copy as the
+    original notebook, by its ids (found by review)."""
+    import shutil
+
+    from shared_builds import editable_sources
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    sources = editable_sources(tmp_path, monkeypatch)
+    shutil.copy(sources / "01-probability-and-bayes.ipynb", sources / "07-extra.ipynb")
+    code, err, out = run(["release", "--build", str(tmp_path / "build")], capsys)
+    assert code == 2, err + out
+    assert ("grade ids must differ between notebooks, but " in err
+            and " in 01-probability-and-bayes.ipynb and 07-extra.ipynb" in err), err
+    assert not (tmp_path / "build" / "course" / "release").exists()
+
+
+def test_notebooks_added_or_removed_after_hand_in_are_refused_before_nbgrader(tmp_path, capsys, monkeypatch):
+    """Renaming a source notebook after hand-in got nbgrader's "Cannot modify existing assignment 'Assignment<part-ii>'"
+    as the notebook's name, and grading then crashed on the missing source (found by review)."""
+    from shared_builds import editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    download = tmp_path / "download" / "carol"
+    download.mkdir(parents=True)
+    (download / "02-shapes-and-loss.ipynb").write_bytes(
+        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
+    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    assert run(["grade", "--workers", "1", "--build", str(build)], capsys)[0] == 0  # a submission in the gradebook
+    sources = editable_sources(tmp_path, monkeypatch)
+    (sources / "01-probability-and-bayes.ipynb").rename(sources / "01-probability.ipynb")
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2, err + out
+    assert (f"the source notebooks in {sources} are not the ones students handed in for (no longer in the sources: "
+            "01-probability-and-bayes; new: 01-probability)") in err and "put them back as they were" in err, err
+    assert "Assignment<" not in err
