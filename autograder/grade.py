@@ -175,23 +175,31 @@ def to_grade(course: Course) -> list[str]:
     return [s for s in course.submitted_students() if jobs.get(s, {}).get("state") != "done" or s in stale]
 
 
-def plan_jobs(session, course: Course, students: list[str], force: bool) -> tuple[list[str], list[str]]:
-    """Bring the job table up to date; return (students to grade, students skipped as already graded)."""
+def plan_jobs(session, course: Course, students: list[str], force: bool, write: bool = True
+              ) -> tuple[list[str], list[str]]:
+    """Bring the job table up to date (without write, only tell); return (students to grade, students skipped as
+    already graded)."""
     existing = {r.student_id: r for r in session.execute(select(JOBS).where(JOBS.c.assignment == ASSIGNMENT))}
     todo, skipped = [], []
     for student in students:
         digest = _digest(course.step_dir("submitted", student))
         row = existing.get(student)
+        if row is None and not write:
+            todo.append(student)
+            continue
         if row is None:
             session.execute(JOBS.insert().values(student_id=student, assignment=ASSIGNMENT, digest=digest,
                                                  state="pending", attempts=0, commits=0))
             todo.append(student)
             continue
-        if row.state == "running":
-            _kill_stale_worker(row.pid)
         if row.state == "done" and row.digest == digest and not force:
             skipped.append(student)
             continue
+        if not write:
+            todo.append(student)
+            continue
+        if row.state == "running":
+            _kill_stale_worker(row.pid)
         _update_job(session, student, state="pending", digest=digest, pid=None)
         todo.append(student)
     session.commit()
@@ -355,6 +363,11 @@ def moved_cells_error(moved: dict[str, list[str]]) -> AutograderError:
 def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
     """Raise when test cells were edited after release: graded kernels would run the released test cells
     (nbgrader restores them from the gradebook) against values recorded from the edited ones."""
+    if missing := [name for name in notebooks if not (course.source_dir / f"{name}.ipynb").is_file()]:
+        raise AutograderError(f"the source of released {'notebook' if len(missing) == 1 else 'notebooks'} "
+                              f"{', '.join(missing)} is not in {course.source_dir} (renamed or removed?): grading "
+                              "records each released notebook's expected values from its source. Put it back under "
+                              "its released name")
     moved, changed, _ = release_drift(course, gb, notebooks)
     if moved and gb.assignment_submissions(ASSIGNMENT):
         raise moved_cells_error(moved)
@@ -802,18 +815,23 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
         with course.lock("grade"), course.gradebook() as gb:
             refuse_stale_release(course, gb, notebooks)
             JOBS.create(gb.engine, checkfirst=True)
+            records = None
+            # the sources are recorded before any job changes: a source that fails its own checks is refused with
+            # every earlier grade standing (a forced regrade was reset first, and exported empty)
+            preview = plan_jobs(gb.db, course, students, options.force, write=False)[0]
+            gb.db.rollback()  # no transaction stays open while the sources run (formgrader may write meanwhile)
+            if preview:
+                records = expected_records(course, notebooks)
+                if records:
+                    warn_weak_cells(json.loads(records.read_text(encoding="utf-8")))
             todo, skipped = plan_jobs(gb.db, course, students, options.force)
             course.grading_dir.mkdir(parents=True, exist_ok=True)
             for stale in course.grading_dir.iterdir():  # left by a killed run (we hold the lock: none is live)
                 if stale.is_dir():
                     discard_job_dir(stale)
             template = course.grading_dir / "template.db"
-            records = None
             if todo:
                 build_template(course, gb.engine, template)
-                records = expected_records(course, notebooks)
-                if records:
-                    warn_weak_cells(json.loads(records.read_text(encoding="utf-8")))
             scheduler = Scheduler(course, gb, options, notebooks, sandboxed, template, records)
             result = scheduler.run(largest_first(course, todo))
             result.skipped = skipped

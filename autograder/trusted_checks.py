@@ -327,7 +327,12 @@ async def _record_many(paths: list[Path], timeout: int, parallel: int) -> list[d
         async with gate:
             return _records_of_notebook(path, await _run_in_record_mode(path, timeout))
 
-    return list(await asyncio.gather(*(one(p) for p in paths)))
+    # every notebook runs to its end: a failure raised at once cancelled the others' kernels mid-run, and their
+    # deaths printed screens of ZMQ and DeadKernelError tracebacks above the one error that mattered
+    results = await asyncio.gather(*(one(p) for p in paths), return_exceptions=True)
+    if failed := next((r for r in results if isinstance(r, BaseException)), None):
+        raise failed
+    return results
 
 
 def record_assignment(source_dir: Path, notebooks: list[str] | None = None, timeout: int = 300,

@@ -1210,3 +1210,54 @@ def test_notebooks_added_or_removed_after_hand_in_are_refused_before_nbgrader(tm
     assert (f"the source notebooks in {sources} are not the ones students handed in for (no longer in the sources: "
             "01-probability-and-bayes; new: 01-probability)") in err and "put them back as they were" in err, err
     assert "Assignment<" not in err
+
+
+def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standing(tmp_path, capfd, monkeypatch):
+    """`grade --force` reset the jobs before recording the sources; a model answer that failed its own check then
+    refused the grading with every forced student exported as 'not graded', scores empty, after screens of the other
+    notebooks' kernels dying (found by review)."""
+    capsys = capfd  # the kernels' own output too: they write to the process's stderr
+    import nbformat
+
+    from shared_builds import editable_sources, read_grades_csv, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    download = tmp_path / "download" / "carol"
+    download.mkdir(parents=True)
+    (download / "02-shapes-and-loss.ipynb").write_bytes(
+        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
+    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    assert run(["grade", "--workers", "1", "--build", str(build)], capsys)[0] == 0
+    assert run(["export", "--build", str(build)], capsys)[0] == 0
+    graded = read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"]
+    edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    cell = next(c for c in nb.cells if "def perplexity_from_loss" in c.source)
+    cell.source = cell.source.replace('return float(2.0 ** mean_loss)', 'return float(np.exp(mean_loss))')
+    nbformat.write(nb, edited)
+    code, err, out = run(["grade", "--force", "--workers", "1", "--build", str(build)], capsys)
+    assert code == 2 and "the instructor notebooks cannot be used for grading" in err, err + out
+    assert "Traceback" not in err and "DeadKernelError" not in err, err
+    assert run(["export", "--build", str(build)], capsys)[0] == 0
+    assert read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"] == graded
+
+
+def test_grading_with_a_released_notebooks_source_gone_says_so(tmp_path, capsys, monkeypatch):
+    """A source notebook renamed without a release: grade crashed with a FileNotFoundError traceback (found by
+    review)."""
+    from shared_builds import editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    download = tmp_path / "download" / "carol"
+    download.mkdir(parents=True)
+    (download / "02-shapes-and-loss.ipynb").write_bytes(
+        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
+    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    sources = editable_sources(tmp_path, monkeypatch)
+    (sources / "01-probability-and-bayes.ipynb").rename(sources / "01-probability.ipynb")
+    code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
+    assert code == 2, err + out
+    assert (f"the source of released notebook 01-probability-and-bayes is not in {sources} (renamed or removed?)"
+            in err and "Traceback" not in err), err
