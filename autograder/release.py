@@ -424,10 +424,16 @@ def release(course: Course, due_date=KEEP) -> Release:
 
     due_date: naive UTC or None (no due date) to record in the gradebook; KEEP leaves it as it is.
     """
-    from .grade import regrade_after_new_tests
+    from .grade import expected_records, regrade_after_new_tests
 
     with course.lock("release"):
         changed, repointed = check_changes_since_last_release(course)
+        if changed:  # the regrade queued below would fail on sources that fail their own checks, the class ungraded
+            try:
+                expected_records(course, [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))])
+            except AutograderError as exc:
+                raise AutograderError(f"{exc}; fix the source and release again (nothing was released, and the class "
+                                      "keeps its grades)") from None
         # before nbgrader runs: it records the new test cells in the gradebook, and a release that fails or is
         # interrupted after that would leave the next one nothing to compare, and the class graded under old tests
         regrade = regrade_after_new_tests(course) if changed else []

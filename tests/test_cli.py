@@ -1261,3 +1261,38 @@ def test_grading_with_a_released_notebooks_source_gone_says_so(tmp_path, capsys,
     assert code == 2, err + out
     assert (f"the source of released notebook 01-probability-and-bayes is not in {sources} (renamed or removed?)"
             in err and "Traceback" not in err), err
+
+
+def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the_grades_stand(tmp_path, capsys,
+                                                                                               monkeypatch):
+    """A hidden check the model answer fails was released, every graded student queued again, and the next grade
+    refused: export then showed the whole class ungraded, and feedback removed their pages (found by review)."""
+    import nbformat
+
+    from shared_builds import editable_sources, read_grades_csv, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    download = tmp_path / "download" / "carol"
+    download.mkdir(parents=True)
+    (download / "02-shapes-and-loss.ipynb").write_bytes(
+        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
+    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    assert run(["grade", "--workers", "1", "--build", str(build)], capsys)[0] == 0
+    assert run(["export", "--build", str(build)], capsys)[0] == 0
+    graded = read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"]
+    release_before = (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes()
+    edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_perplexity_from_loss")
+    test.source = test.source.replace("give PPL = K\", perplexity_from_loss(float(np.log(_k)), \"nats\"), _k,",
+                                      "give PPL = K\", perplexity_from_loss(float(np.log(_k)), \"nats\"), _k + 1,")
+    assert "_k + 1" in test.source
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2, err + out
+    assert ("the instructor's solution fails its own check in test_perplexity_from_loss: uniform predictions over K "
+            "candidates give PPL = K" in err and "nothing was released, and the class keeps its grades" in err), err
+    assert (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes() == release_before
+    assert run(["export", "--build", str(build)], capsys)[0] == 0
+    assert read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"] == graded
