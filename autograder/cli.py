@@ -282,6 +282,11 @@ def _run(args: argparse.Namespace) -> int:
                   f"{result.flagged} hand {'score' if result.flagged == 1 else 'scores'} given under the old points "
                   f"{'is' if result.flagged == 1 else 'are'} flagged for review in formgrader (until changed, a score "
                   "counts as given, even above the new maximum)")
+        if result.stated_points:
+            listed_stated = "; ".join(f"{nb}: {', '.join(notes)}" for nb, notes in sorted(result.stated_points.items()))
+            print(f"WARNING: the notebooks' text states other points than their cells hold ({listed_stated}). Students "
+                  "read the text, the gradebook counts the cells' points: correct the text (or the points) and release "
+                  "again")
         if result.given_changed:
             listed_given = "; ".join(f"{nb}: {', '.join(cells)}" for nb, cells in sorted(result.given_changed.items()))
             print(f"WARNING: code cells that are no exercise changed or were added since the last release "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import cell_points, headings, nbgrader_meta, numbered_cell
+from .cells import HEADING, cell_points, headings, nbgrader_meta, numbered_cell
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
@@ -68,6 +68,7 @@ class Release:
     given_changed: dict[str, list[str]] = field(default_factory=dict)  # given code cells changed: 'cell N (…)' each
     answer_points: dict[str, list[str]] = field(default_factory=dict)  # hand-graded answers whose points changed
     flagged: int = 0  # hand scores given under their old points, flagged for review
+    stated_points: dict[str, list[str]] = field(default_factory=dict)  # text stating other points than the cells
 
 
 def parse_moment(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
@@ -332,13 +333,52 @@ def due_date_text(due: dt.datetime | None) -> str:
             "交卷时间按收到的文件时间计；晚交多久会被记录下来，如何处理由老师决定。")
 
 
+TITLE_POINTS = re.compile(r"本笔记本共\s*(\d+(?:\.\d+)?)\s*分（自动评分\s*(\d+(?:\.\d+)?)\s*分，人工评分\s*(\d+(?:\.\d+)?)\s*分）")
+EXERCISE_POINTS = re.compile(r"(练习\s*[\d.]+)（(\d+(?:\.\d+)?)\s*分")  # an exercise heading: 练习 1.2（3 分）…
+
+
+def counted(cell) -> bool:
+    """Whether nbgrader counts the cell's points in the maximum: a graded cell, or a task."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade") or meta.get("task"))
+
+
+def stated_points_drift(nb) -> list[str]:
+    """Where a notebook's text states other points than its cells hold: the title's '本笔记本共 N 分（自动评分 A 分，
+    人工评分 M 分）' and each exercise heading's '练习 K（P 分' (the graded cells up to the next heading as high)."""
+    auto = sum(cell_points(c) for c in nb.cells if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution"))
+    manual = sum(cell_points(c) for c in nb.cells if counted(c)) - auto
+    notes = []
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    if (title := TITLE_POINTS.search(text)) and tuple(map(float, title.groups())) != (auto + manual, auto, manual):
+        notes.append(f"the title says {title[1]} ({title[2]} autograded + {title[3]} by hand), the cells hold "
+                     f"{auto + manual:g} ({auto:g} + {manual:g})")
+    open_exercise = None  # [label, heading level, stated points, points of its cells]
+    exercises = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and not counted(cell):
+            for line in cell.source.splitlines():
+                if not (heading := HEADING.match(line)):
+                    continue
+                level = len(line.lstrip()) - len(line.lstrip().lstrip("#"))
+                if open_exercise and level <= open_exercise[1]:
+                    open_exercise = None
+                if found := EXERCISE_POINTS.search(heading[1]):
+                    open_exercise = [found[1], level, float(found[2]), 0.0]
+                    exercises.append(open_exercise)
+        elif counted(cell) and open_exercise:
+            open_exercise[3] += cell_points(cell)
+    notes += [f"{label} says {stated:g}, its cells hold {held:g}" for label, _, stated, held in exercises if stated != held]
+    return notes
+
+
 def student_readme(notebooks: list[Path], pins: dict[str, str], due: dt.datetime | None = None) -> str:
     """The student's README.md: a row per release notebook (file, title, points), then set-up, work and hand-in
     (with the due date, naive UTC, when one is recorded)."""
     rows = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
-        points = sum(cell_points(c) for c in nb.cells if nbgrader_meta(c).get("grade"))
+        points = sum(cell_points(c) for c in nb.cells if counted(c))
         title = (notebook_title(nb) or path.stem).replace("|", "\\|")  # a | would end the table cell
         rows.append(f"| `{path.name}` | {title} | {points:g} |")
     return STUDENT_README.read_text(encoding="utf-8").format(
@@ -450,7 +490,8 @@ def release(course: Course, due_date=KEEP) -> Release:
                          and (labels := [label + ("" if cell_id in before[nb] else ", new")
                                          for cell_id, (source, label) in cells.items()
                                          if cell_id not in before[nb] or before[nb][cell_id][0] != source])}
-    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due, given_changed, repointed, flagged)
+    stated = {nb.stem: notes for nb in notebooks if (notes := stated_points_drift(nbformat.read(nb, as_version=4)))}
+    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due, given_changed, repointed, flagged, stated)
 
 
 def flag_hand_scores(course: Course, answers: dict[str, list[str]]) -> int:

@@ -1296,3 +1296,29 @@ def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the
     assert (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes() == release_before
     assert run(["export", "--build", str(build)], capsys)[0] == 0
     assert read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"] == graded
+
+
+def test_a_release_warns_when_the_notebook_text_states_other_points_than_its_cells(tmp_path, capsys, monkeypatch):
+    """New points on a test cell left '本笔记本共 13 分' and '练习 1.2（3 分）' in the text students read, and a task cell's
+    points were missing from the student README's table while nbgrader counted them (found by review)."""
+    import nbformat
+
+    from shared_builds import editable_sources
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    edited = editable_sources(tmp_path, monkeypatch) / "01-probability-and-bayes.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_posterior")
+    test.metadata["nbgrader"]["points"] = 4
+    nb.cells.append(nbformat.v4.new_markdown_cell("请在下面写出推导过程。", metadata={"nbgrader": {
+        "grade": False, "solution": False, "task": True, "locked": True, "points": 2, "grade_id": "task_derivation",
+        "schema_version": 3}}))
+    nbformat.write(nb, edited)
+    build = tmp_path / "build"
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0, err + out
+    assert ("WARNING: the notebooks' text states other points than their cells hold (01-probability-and-bayes: the "
+            "title says 13 (11 autograded + 2 by hand), the cells hold 16 (12 + 4), 练习 1.2 says 3, its cells hold 4)"
+            ) in out, out
+    readme = (build / "course" / "student" / "part-ii" / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"\| `01-probability-and-bayes.ipynb` \| .* \| 16 \|", readme), readme
