@@ -300,9 +300,11 @@ def warn_weak_cells(records: dict) -> None:
 
     weak = weak_cells(records)
     if weak:
-        print(f"WARNING: {len(weak)} test cell(s) use only check_true/check_raises, whose verdict the student's "
-              f"own process computes, so a student who patches the helper passes them: {', '.join(weak)}. "
-              "Add a value check (check_close or check_equal) to each.", file=sys.stderr)
+        n = len(weak)
+        print(f"WARNING: {n} test {'cell has' if n == 1 else 'cells have'} no value check, only plain asserts, "
+              "check_true or check_raises, whose verdict the student's own process computes, so a student who patches "
+              f"them passes: {', '.join(weak)}. Add a value check (check_close or check_equal, from checks.py) to "
+              f"{'it' if n == 1 else 'each'}.", file=sys.stderr)
 
 
 def release_drift(course: Course, gb, notebooks: list[str]

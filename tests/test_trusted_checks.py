@@ -116,6 +116,8 @@ def test_grade_warns_about_weak_test_cells_and_not_about_strong_ones(capsys):
     assert "check_close" in err  # says what to do about it
     warn_weak_cells({"nb": {"test_b": records["nb"]["test_b"]}})
     assert capsys.readouterr().err == ""
+    warn_weak_cells({"nb": {"test_asserts": []}})  # bare asserts only send nothing: named as such (found by review)
+    assert "1 test cell has no value check, only plain asserts, check_true or check_raises" in capsys.readouterr().err
 
 
 RAISES = {"kind": "raises", "label": "an unknown unit raises ValueError", "raised": "ValueError"}
