@@ -1322,3 +1322,25 @@ def test_a_release_warns_when_the_notebook_text_states_other_points_than_its_cel
             ) in out, out
     readme = (build / "course" / "student" / "part-ii" / "README.md").read_text(encoding="utf-8")
     assert re.search(r"\| `01-probability-and-bayes.ipynb` \| .* \| 16 \|", readme), readme
+
+
+def test_check_on_a_course_notebook_without_exercises_says_there_is_nothing_to_check(tmp_path, capsys, monkeypatch):
+    """A released appendix notebook with no graded cells was called 'not a notebook of this course' by check, which
+    told the student to paste answers into the released notebook (found by review)."""
+    import nbformat
+
+    from shared_builds import editable_sources
+
+    sources = editable_sources(tmp_path, monkeypatch)
+    appendix = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 附录"),
+                                               nbformat.v4.new_code_cell("print(6 * 7)")])
+    nbformat.write(appendix, sources / "07-appendix.ipynb")
+    student = tmp_path / "student"
+    student.mkdir()
+    nbformat.write(appendix, student / "07-appendix.ipynb")
+    nbformat.write(appendix, student / "notes.ipynb")
+    code, err, out = run(["check", str(student / "07-appendix.ipynb")], capsys)
+    assert code == 0 and "this notebook of the course has no graded exercises, so there is nothing to check" in out, \
+        err + out
+    code, err, out = run(["check", str(student / "notes.ipynb")], capsys)  # any other notebook: as before
+    assert code == 2 and "has no graded cells: it is not a notebook of this course" in err, err + out
