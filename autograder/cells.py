@@ -41,14 +41,20 @@ def plain_heading(text: str) -> str:
     return re.sub(r"\s+", " ", "".join(parts)).strip()
 
 
-def headings(markdown: str):
-    """The texts of a markdown cell's headings (outside code fences), in order, as plain_heading reads them."""
+def leveled_headings(markdown: str):
+    """(level 1-6, text) of a markdown cell's headings (outside code fences), in order, as plain_heading reads them."""
     fenced = False
     for line in markdown.splitlines():
         if FENCE.match(line):
             fenced = not fenced
         elif not fenced and (m := HEADING.match(line)) and (text := plain_heading(m.group(1))):
-            yield text
+            yield len(line.lstrip(" ")) - len(line.lstrip(" ").lstrip("#")), text
+
+
+def headings(markdown: str):
+    """The texts of a markdown cell's headings (outside code fences), in order, as plain_heading reads them."""
+    for _, text in leveled_headings(markdown):
+        yield text
 
 
 def last_heading(markdown: str) -> str | None:

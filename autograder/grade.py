@@ -394,9 +394,10 @@ def regrade_after_new_tests(course: Course) -> list[str]:
     return students
 
 
-def expected_records(course: Course, notebooks: list[str]) -> Path | None:
-    """Run the source notebooks in record mode once (cached by content); return the records file, or None
-    when the trusted-checks module is not available."""
+def expected_records(course: Course, notebooks: list[str], root: Path | None = None) -> Path | None:
+    """Run the source notebooks in record mode once (cached by content), with the code/ and data/ of root (default:
+    the student bundle's, which graded kernels get); return the records file, or None when the trusted-checks module
+    is not available."""
     try:
         from .trusted_checks import record_assignment
     except ImportError:
@@ -404,13 +405,14 @@ def expected_records(course: Course, notebooks: list[str]) -> Path | None:
               file=sys.stderr)
         return None
     sources = [course.source_dir / f"{n}.ipynb" for n in notebooks]
-    digest = _content_digest(sources + [course.bundle_dir / "code", course.bundle_dir / "data"])
+    root = root or course.bundle_dir
+    digest = _content_digest(sources + [root / "code", root / "data"])
     cache = Path(os.environ.get("PART_II_CACHE") or REPO / "build" / "cache") / f"expected-records-{digest[:24]}.json"
     if not cache.exists():
         print(f"recording the expected values of {len(notebooks)} source notebooks (once per version of the sources)",
               file=sys.stderr, flush=True)
         saved = os.environ.get("PART_II_ROOT")
-        os.environ["PART_II_ROOT"] = str(course.bundle_dir)  # the same code/ and data/ the graded kernels get
+        os.environ["PART_II_ROOT"] = str(root)  # by default the same code/ and data/ the graded kernels get
         try:
             records = record_assignment(course.source_dir, notebooks)
         except Exception as exc:  # noqa: BLE001 - CellExecutionError, ValueError...: the sources are broken

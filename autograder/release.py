@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import HEADING, cell_points, headings, nbgrader_meta, numbered_cell
+from .cells import cell_points, headings, leveled_headings, nbgrader_meta, numbered_cell
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
@@ -34,11 +34,12 @@ LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HID
 # line silently), so a misspelt one leaves the hidden tests in; hidden checks are the only ones that pass reveal=False;
 # marking notes begin with 评分要点 and go only under a note_ grade id
 LEAKS = (
-    (re.compile(r"(BEGIN|END)[\s_-]*(HIDDEN[\s_-]*TESTS?|SOLUTION)", re.IGNORECASE),
+    (re.compile(r"^\s*#+\s*(BEGIN|END)\b[\s_-]*(HIDDEN[\s_-]*TESTS?|SOLUTION)\b", re.IGNORECASE | re.MULTILINE),
      "a solution or hidden-test marker (nbgrader removes only the exact lines ### BEGIN SOLUTION, ### END SOLUTION, "
      "### BEGIN HIDDEN TESTS and ### END HIDDEN TESTS)"),
     (re.compile(r"reveal\s*=\s*False"),
-     "a hidden check (reveal=False): its ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS lines are missing or misspelt"),
+     "a hidden check (reveal=False) outside a hidden-test block: its ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS "
+     "lines are missing or misspelt, or the check belongs inside one"),
     (re.compile(r"评分要点"), "a marking note (评分要点): release removes only cells whose grade id starts with note_"),
 )
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
@@ -215,6 +216,40 @@ def nbgrader_failure(course: Course, records: list[logging.LogRecord]) -> str:
     return f"{notebook}: {cause}{where}" if notebook else cause
 
 
+def leaks_error(course: Course, leaks: list[str], outcome: str) -> AutograderError:
+    """The refusal of a student version that would show what students must not see ('NOTEBOOK: cell N (…): what')."""
+    return AutograderError(f"the student version would show what students must not see: {'; '.join(leaks)}; fix it "
+                           f"in {course.source_dir} and release again ({outcome})")
+
+
+MARKED_REGIONS = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*$.*?^[ \t]*### END \1[ \t]*$",
+                            re.MULTILINE | re.DOTALL)
+
+
+def source_leaks(course: Course) -> list[str]:
+    """find_leaks on the source notebooks as nbgrader will release them (exactly marked regions and note_ cells taken
+    out), before nbgrader writes anything to the gradebook: 'NOTEBOOK: cell N (…): what' strings."""
+    found = []
+    for path in sorted(course.source_dir.glob("*.ipynb")):
+        for number, cell in enumerate(read_source(path).cells, 1):
+            if nbgrader_meta(cell).get("grade_id", "").startswith(MARKING_NOTE_PREFIX):
+                continue
+            released = MARKED_REGIONS.sub("", cell.source)
+            found += [f"{path.name}: {numbered_cell(cell, number)}: {what}" for pattern, what in LEAKS
+                      if pattern.search(released)]
+    return found
+
+
+def read_source(path: Path):
+    """A source notebook, read; AutograderError naming it when it is no notebook nbformat can read."""
+    try:
+        return nbformat.read(path, as_version=4)
+    except (ValueError, OSError) as exc:  # NotJSONError (a merge conflict left in it), a validation error, unreadable
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AutograderError(f"the source notebook {path} cannot be read ({first[:200]}); fix it and release "
+                              "again") from None
+
+
 def generate_release(course: Course) -> list[Path]:
     """Run nbgrader's GenerateAssignment (records the assignment in the gradebook), remove the marking notes and check
     that nothing secret is left (find_leaks); return the release notebooks. When nbgrader fails or something secret is
@@ -230,9 +265,12 @@ def generate_release(course: Course) -> list[Path]:
     converter.force = True
     converter.create_assignment = True
     kept = course.root / ".release-before"  # not under release/: formgrader would list it as an assignment
+    if kept.is_dir() and not course.release_dir.is_dir():  # a run killed between nbgrader's delete and the restore
+        kept.replace(course.release_dir)
     shutil.rmtree(kept, ignore_errors=True)
     if course.release_dir.is_dir():
         shutil.copytree(course.release_dir, kept)
+    outcome = "the previous release is kept" if kept.is_dir() else "nothing was released"
     log, level = _NbgraderLog(), converter.log.level
     converter.log.addHandler(log)
     converter.log.setLevel(logging.INFO)  # "Converting notebook …" says which notebook failed
@@ -242,11 +280,10 @@ def generate_release(course: Course) -> list[Path]:
         for nb in notebooks:
             strip_marking_notes(nb)
         if leaks := [f"{nb.name}: {found}" for nb in notebooks for found in find_leaks(nb)]:
-            raise AutograderError(f"the student version would show what students must not see: {'; '.join(leaks)}; "
-                                  f"fix it in {course.source_dir} and release again (the previous release is kept)")
+            raise AutograderError(leaks_error(course, leaks, outcome))
     except BaseException as exc:
+        shutil.rmtree(course.release_dir, ignore_errors=True)  # a first release leaves no student version behind
         if kept.is_dir():
-            shutil.rmtree(course.release_dir, ignore_errors=True)
             kept.replace(course.release_dir)
         if isinstance(exc, NbGraderException):
             notebook = failed_notebook(log.records)
@@ -254,7 +291,7 @@ def generate_release(course: Course) -> list[Path]:
             of = " of" if notebook else ":"
             raise AutograderError(f"nbgrader could not generate the student version{of} "
                                   f"{nbgrader_failure(course, log.records)}; fix it in {source} and release again "
-                                  "(the previous release is kept)") from exc
+                                  f"({outcome})") from exc
         raise
     finally:
         converter.log.removeHandler(log)
@@ -350,25 +387,25 @@ def stated_points_drift(nb) -> list[str]:
     manual = sum(cell_points(c) for c in nb.cells if counted(c)) - auto
     notes = []
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    if (title := TITLE_POINTS.search(text)) and tuple(map(float, title.groups())) != (auto + manual, auto, manual):
+    if (title := TITLE_POINTS.search(text)) and not all(
+            math.isclose(float(a), b) for a, b in zip(title.groups(), (auto + manual, auto, manual))):
         notes.append(f"the title says {title[1]} ({title[2]} autograded + {title[3]} by hand), the cells hold "
                      f"{auto + manual:g} ({auto:g} + {manual:g})")
     open_exercise = None  # [label, heading level, stated points, points of its cells]
     exercises = []
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and not counted(cell):
-            for line in cell.source.splitlines():
-                if not (heading := HEADING.match(line)):
-                    continue
-                level = len(line.lstrip()) - len(line.lstrip().lstrip("#"))
+        # a task cell may carry its own heading (read before its points count); an answer's headings are the student's
+        if cell.cell_type == "markdown" and not nbgrader_meta(cell).get("solution"):
+            for level, heading in leveled_headings(cell.source):
                 if open_exercise and level <= open_exercise[1]:
                     open_exercise = None
-                if found := EXERCISE_POINTS.search(heading[1]):
+                if found := EXERCISE_POINTS.search(heading):
                     open_exercise = [found[1], level, float(found[2]), 0.0]
                     exercises.append(open_exercise)
-        elif counted(cell) and open_exercise:
+        if counted(cell) and open_exercise:
             open_exercise[3] += cell_points(cell)
-    notes += [f"{label} says {stated:g}, its cells hold {held:g}" for label, _, stated, held in exercises if stated != held]
+    notes += [f"{label} says {stated:g}, its cells hold {held:g}" for label, _, stated, held in exercises
+              if not math.isclose(stated, held)]
     return notes
 
 
@@ -468,9 +505,12 @@ def release(course: Course, due_date=KEEP) -> Release:
 
     with course.lock("release"):
         changed, repointed = check_changes_since_last_release(course)
+        if leaks := source_leaks(course):  # before nbgrader records anything in the gradebook
+            raise leaks_error(course, leaks, "nothing was released" if not course.release_dir.is_dir()
+                              else "the previous release is kept")
         if changed:  # the regrade queued below would fail on sources that fail their own checks, the class ungraded
-            try:
-                expected_records(course, [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))])
+            try:  # with the code/ and data/ this release ships (the bundle's are the last release's)
+                expected_records(course, [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))], root=REPO)
             except AutograderError as exc:
                 raise AutograderError(f"{exc}; fix the source and release again (nothing was released, and the class "
                                       "keeps its grades)") from None
@@ -478,8 +518,10 @@ def release(course: Course, due_date=KEEP) -> Release:
         # interrupted after that would leave the next one nothing to compare, and the class graded under old tests
         regrade = regrade_after_new_tests(course) if changed else []
         before = given_cells(course.release_dir)
-        notebooks = generate_release(course)
-        flagged = flag_hand_scores(course, repointed)
+        try:
+            notebooks = generate_release(course)
+        finally:  # nbgrader may have recorded the new points before failing: the next release would see no change
+            flagged = flag_hand_scores(course, repointed)
         if due_date is not KEEP:
             set_due_date(course, due_date)
         bundle_dir, zip_path = write_bundle(course)
@@ -535,7 +577,7 @@ def check_changes_since_last_release(course: Course) -> tuple[dict[str, list[str
         if not _has_assignment(gb):
             return {}, {}
         released = sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
-        if released != names and gb.assignment_submissions(ASSIGNMENT):
+        if released != names and (gb.assignment_submissions(ASSIGNMENT) or course.submitted_students()):
             raise notebooks_changed_error(course, released, names)
         moved, changed, repointed = release_drift(course, gb, names)
         if moved and gb.assignment_submissions(ASSIGNMENT):
@@ -548,7 +590,7 @@ def check_grade_ids_unique(course: Course) -> None:
     grade ids (a file named otherwise is filed as the notebook whose ids it holds), and formgrader lists them by id."""
     owners: dict[str, list[str]] = {}
     for path in sorted(course.source_dir.glob("*.ipynb")):
-        ids = {nbgrader_meta(c).get("grade_id") for c in nbformat.read(path, as_version=4).cells}
+        ids = {nbgrader_meta(c).get("grade_id") for c in read_source(path).cells}
         for grade_id in sorted(i for i in ids if i):
             owners.setdefault(grade_id, []).append(path.name)
     if shared := {grade_id: nbs for grade_id, nbs in owners.items() if len(nbs) > 1}:
@@ -559,7 +601,8 @@ def check_grade_ids_unique(course: Course) -> None:
 
 
 def notebooks_changed_error(course: Course, released: list[str], sources: list[str]) -> AutograderError:
-    """The error for notebooks added, removed or renamed in the source folder after students handed in."""
+    """The error for notebooks added, removed or renamed in the source folder after students handed in (collected or
+    graded: grading a hand-in needs its notebook in the assignment)."""
     gone, new = sorted(set(released) - set(sources)), sorted(set(sources) - set(released))
     what = "; ".join(part for part in (f"no longer in the sources: {', '.join(gone)}" if gone else "",
                                        f"new: {', '.join(new)}" if new else "") if part)

@@ -260,8 +260,11 @@ def joined_failures(failures: list[str], limit: int = VERDICT_CHARS) -> str:
         rest = len(failures) - shown
         text = "; ".join(failures[:shown]) + (f"; and {rest} more {'check' if rest == 1 else 'checks'} failed"
                                              if rest else "")
-        if len(text) <= limit or shown == 1:
+        if len(text) <= limit:
             return text
+        if shown == 1:  # the first failure alone is too long: cut it, keep the count of the others
+            tail = text[len(failures[0]):]
+            return failures[0][:max(limit - len(tail) - 1, 0)] + "…" + tail
     return ""
 
 
@@ -376,7 +379,8 @@ def _inputs_digest(notebook: Path) -> str:
 
 
 def weak_cells(expected_records: dict) -> list[str]:
-    """Test cells ("notebook/grade_id") whose checks are all check_true/check_raises, so a patched helper fakes them."""
+    """Test cells ("notebook/grade_id") with no value check (only plain asserts, check_true or check_raises), whose
+    verdicts the student's process computes, so a patched helper fakes them."""
     weak = []
     for notebook, cells in sorted(expected_records.items()):
         for grade_id, records in sorted(cells.items()):

@@ -173,9 +173,10 @@ def job_table_seconds(build: Path) -> list[float]:
     """Seconds per graded notebook as the harness's job table recorded them (0.1 s resolution)."""
     import json
 
+    from autograder.course import sqlite_url
     from autograder.grade import job_rows
 
-    rows = job_rows(f"sqlite:///{build / 'course' / 'gradebook.db'}")
+    rows = job_rows(sqlite_url(build / 'course' / 'gradebook.db'))
     return [nb["seconds"] for row in rows.values() for nb in json.loads(row["notebooks"] or "{}").values()
             if nb.get("status") == "graded"]
 
@@ -264,7 +265,9 @@ def totals(build: Path) -> dict[str, float]:
     """{student: total score} from a course's gradebook."""
     from nbgrader.api import Gradebook
 
-    url = f"sqlite:///{build / 'course' / 'gradebook.db'}"
+    from autograder.course import sqlite_url
+
+    url = sqlite_url(build / 'course' / 'gradebook.db')
     with Gradebook(url, "llm-probability-part-ii") as gb:
         return {s.student.id: round(s.score, 6) for s in gb.assignment_submissions("part-ii")}
 

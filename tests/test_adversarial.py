@@ -223,6 +223,9 @@ def test_records_are_judged_against_the_instructor_not_the_kernel():
     verdict = cell_failure(many, [{"kind": "true", "holds": False}] * 20)
     assert len(verdict) <= 300 and verdict.startswith("property 0 of the answer: property does not hold; ")
     assert verdict.endswith(" more checks failed") and "property 19" not in verdict, verdict
+    long = [{"kind": "true", "label": "x" * 400}, {"kind": "true", "label": "y"}]  # the first alone is too long
+    verdict = cell_failure(long, [{"kind": "true", "holds": False}] * 2)
+    assert len(verdict) <= 300 and verdict.endswith("…; and 1 more check failed"), verdict
 
 
 def test_checks_keep_their_in_process_behaviour_outside_the_grader(monkeypatch):

@@ -993,8 +993,9 @@ def test_a_release_that_changes_a_given_code_cell_warns_that_students_keep_their
 
 def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_the_previous_release(tmp_path, capsys,
                                                                                                        monkeypatch):
-    """A source notebook missing a `### END SOLUTION` made release say only "Please see the above traceback" (there
-    was none: nbgrader's log went nowhere) and left release/ empty until it was fixed (found by review)."""
+    """A source notebook nbgrader refuses (here a solution region opened twice) made release say only "Please see the
+    above traceback" (there was none: nbgrader's log went nowhere) and left release/ empty until it was fixed (found by
+    review). A missing `### END SOLUTION` is caught before nbgrader runs, as a marker left in the student version."""
     import nbformat
 
     from shared_builds import editable_sources, released_copy
@@ -1008,19 +1009,25 @@ def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_
     edited = editable_sources(tmp_path, monkeypatch) / "03-maximum-likelihood.ipynb"
     nb = nbformat.read(edited, as_version=4)
     number, cell = next((n, c) for n, c in enumerate(nb.cells, 1) if "### END SOLUTION" in c.source)
-    cell.source = cell.source.replace("### END SOLUTION", "", 1)
+    solved = cell.source
+    first = cell.source.strip().splitlines()[0]
+    cell.source = solved.replace("### END SOLUTION", "", 1)
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2 and (f"03-maximum-likelihood.ipynb: cell {number} ({first[:60]}") in err and \
+        "a solution or hidden-test marker" in err and "the previous release is kept" in err, err + out
+    cell.source = solved.replace("### BEGIN SOLUTION", "### BEGIN SOLUTION\n### BEGIN SOLUTION", 1)
     nbformat.write(nb, edited)
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 2, err + out
-    first = cell.source.strip().splitlines()[0]
-    assert (f"nbgrader could not generate the student version of 03-maximum-likelihood.ipynb: no end solution "
-            f"statement found, in cell {number} ({first[:60]}") in err, err
+    assert (f"nbgrader could not generate the student version of 03-maximum-likelihood.ipynb: encountered nested begin "
+            f"solution statements, in cell {number} ({first[:60]}") in err, err
     assert str(edited) in err and "the previous release is kept" in err, err
     assert "above traceback" not in err, err
     assert {p.name: p.read_bytes() for p in sorted(release_dir.glob("*.ipynb"))} == before
     assert (build / "course" / "student" / "part-ii.zip").read_bytes() == zip_before
     assert sorted(p.name for p in (build / "course").iterdir()) == course_before  # no copy of the release left over
-    cell.source += "\n### END SOLUTION"
+    cell.source = solved
     graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")]
     twice, own = graded[0].metadata.nbgrader["grade_id"], graded[1].metadata.nbgrader["grade_id"]
     graded[1].metadata.nbgrader["grade_id"] = twice
@@ -1137,8 +1144,8 @@ def _no_grade_id(nb):
 
 @pytest.mark.parametrize("mistake, says", [
     (_misspell_hidden_markers, "a solution or hidden-test marker (nbgrader removes only the exact lines"),
-    (_drop_hidden_begin, "a hidden check (reveal=False): its ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS lines are "
-                         "missing or misspelt"),
+    (_drop_hidden_begin, "a hidden check (reveal=False) outside a hidden-test block: its ### BEGIN HIDDEN TESTS / "
+                         "### END HIDDEN TESTS lines are missing or misspelt"),
     (_unprefixed_marking_note, "a marking note (评分要点): release removes only cells whose grade id starts with note_"),
     (_negative_points, "nbgrader could not generate the student version of 01-probability-and-bayes.ipynb: -3 is less "
                        "than the minimum of 0; fix it in"),
@@ -1201,8 +1208,7 @@ def test_notebooks_added_or_removed_after_hand_in_are_refused_before_nbgrader(tm
     download.mkdir(parents=True)
     (download / "02-shapes-and-loss.ipynb").write_bytes(
         (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
-    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
-    assert run(["grade", "--workers", "1", "--build", str(build)], capsys)[0] == 0  # a submission in the gradebook
+    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0  # collected, not graded yet
     sources = editable_sources(tmp_path, monkeypatch)
     (sources / "01-probability-and-bayes.ipynb").rename(sources / "01-probability.ipynb")
     code, err, out = run(["release", "--build", str(build)], capsys)
@@ -1344,3 +1350,85 @@ def test_check_on_a_course_notebook_without_exercises_says_there_is_nothing_to_c
         err + out
     code, err, out = run(["check", str(student / "notes.ipynb")], capsys)  # any other notebook: as before
     assert code == 2 and "has no graded cells: it is not a notebook of this course" in err, err + out
+
+
+def test_a_first_release_refused_for_a_leak_leaves_no_student_version(tmp_path, capsys, monkeypatch):
+    """With no earlier release to put back, the refused student version stayed in release/ while the message said
+    'the previous release is kept' (found by review)."""
+    import nbformat
+
+    from shared_builds import editable_sources
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    edited = editable_sources(tmp_path, monkeypatch) / "01-probability-and-bayes.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    _misspell_hidden_markers(nb)
+    nbformat.write(nb, edited)
+    build = tmp_path / "build"
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2 and "(nothing was released)" in err and "previous release" not in err, err + out
+    assert not (build / "course" / "release" / "part-ii").exists()
+    assert not (build / "course" / "student").exists()
+
+
+def test_a_source_notebook_that_is_no_json_is_named_not_a_traceback(tmp_path, capsys, monkeypatch):
+    """A merge conflict left in a source notebook crashed release with NotJSONError's traceback (found by review)."""
+    from shared_builds import editable_sources
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    broken = editable_sources(tmp_path, monkeypatch) / "03-maximum-likelihood.ipynb"
+    broken.write_text("<<<<<<< HEAD\n" + broken.read_text(encoding="utf-8"), encoding="utf-8")
+    code, err, out = run(["release", "--build", str(tmp_path / "build")], capsys)
+    assert code == 2 and f"the source notebook {broken} cannot be read (" in err and "Traceback" not in err, err + out
+
+
+def test_a_release_records_changed_tests_with_the_code_it_ships_not_the_last_bundles(tmp_path, capsys, monkeypatch):
+    """The check that model answers pass changed tests ran with the last release's code/ and data/: a test using a
+    case or helper new in this release was refused, every time, since only a release rewrites them (found by review)."""
+    import nbformat
+
+    from shared_builds import editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))
+    stale = build / "course" / "student" / "part-ii" / "data" / "part-ii" / "arithmetic.json"
+    stale.write_text("{}", encoding="utf-8")  # stands for the last release's data, which lacks the cases used now
+    edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_perplexity_from_loss")
+    test.source = test.source.replace("for _k in (2, 7, 50257):", "for _k in (2, 7, 50257, 3):")
+    nbformat.write(nb, edited)
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0, err + out
+    assert "test cells changed since the last release: 02-shapes-and-loss (test_perplexity_from_loss)" in out, out
+    assert stale.read_text(encoding="utf-8") != "{}"  # the bundle now ships the course's data again
+
+
+def test_hand_scores_are_flagged_also_when_the_release_fails_after_nbgrader(tmp_path, monkeypatch):
+    """nbgrader records an answer's new points before a later failure; the next release then saw no change, and hand
+    scores given under the old points were never flagged (found by review)."""
+    import nbformat
+
+    import autograder.release as release_module
+    from autograder.course import AutograderError, Course
+    from shared_builds import editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    edited = editable_sources(tmp_path, monkeypatch) / "01-probability-and-bayes.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")
+                  and c.metadata["nbgrader"].get("grade") and c.cell_type == "markdown")
+    answer.metadata["nbgrader"]["points"] += 1
+    nbformat.write(nb, edited)
+    flagged = []
+
+    def failing_generate(course):
+        raise AutograderError("nbgrader failed after recording the new points")
+
+    monkeypatch.setattr(release_module, "generate_release", failing_generate)
+    monkeypatch.setattr(release_module, "flag_hand_scores", lambda course, answers: flagged.append(answers) or 0)
+    with pytest.raises(AutograderError, match="after recording the new points"):
+        release_module.release(Course.load(build))
+    assert flagged == [{"01-probability-and-bayes": [answer.metadata["nbgrader"]["grade_id"]]}]

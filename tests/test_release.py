@@ -385,3 +385,38 @@ def assert_validate_shows_whole_messages(config, folder: Path) -> None:
     validator.validate_and_print(str(path))
     printed = " ".join(validator.stream.getvalue().split())  # the line as the terminal shows it, indent aside
     assert message in printed, printed
+
+
+def test_stated_points_are_read_outside_code_fences_and_from_task_headings():
+    """A fenced '# comment' in an exercise's text closed the exercise, and a task cell's own 练习 heading was not read,
+    so its points went to the exercise before it: both warned falsely (found by review)."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from autograder.release import stated_points_drift
+
+    def meta(points, grade_id, task=False):
+        return {"nbgrader": {"grade": not task, "solution": False, "task": task, "locked": True, "points": points,
+                             "grade_id": grade_id, "schema_version": 3}}
+
+    cells = [new_markdown_cell("本笔记本共 5 分（自动评分 3 分，人工评分 2 分）"),
+             new_markdown_cell("### 练习 1（3 分）甲"), new_markdown_cell("例如：\n```python\n# 先算 softmax\n```"),
+             new_code_cell("pass", metadata=meta(3, "test_a")),
+             new_markdown_cell("### 练习 2（2 分）乙\n写出推导。", metadata=meta(2, "task_b", task=True))]
+    assert stated_points_drift(new_notebook(cells=cells)) == []
+    cells[3].metadata["nbgrader"]["points"] = 4  # and a real difference is still found
+    assert stated_points_drift(new_notebook(cells=cells)) == [
+        "the title says 5 (3 autograded + 2 by hand), the cells hold 6 (4 + 2)", "练习 1 says 3, its cells hold 4"]
+
+
+@pytest.mark.parametrize("text, leaks", [
+    ("def append_solution(x):\n    weekend_solution = 3  # a backend solution", False),
+    ("In the end hidden tests check more inputs.", False),
+    ("## BEGIN HIDDEN TEST\ncheck_close('p', p, q)", True),
+    ("    # end solution", True),
+    ("check_close('p', p, q, reveal=False)", True),
+])
+def test_leak_patterns_catch_marker_lines_not_words_in_code_or_prose(text, leaks):
+    """Marker-like words in identifiers or prose refused a release (found by review); misspelt marker lines must not."""
+    from autograder.release import LEAKS
+
+    assert any(pattern.search(text) for pattern, _ in LEAKS) == leaks
