@@ -409,7 +409,8 @@ def expected_records(course: Course, notebooks: list[str], root: Path | None = N
     digest = _content_digest(sources + [root / "code", root / "data"])
     cache = Path(os.environ.get("PART_II_CACHE") or REPO / "build" / "cache") / f"expected-records-{digest[:24]}.json"
     if not cache.exists():
-        print(f"recording the expected values of {len(notebooks)} source notebooks (once per version of the sources)",
+        print(f"recording the expected values of {len(notebooks)} source "
+              f"{'notebook' if len(notebooks) == 1 else 'notebooks'} (once per version of the sources)",
               file=sys.stderr, flush=True)
         saved = os.environ.get("PART_II_ROOT")
         os.environ["PART_II_ROOT"] = str(root)  # by default the same code/ and data/ the graded kernels get

@@ -1218,6 +1218,31 @@ def test_notebooks_added_or_removed_after_hand_in_are_refused_before_nbgrader(tm
     assert "Assignment<" not in err
 
 
+def one_notebook_course(tmp_path, capsys, monkeypatch, name: str = "02-shapes-and-loss", graded: tuple = ()):
+    """(build, its editable source notebook): a course of that one notebook (recording its expected values and grading
+    run one notebook, not seven), released into tmp_path/build with its expected-values cache in tmp_path; each
+    student in graded hands in the release unanswered and is collected and graded."""
+    from shared_builds import editable_sources
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))
+    sources = editable_sources(tmp_path, monkeypatch)
+    for other in sources.glob("*.ipynb"):
+        if other.stem != name:
+            other.unlink()
+    build = tmp_path / "build"
+    assert run(["release", "--build", str(build)], capsys)[0] == 0
+    for student in graded:
+        (tmp_path / "download" / student).mkdir(parents=True)
+        (tmp_path / "download" / student / f"{name}.ipynb").write_bytes(
+            (build / "course" / "release" / "part-ii" / f"{name}.ipynb").read_bytes())
+    if graded:
+        assert run(["collect", str(tmp_path / "download"), "--build", str(build)], capsys)[0] == 0
+        code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
+        assert code == 0, err + out
+    return build, sources / f"{name}.ipynb"
+
+
 def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standing(tmp_path, capfd, monkeypatch):
     """`grade --force` reset the jobs before recording the sources; a model answer that failed its own check then
     refused the grading with every forced student exported as 'not graded', scores empty, after screens of the other
@@ -1225,19 +1250,11 @@ def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standin
     capsys = capfd  # the kernels' own output too: they write to the process's stderr
     import nbformat
 
-    from shared_builds import editable_sources, read_grades_csv, released_copy
+    from shared_builds import read_grades_csv
 
-    build = released_copy(tmp_path)
-    monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    download = tmp_path / "download" / "carol"
-    download.mkdir(parents=True)
-    (download / "02-shapes-and-loss.ipynb").write_bytes(
-        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
-    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
-    assert run(["grade", "--workers", "1", "--build", str(build)], capsys)[0] == 0
+    build, edited = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol", "dave"))
     assert run(["export", "--build", str(build)], capsys)[0] == 0
-    graded = read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"]
-    edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
+    graded = read_grades_csv(build / "course" / "reports" / "grades.csv")
     nb = nbformat.read(edited, as_version=4)
     cell = next(c for c in nb.cells if "def perplexity_from_loss" in c.source)
     cell.source = cell.source.replace('return float(2.0 ** mean_loss)', 'return float(np.exp(mean_loss))')
@@ -1246,7 +1263,7 @@ def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standin
     assert code == 2 and "the instructor notebooks cannot be used for grading" in err, err + out
     assert "Traceback" not in err and "DeadKernelError" not in err, err
     assert run(["export", "--build", str(build)], capsys)[0] == 0
-    assert read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"] == graded
+    assert read_grades_csv(build / "course" / "reports" / "grades.csv") == graded
 
 
 def test_grading_with_a_released_notebooks_source_gone_says_so(tmp_path, capsys, monkeypatch):
@@ -1275,20 +1292,12 @@ def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the
     refused: export then showed the whole class ungraded, and feedback removed their pages (found by review)."""
     import nbformat
 
-    from shared_builds import editable_sources, read_grades_csv, released_copy
+    from shared_builds import read_grades_csv
 
-    build = released_copy(tmp_path)
-    monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    download = tmp_path / "download" / "carol"
-    download.mkdir(parents=True)
-    (download / "02-shapes-and-loss.ipynb").write_bytes(
-        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
-    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
-    assert run(["grade", "--workers", "1", "--build", str(build)], capsys)[0] == 0
+    build, edited = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol",))
     assert run(["export", "--build", str(build)], capsys)[0] == 0
     graded = read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"]
     release_before = (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes()
-    edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
     nb = nbformat.read(edited, as_version=4)
     test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_perplexity_from_loss")
     test.source = test.source.replace("give PPL = K\", perplexity_from_loss(float(np.log(_k)), \"nats\"), _k,",
@@ -1387,14 +1396,9 @@ def test_a_release_records_changed_tests_with_the_code_it_ships_not_the_last_bun
     case or helper new in this release was refused, every time, since only a release rewrites them (found by review)."""
     import nbformat
 
-    from shared_builds import editable_sources, released_copy
-
-    build = released_copy(tmp_path)
-    monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))
+    build, edited = one_notebook_course(tmp_path, capsys, monkeypatch)
     stale = build / "course" / "student" / "part-ii" / "data" / "part-ii" / "arithmetic.json"
     stale.write_text("{}", encoding="utf-8")  # stands for the last release's data, which lacks the cases used now
-    edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
     nb = nbformat.read(edited, as_version=4)
     test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_perplexity_from_loss")
     test.source = test.source.replace("for _k in (2, 7, 50257):", "for _k in (2, 7, 50257, 3):")
