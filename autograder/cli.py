@@ -270,7 +270,8 @@ def _run(args: argparse.Namespace) -> int:
 
         given = KEEP if args.due_date is None else args.due_date[0]
         result = release(course, due_date=given if given is KEEP or given is None else naive_utc(given))
-        print(f"released {len(result.notebooks)} notebooks to {course.release_dir}")
+        n = len(result.notebooks)
+        print(f"released {n} {'notebook' if n == 1 else 'notebooks'} to {course.release_dir}")
         print(f"student zip: {result.zip_path}")
         print(f"due date: {result.due_date:%Y-%m-%d %H:%M:%S} UTC{as_given(None if given is KEEP else given)}"
               if result.due_date else
@@ -368,13 +369,16 @@ def _run(args: argparse.Namespace) -> int:
 def print_next_step(course: Course, rejected: bool = False) -> None:
     """After release or collect: the command to run next, when there is one (grade, or collect before any hand-in);
     rejected: the collect just run turned files away (so a course with no hand-in yet needs them again, not a zip)."""
-    from .grade import to_grade
+    from .grade import job_rows, to_grade
 
     build = build_option(course)
     if waiting := to_grade(course):
-        n = len(waiting)
-        print(f"next: `python -m autograder grade{build}` ({n} {'student is' if n == 1 else 'students are'} collected "
-              "and not graded yet)")
+        jobs = job_rows(course.db_url)
+        again = sum(1 for s in waiting if jobs.get(s, {}).get("commits"))  # graded before: new tests or new files
+        new = len(waiting) - again
+        parts = ([f"{new} {'student is' if new == 1 else 'students are'} collected and not graded yet"] if new else []) \
+            + ([f"{again} {'student is' if again == 1 else 'students are'} to be graded again"] if again else [])
+        print(f"next: `python -m autograder grade{build}` ({'; '.join(parts)})")
     elif course.submitted_students():
         return
     elif rejected:

@@ -1311,6 +1311,11 @@ def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the
     assert (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes() == release_before
     assert run(["export", "--build", str(build)], capsys)[0] == 0
     assert read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"] == graded
+    test.source = test.source.replace("_k + 1,", "_k,").replace("for _k in (2, 7, 50257):", "for _k in (2, 3, 7, 50257):")
+    nbformat.write(nb, edited)  # a change the model answers pass: released, and the class queued again
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0 and out.endswith(f"next: `python -m autograder grade --build {build}` (1 student is to be graded "
+                                      "again)\n"), err + out  # it said 'collected and not graded yet' (found by review)
 
 
 def test_a_release_warns_when_the_notebook_text_states_other_points_than_its_cells(tmp_path, capsys, monkeypatch):
