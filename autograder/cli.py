@@ -284,17 +284,15 @@ def _run(args: argparse.Namespace) -> int:
                   f"{'is' if result.flagged == 1 else 'are'} flagged for review in formgrader (until changed, a score "
                   "counts as given, even above the new maximum)")
         if result.stated_points:
-            listed_stated = "; ".join(f"{nb}: {', '.join(notes)}" for nb, notes in sorted(result.stated_points.items()))
-            print(f"WARNING: the notebooks' text states other points than their cells hold ({listed_stated}). Students "
-                  "read the text, the gradebook counts the cells' points: correct the text (or the points) and release "
-                  "again")
+            print(f"WARNING: the notebooks' text states other points than their cells hold "
+                  f"({per_notebook(result.stated_points)}). Students read the text, the gradebook counts the cells' "
+                  "points: correct the text (or the points) and release again")
         if result.given_changed:
-            listed_given = "; ".join(f"{nb}: {', '.join(cells)}" for nb, cells in sorted(result.given_changed.items()))
             print(f"WARNING: code cells that are no exercise changed or were added since the last release "
-                  f"({listed_given}). Students keep the copies they started from (without new cells), and grading runs "
-                  "theirs, while the hidden tests' expected values come from the new sources: a right answer computed "
-                  "from an old cell, or a test using a new one, can fail. Revert the change, or have every student "
-                  "copy the new cells in before handing in")
+                  f"({per_notebook(result.given_changed)}). Students keep the copies they started from (without new "
+                  "cells), and grading runs theirs, while the hidden tests' expected values come from the new sources: "
+                  "a right answer computed from an old cell, or a test using a new one, can fail. Revert the change, or "
+                  "have every student copy the new cells in before handing in")
         if result.changed:
             from .grade import listed_cells
 
@@ -364,6 +362,11 @@ def _run(args: argparse.Namespace) -> int:
             code = 1
         return code
     raise AssertionError(args.command)
+
+
+def per_notebook(notes: dict[str, list[str]]) -> str:
+    """'01-…: a, b; 06-…: c' for a notebook -> notes mapping (notes may hold parentheses, unlike grade.listed_cells')."""
+    return "; ".join(f"{nb}: {', '.join(items)}" for nb, items in sorted(notes.items()))
 
 
 def print_next_step(course: Course, rejected: bool = False) -> None:

@@ -29,7 +29,6 @@ from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, 
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
 
-LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # what must never reach a student, beyond the exact markers: nbgrader removes only exactly spelt markers (a stray END
 # line silently), so a misspelt one leaves the hidden tests in; hidden checks are the only ones that pass reveal=False;
 # marking notes begin with 评分要点 and go only under a note_ grade id
@@ -216,6 +215,11 @@ def nbgrader_failure(course: Course, records: list[logging.LogRecord]) -> str:
     return f"{notebook}: {cause}{where}" if notebook else cause
 
 
+def refusal_outcome(course: Course) -> str:
+    """What a refused release leaves, said before it changes anything: the previous release, or no release at all."""
+    return "the previous release is kept" if course.release_dir.is_dir() else "nothing was released"
+
+
 def leaks_error(course: Course, leaks: list[str], outcome: str) -> AutograderError:
     """The refusal of a student version that would show what students must not see ('NOTEBOOK: cell N (…): what')."""
     return AutograderError(f"the student version would show what students must not see: {'; '.join(leaks)}; fix it "
@@ -235,8 +239,7 @@ def source_leaks(course: Course) -> list[str]:
             if nbgrader_meta(cell).get("grade_id", "").startswith(MARKING_NOTE_PREFIX):
                 continue
             released = MARKED_REGIONS.sub("", cell.source)
-            found += [f"{path.name}: {numbered_cell(cell, number)}: {what}" for pattern, what in LEAKS
-                      if pattern.search(released)]
+            found += [f"{path.name}: {leak}" for leak in cell_leaks(cell, number, released)]
     return found
 
 
@@ -270,7 +273,7 @@ def generate_release(course: Course) -> list[Path]:
     shutil.rmtree(kept, ignore_errors=True)
     if course.release_dir.is_dir():
         shutil.copytree(course.release_dir, kept)
-    outcome = "the previous release is kept" if kept.is_dir() else "nothing was released"
+    outcome = refusal_outcome(course)
     log, level = _NbgraderLog(), converter.log.level
     converter.log.addHandler(log)
     converter.log.setLevel(logging.INFO)  # "Converting notebook …" says which notebook failed
@@ -280,7 +283,7 @@ def generate_release(course: Course) -> list[Path]:
         for nb in notebooks:
             strip_marking_notes(nb)
         if leaks := [f"{nb.name}: {found}" for nb in notebooks for found in find_leaks(nb)]:
-            raise AutograderError(leaks_error(course, leaks, outcome))
+            raise leaks_error(course, leaks, outcome)
     except BaseException as exc:
         shutil.rmtree(course.release_dir, ignore_errors=True)  # a first release leaves no student version behind
         if kept.is_dir():
@@ -311,11 +314,17 @@ def strip_marking_notes(notebook: Path) -> int:
     return removed
 
 
+def cell_leaks(cell, number: int, source: str | None = None) -> list[str]:
+    """What the cell (its source, or the given text of it) shows that students must not see (LEAKS), as
+    'cell N (first line): what' strings."""
+    text = cell.source if source is None else source
+    return [f"{numbered_cell(cell, number)}: {what}" for pattern, what in LEAKS if pattern.search(text)]
+
+
 def find_leaks(notebook: Path) -> list[str]:
-    """What a release notebook shows that students must not see (LEAKS), as 'cell N (first line): what' strings."""
+    """What a release notebook shows that students must not see (cell_leaks of each cell)."""
     nb = nbformat.read(notebook, as_version=4)
-    return [f"{numbered_cell(cell, n)}: {what}" for n, cell in enumerate(nb.cells, 1) for pattern, what in LEAKS
-            if pattern.search(cell.source)]
+    return [leak for n, cell in enumerate(nb.cells, 1) for leak in cell_leaks(cell, n)]
 
 
 def _bundle_files(course: Course) -> list[tuple[Path, str]]:
@@ -506,8 +515,7 @@ def release(course: Course, due_date=KEEP) -> Release:
     with course.lock("release"):
         changed, repointed = check_changes_since_last_release(course)
         if leaks := source_leaks(course):  # before nbgrader records anything in the gradebook
-            raise leaks_error(course, leaks, "nothing was released" if not course.release_dir.is_dir()
-                              else "the previous release is kept")
+            raise leaks_error(course, leaks, refusal_outcome(course))
         if changed:  # the regrade queued below would fail on sources that fail their own checks, the class ungraded
             try:  # with the code/ and data/ this release ships (the bundle's are the last release's)
                 expected_records(course, [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))], root=REPO)
