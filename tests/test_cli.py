@@ -1041,6 +1041,16 @@ def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_
     assert code == 0, err + out
 
 
+def collect_unanswered(tmp_path, capsys, build, students=("carol",), name="02-shapes-and-loss") -> None:
+    """Collect into build each student's hand-in of the released notebook `name`, unanswered (a download folder
+    tmp_path/download/STUDENT/NAME.ipynb)."""
+    for student in students:
+        (tmp_path / "download" / student).mkdir(parents=True)
+        (tmp_path / "download" / student / f"{name}.ipynb").write_bytes(
+            (build / "course" / "release" / "part-ii" / f"{name}.ipynb").read_bytes())
+    assert run(["collect", str(tmp_path / "download"), "--build", str(build)], capsys)[0] == 0
+
+
 def test_a_build_folder_whose_name_a_url_would_misread_keeps_its_gradebook_inside(tmp_path, capsys, monkeypatch):
     """`sqlite:///…` was written with the path as it is: SQLAlchemy read '%41' in a build folder's name as 'A' and opened
     a gradebook in another folder (and a '?' began the URL's query; such paths are now refused, nbgrader globs them)."""
@@ -1057,11 +1067,7 @@ def test_a_build_folder_whose_name_a_url_would_misread_keeps_its_gradebook_insid
     assert sorted(p.name for p in tmp_path.iterdir()) == [build.name]  # no stray gradebook beside the build folder
     formgrader = PyFileConfigLoader("nbgrader_config.py", path=str(build / "course")).load_config()
     assert make_url(formgrader.CourseDirectory.db_url).database == str(gradebook)
-    download = tmp_path / "download" / "carol"  # collect, grade (each job's own gradebook too) and export in there
-    download.mkdir(parents=True)
-    (download / "02-shapes-and-loss.ipynb").write_bytes(
-        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
-    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    collect_unanswered(tmp_path, capsys, build)  # collect, grade (each job's own gradebook too) and export in there
     code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
     assert code == 0, err + out
     assert run(["export", "--build", str(build)], capsys)[0] == 0
@@ -1204,11 +1210,7 @@ def test_notebooks_added_or_removed_after_hand_in_are_refused_before_nbgrader(tm
 
     build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    download = tmp_path / "download" / "carol"
-    download.mkdir(parents=True)
-    (download / "02-shapes-and-loss.ipynb").write_bytes(
-        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
-    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0  # collected, not graded yet
+    collect_unanswered(tmp_path, capsys, build)  # collected, not graded yet
     sources = editable_sources(tmp_path, monkeypatch)
     (sources / "01-probability-and-bayes.ipynb").rename(sources / "01-probability.ipynb")
     code, err, out = run(["release", "--build", str(build)], capsys)
@@ -1232,12 +1234,8 @@ def one_notebook_course(tmp_path, capsys, monkeypatch, name: str = "02-shapes-an
             other.unlink()
     build = tmp_path / "build"
     assert run(["release", "--build", str(build)], capsys)[0] == 0
-    for student in graded:
-        (tmp_path / "download" / student).mkdir(parents=True)
-        (tmp_path / "download" / student / f"{name}.ipynb").write_bytes(
-            (build / "course" / "release" / "part-ii" / f"{name}.ipynb").read_bytes())
     if graded:
-        assert run(["collect", str(tmp_path / "download"), "--build", str(build)], capsys)[0] == 0
+        collect_unanswered(tmp_path, capsys, build, graded, name)
         code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
         assert code == 0, err + out
     return build, sources / f"{name}.ipynb"
@@ -1273,11 +1271,7 @@ def test_grading_with_a_released_notebooks_source_gone_says_so(tmp_path, capsys,
 
     build = released_copy(tmp_path)
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    download = tmp_path / "download" / "carol"
-    download.mkdir(parents=True)
-    (download / "02-shapes-and-loss.ipynb").write_bytes(
-        (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes())
-    assert run(["collect", str(download.parent), "--build", str(build)], capsys)[0] == 0
+    collect_unanswered(tmp_path, capsys, build)
     sources = editable_sources(tmp_path, monkeypatch)
     (sources / "01-probability-and-bayes.ipynb").rename(sources / "01-probability.ipynb")
     code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
