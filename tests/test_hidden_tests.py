@@ -1,0 +1,115 @@
+"""A hidden test rejects the shortcut its exercise's text rules out.
+
+Each case replaces model solutions of a source notebook with answers a student could write: right in
+every number the visible tests look at, but taking a road the exercise forbids (a library softmax,
+PyTorch's log-space helpers, no F.cross_entropy where the exercise asks for it) or missing a case the
+exercise names (evidence 0 with a likelihood that is not 0). The notebook then runs, hidden tests
+included, as `check` runs a student's notebook; exactly the named test cells must fail, each with the
+check that caught it. One kernel per notebook.
+"""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.cells import nbgrader_meta
+from autograder.check import exercise_rows, run_notebook
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks" / "part-ii"
+
+# torch.special.softmax is not torch.softmax: the 2.1 guard once missed it
+SPECIAL_SOFTMAX = '''\
+def stable_softmax(logits):
+    z = torch.as_tensor(np.asarray(logits, dtype=np.float64))
+    return torch.special.softmax(z, dim=-1).numpy()
+
+
+versions_logits = np.array([0.0, np.log(3.0)])
+ex1_probs = stable_softmax(versions_logits)
+ex1_loss = -np.log(ex1_probs[1])
+ex1_loss_shifted = -np.log(stable_softmax(versions_logits - 50.0)[1])
+'''
+
+# the stable form left to a tensor method: finite, exact, and not what exercise 2.6 asks to write
+TENSOR_LOGSUMEXP = '''\
+def target_loss_from_logits(logits, targets):
+    z = torch.as_tensor(np.asarray(logits, dtype=np.float64))
+    y = torch.as_tensor(np.asarray(targets, dtype=np.int64))
+    z_y = z.gather(-1, y[..., None])[..., 0]
+    return (z.logsumexp(dim=-1) - z_y).numpy()
+
+
+ex6_loss = float(target_loss_from_logits(np.array([0.0, -1000.0]), np.array(1)))
+ex6_same_failure = False
+ex6_fix_underflow = "a"
+ex6_fix_exact_zero = "b"
+'''
+
+# raises only when every likelihood is 0: prior [1, 0] with likelihood [0, 0.5] divides 0 by 0
+ALL_ZERO_LIKELIHOOD_ONLY = '''\
+def posterior(prior, likelihood):
+    prior = np.asarray(prior, dtype=np.float64)
+    likelihood = np.asarray(likelihood, dtype=np.float64)
+    if np.all(likelihood == 0):
+        raise ValueError("the observation is impossible under every hypothesis")
+    joint = prior * likelihood
+    return joint / joint.sum()
+
+
+ex2_verifier = posterior([0.2, 0.8], [0.9, 0.1])[0]
+ex2_spam = posterior([0.01, 0.99], [0.9, 0.1])[0]
+ex2_rejected = posterior([0.2, 0.8], [0.1, 0.9])[0]
+'''
+
+# the right token mean, differentiable, written by hand: exercise 5.5 is about handing [B, T, V] to F.cross_entropy
+HAND_WRITTEN_CE = '''\
+def sequence_cross_entropy(logits, targets, ignore_index=-100):
+    keep = targets != ignore_index
+    if not keep.any():
+        raise ValueError("every target equals ignore_index")
+    log_probs = logits - logits.exp().sum(dim=-1, keepdim=True).log()
+    picked = log_probs.gather(-1, targets.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    return -picked[keep].mean()
+'''
+
+CASES = {
+    "02-shapes-and-loss": {
+        "ex_stable_softmax": (SPECIAL_SOFTMAX, "test_stable_softmax", "it called torch.special.softmax"),
+        "ex_target_loss_from_logits": (TENSOR_LOGSUMEXP, "test_target_loss_from_logits", "it called Tensor.logsumexp"),
+    },
+    "01-probability-and-bayes": {
+        "ex_posterior": (ALL_ZERO_LIKELIHOOD_ONLY, "test_posterior",
+                         "evidence 0 although a likelihood is positive (prior [1, 0], likelihood [0, 0.5])"),
+    },
+    "05-sequence-loss-and-perplexity": {
+        "ex_sequence_cross_entropy": (HAND_WRITTEN_CE, "test_sequence_cross_entropy",
+                                      "sequence_cross_entropy calls F.cross_entropy"),
+    },
+}
+
+
+def with_answers(name: str, answers: dict[str, str]):
+    """The source notebook `name` with the solution cells of answers (grade id -> code) replaced."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    replaced = set()
+    for cell in nb.cells:
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+            replaced.add(grade_id)
+    assert replaced == set(answers), f"{name} has no solution cells {sorted(set(answers) - replaced)}"
+    return nb
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_hidden_tests_fail_exactly_the_shortcut_answers_naming_the_check(name, tmp_path, monkeypatch):
+    cases = CASES[name]
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))  # the kernel runs in tmp_path, away from code/part-ii
+    nb = run_notebook(with_answers(name, {grade_id: code for grade_id, (code, _, _) in cases.items()}), tmp_path,
+                      timeout=120)
+    failed = {grade_id: message for _, grade_id, _, message, passed in exercise_rows(nb) if passed is False}
+    assert set(failed) == {test for _, test, _ in cases.values()}, failed  # the shortcuts are right otherwise
+    for _, test, words in cases.values():
+        assert words in failed[test], failed[test]
