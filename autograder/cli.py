@@ -52,6 +52,13 @@ def _folder_path(text: str) -> Path:
     return Path(text)
 
 
+def _download_path(text: str) -> Path:
+    """argparse type: a non-empty path of a folder or zip ('' would quietly collect the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected the path of an LMS download (a folder or a .zip), got an empty string")
+    return Path(text)
+
+
 def _positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:
@@ -153,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("collect", parents=[common], help="file an LMS download as nbgrader submissions",
                        description="File student notebooks from a folder or zip as nbgrader submissions.",
                        epilog=_collect_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("path", type=Path, help="a folder or .zip file as downloaded from the LMS")
+    p.add_argument("path", type=_download_path, help="a folder or .zip file as downloaded from the LMS")
     p.add_argument("--student", type=_student_id, metavar="ID",
                    help="every file of the download is this student's (for one student's files whose folders "
                         "do not say whose they are)")
@@ -324,7 +331,7 @@ def _run(args: argparse.Namespace) -> int:
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":
-        from .collect import load_collect_log, nobodys_files
+        from .collect import load_collect_log, nobodys_files, shown
         from .export import export, not_graded, waiting_for_a_grader
 
         with course.lock("export"):
@@ -337,7 +344,7 @@ def _run(args: argparse.Namespace) -> int:
                   f"{'it' if n == 1 else 'them'} (see {course.reports_dir / 'collect.json'}; copies in "
                   f"{course.rejected_dir}):")
             for r in nobodys[:10]:
-                print(f"  {r['file']}: {r['reason']}")
+                print(f"  {shown(r['file'])}: {shown(r['reason'])}")
             if n > 10:
                 print(f"  … and {n - 10} more")
         waiting = waiting_for_a_grader(written[0])

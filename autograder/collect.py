@@ -102,6 +102,9 @@ COPY_OF = r"(?:copy[_\-\s]+of[_\-\s]+)?"  # Colab and Google Drive name a copy '
 SYSTEM_NAMES = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints", "__pycache__"}
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a larger notebook is filed with its outputs removed (grading runs the cells again)
 MAX_READ_BYTES = 512 * 1024 * 1024  # a larger file is not read: rejected, with a copy kept
+# a file that is no notebook is only compared with the (small) course files and copied when rejected: one larger than
+# this is streamed for both, never held in memory (a student's venv or dataset; a zip of zeros that unpacks to GBs)
+MAX_HELD_OTHER_BYTES = 4 * 1024 * 1024
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
 UNIX_TIME_FIELD, NTFS_TIME_FIELD = 0x5455, 0x000A  # zip extra fields that hold UTC times
 RELEASE_WRITTEN = ("README.md", "requirements.txt", "nbgrader_config.py")  # files release writes into the bundle
@@ -118,7 +121,8 @@ class NotANotebook(ValueError):
 class Entry:
     """One file of the download: its path inside the download, bytes and modification time (UTC).
 
-    A file over MAX_READ_BYTES is not read: data is empty and opener() streams it (for the copy kept).
+    A notebook over MAX_READ_BYTES, or another file over MAX_HELD_OTHER_BYTES, is not read: data is empty and
+    opener() streams it (for the digest and the copy kept).
     A zip member that could not be read has empty data and unreadable saying why.
     """
 
@@ -168,7 +172,7 @@ class StudentReport:
     """What collect filed for one student."""
 
     student: str
-    status: str  # new, updated, unchanged, or 'no valid notebook'
+    status: str  # new, updated, unchanged, 'no valid notebook', or 'not filed' (NOT_FILED: writing failed)
     notebooks: dict[str, str] = field(default_factory=dict)  # notebook -> file in the download
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -221,7 +225,7 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                     target = "?"
                 entries.append(Entry(name, b"", mtime, unreadable=symlink_reason(target), wall_clock=wall))
                 continue
-            if info.file_size > MAX_READ_BYTES:
+            if info.file_size > (MAX_READ_BYTES if name.suffix.lower() == ".ipynb" else MAX_HELD_OTHER_BYTES):
                 opener = functools.partial(_open_zip_member, path, info.filename)
                 entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size, wall_clock=wall))
                 continue
@@ -322,7 +326,7 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
             continue
         size = file.stat().st_size
         mtime = dt.datetime.fromtimestamp(file.stat().st_mtime, tz=dt.timezone.utc)
-        if size > MAX_READ_BYTES:
+        if size > (MAX_READ_BYTES if rel.suffix.lower() == ".ipynb" else MAX_HELD_OTHER_BYTES):
             entries.append(Entry(rel, b"", mtime, opener=functools.partial(open, file, "rb"), size=size))
             continue
         entries.append(Entry(rel, file.read_bytes(), mtime))
@@ -368,6 +372,9 @@ def read_download(path: Path) -> tuple[list[Entry], list[Record]]:
     if path.suffix.lower() == ".ipynb":
         raise AutograderError(f"{path} is a single notebook; collect takes a folder or a .zip: put it in a folder "
                               "(cp -p keeps the file's time, which becomes the hand-in time) and collect that folder with --student ID")
+    if path.suffix.lower() in ARCHIVES:
+        raise AutograderError(f"{path} is an archive collect does not open ({path.suffix}); unpack it (e.g. tar -xf, "
+                              "7z x) and collect the folder, or give the LMS download's .zip")
     raise AutograderError(f"{path} is neither a folder nor a zip file; expected an LMS download")
 
 
@@ -702,6 +709,13 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise NotANotebook(f"invalid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); the file is damaged") from None
+    except RecursionError:  # [[[[… thousands deep: no notebook nests like that
+        raise NotANotebook("JSON nested too deeply to read (thousands of levels); not a Jupyter notebook") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (Python's limit on reading one)
+        raise NotANotebook(f"invalid JSON ({str(exc).strip() or type(exc).__name__}); not a Jupyter notebook") from None
+    if LONE_SURROGATE.search(text) and (where := unencodable_text(raw)):
+        raise NotANotebook(f"holds text that is no Unicode ({where}: a lone \\ud800-\\udfff escape), which cannot be "
+                           f"saved or run; {DAMAGED}")
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise NotANotebook("valid JSON but not a Jupyter notebook (no cells)")
     problem = structure_problem(raw)
@@ -723,6 +737,28 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
     if added:
         notes.append(f"{added} missing cell {'id' if added == 1 else 'ids'} added")
     return nb, "; ".join(notes)
+
+
+LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # a JSON escape of half a UTF-16 pair, maybe paired
+
+
+def unencodable_text(raw: dict) -> str | None:
+    """Where a parsed notebook holds a string UTF-8 cannot encode (a lone surrogate escape; a pair reads as one
+    character): 'cell N', 'the metadata' or 'the notebook'; None when every string encodes."""
+    def encodes(value) -> bool:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError, ValueError):
+            return False
+        return True
+
+    cells = raw.get("cells") if isinstance(raw.get("cells"), list) else []
+    for number, cell in enumerate(cells, 1):
+        if not encodes(cell):
+            return f"cell {number}"
+    if not encodes(raw.get("metadata")):
+        return "the metadata"
+    return None if encodes(raw) else "the notebook"
 
 
 def _mib(size: int) -> str:
@@ -788,6 +824,9 @@ def unique_cell_ids(raw: dict) -> tuple[int, int]:
 
 # --- classifying files -------------------------------------------------------------------
 
+ARCHIVES = (".zip", ".rar", ".7z", ".gz", ".tgz", ".bz2", ".xz", ".tar")
+
+
 def not_a_notebook_reason(path: PurePosixPath, notebooks: list[str]) -> str:
     """Why a file that does not end in .ipynb is not graded, with a hint when its name is close to a notebook."""
     reason = f"not a notebook ({path.suffix or 'no extension'}); only .ipynb files are graded"
@@ -795,8 +834,9 @@ def not_a_notebook_reason(path: PurePosixPath, notebooks: list[str]) -> str:
     hit = match_notebook(PurePosixPath(inner).stem, notebooks) if inner.lower().endswith(".ipynb") else None
     if hit:
         return reason + f"; rename it to {hit[0]}.ipynb if it is that notebook"
-    if path.suffix.lower() in (".zip", ".rar", ".7z", ".gz", ".tar"):
-        return reason + "; an archive inside the download is not opened: unpack it and hand in the .ipynb files"
+    if path.suffix.lower() in ARCHIVES:
+        return reason + ("; an archive inside the download is not opened: unpack it and hand in the .ipynb files "
+                         "(or the instructor unpacks it and collects its folder with --student ID)")
     return reason
 
 
@@ -919,7 +959,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             rejected.append(Record(str(e.path), e.unreadable if student else f"{e.unreadable}; and cannot tell whose "
                                                                              "file it is", student))
             continue
-        if e.opener is not None:
+        if e.opener is not None and e.path.suffix.lower() == ".ipynb":  # others are rejected by name below, unread
             reason = f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
             rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
             continue
@@ -972,6 +1012,11 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 note = f"{note}; {again}" if note else again
         except NotANotebook as exc:
             rejected.append(Record(str(e.path), wrong_name or str(exc), student))
+            continue
+        except Exception as exc:  # noqa: BLE001 - one student's odd file must not stop the class's collect
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            rejected.append(Record(str(e.path), f"could not be read as a notebook ({type(exc).__name__}"
+                                                 f"{': ' + first if first else ''}); {DAMAGED}", student))
             continue
         when = Entry(e.path, e.data, timestamp or e.mtime, wall_clock=e.wall_clock or timestamp is not None)
         filed.append(Filed(when, student, notebook, nb, note, named))
@@ -1409,16 +1454,73 @@ def shared_notebooks(entries: list[Entry], notebooks: list[str], known: frozense
     return {nb: sorted(who) for nb, who in owners.items() if len(who) > 1}
 
 
+def lms_owner(name: str, notebooks: list[str], blackboard: dict[str, str] | None = None) -> str | None:
+    """The student an LMS's own file name gives (Moodle, Canvas or Blackboard prefix); None for any other name,
+    such as one the student chose ('alice_02-shapes-and-loss.ipynb')."""
+    hit = match_notebook(PurePosixPath(name).stem, notebooks) if name.lower().endswith(".ipynb") else None
+    prefix = hit[1] if hit else lms_prefix(name)
+    if not prefix or not (MOODLE_PREFIX.match(prefix) or BLACKBOARD_PREFIX.match(prefix)
+                          or CANVAS_PREFIX.fullmatch(prefix) or CANVAS_PREFIX_OWN_NAME.match(prefix)):
+        return None
+    return student_from_prefix(prefix, blackboard)[0]
+
+
+def other_students(entries: list[Entry], notebooks: list[str], known: frozenset[str], student: str) -> list[str]:
+    """Students other than student whom the download's own layout names (sorted): by an LMS file name or Moodle
+    folder, by a folder named after a student in the gradebook, or by two or more folders that each hold notebooks
+    of the assignment (a class download). A folder of another name ('work/') is no student here: --student is for a
+    download whose folders do not say whose it is."""
+    try:
+        inner, _ = unwrap(entries, notebooks, known)
+    except AutograderError:
+        inner = entries
+    real = [e for e in inner if not _is_system(e.path)]
+    blackboard = blackboard_users(real, known)
+    named = {who for e in real if (who := lms_owner(e.path.name, notebooks, blackboard))}
+    folders = {e.path.parts[0] for e in real if len(e.path.parts) >= 2}
+    named |= {who for f in folders if (who := student_from_folder(f)) and (MOODLE_FOLDER.fullmatch(f) or who in known)}
+    holding = {e.path.parts[0] for e in real if len(e.path.parts) >= 2 and e.path.suffix.lower() == ".ipynb"
+               and match_notebook(e.path.stem, notebooks) and not is_assignment_name(e.path.parts[0], notebooks)
+               and e.path.parts[0] not in BUNDLE_CONTENT}
+    if len(holding) >= 2:
+        named |= {who for f in holding if (who := student_from_folder(f))}
+    return sorted(named - {student})
+
+
+def id_clashes(entries: list[Entry], seen: set[str], known: frozenset[str]) -> list[str]:
+    """What would file two people as one or one as two: folders whose names give the same id ('Zhang San/' and
+    'Zhang_San/'; Moodle's file and online-text folders of one student are one id by design), and new ids that differ
+    from a gradebook student's or each other only in case ('Uma' beside 'uma')."""
+    folders: dict[str, set[str]] = {}
+    for e in entries:
+        if len(e.path.parts) >= 2 and not _is_system(e.path) and not MOODLE_FOLDER.fullmatch(e.path.parts[0]):
+            if (sid := student_from_folder(e.path.parts[0])) in seen:
+                folders.setdefault(sid, set()).add(e.path.parts[0])
+    clashes = [f"the folders {' and '.join(repr(f) for f in sorted(names))} both give the student id {sid}"
+               for sid, names in sorted(folders.items()) if len(names) > 1]
+    everyone = sorted(known | seen)
+    for sid in sorted(seen - known):
+        if same := [k for k in everyone if k != sid and k.lower() == sid.lower()]:
+            clashes.append(f"{sid} differs from {', '.join(same)} only in case (ids are case-sensitive)")
+    return clashes
+
+
 def check_outside_course(course: Course, path: Path) -> None:
     """Refuse a download that is the course folder, lies inside it, or holds it: its files are the course's own
     (release, submitted, rejected ...), which collect would file as students named after its folders."""
     here, root = Path(path).resolve(), Path(course.root).resolve()
+    named = str(path) if Path(path).is_absolute() else f"{path} ({here})"  # '.' says little
     if here == root or root in here.parents:
-        raise AutograderError(f"{path} is inside the course folder {root}: collect takes an LMS download (a folder or "
+        raise AutograderError(f"{named} is inside the course folder {root}: collect takes an LMS download (a folder or "
                               ".zip of the students' files), not the course's own folders")
     if here in root.parents:
-        raise AutograderError(f"{path} holds the course folder {root}: collect takes an LMS download (a folder or "
+        raise AutograderError(f"{named} holds the course folder {root}: collect takes an LMS download (a folder or "
                               ".zip of the students' files); put the download somewhere else, or give its own folder")
+    source = Path(course.source_dir).resolve()
+    if here == source or here in source.parents or source in here.parents:
+        where = "is" if here == source else "holds" if here in source.parents else "is inside"
+        raise AutograderError(f"{named} {where} the instructor's source notebooks {source} (model solutions and hidden "
+                              "tests): collect takes an LMS download of the students' files, not the course's sources")
 
 
 def collect(course: Course, path: Path, student: str | None = None, replace_older: bool = False) -> CollectReport:
@@ -1442,6 +1544,11 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         nb, who = next(iter(shared.items()))
         raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed(who)}); "
                               "--student is for a download of one student's files")
+    elif others := other_students(entries, notebooks, known, student):
+        raise AutograderError(f"--student {student}: the download's file or folder names give other "
+                              f"{'student' if len(others) == 1 else 'students'} ({listed(others)}), whose files would "
+                              f"be filed as {student}'s; --student is for a download of one student's files: collect "
+                              "a class download without it (or copy the student's own files into a folder of their own)")
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
                                               release_cells=graded_release_cells(release), known=known)
     filed, shared = split_shared_ids(filed, seen)
@@ -1449,6 +1556,10 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
+    if student is None and (clashes := id_clashes(entries, set(seen), known)):
+        raise AutograderError(f"nothing was collected: {'; '.join(clashes)}. Rename the folders or files so that each "
+                              "student has one id, the one already in the gradebook where there is one, and collect "
+                              "again")
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
@@ -1466,9 +1577,32 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             notes = [f"{r.file}: {r.reason}" for r in rejected if r.student == sid]
             if not files:  # nothing filed: what was handed in is worth saying, system files included
                 notes += [f"{r.file}: {r.reason}" for r in ignored if r.student == sid]
-            report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
-        save_report(course, report, entries, {(f.student, f.notebook) for f in filed})
+            try:
+                report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
+            except Exception as exc:  # noqa: BLE001 - a full disk, a file that cannot be written: the others go on
+                report.students[sid] = not_filed(course, sid, notes, notebooks, earlier.get(sid, {}), exc)
+                rejected += [Record(str(f.entry.path), report.students[sid].notes[-1], sid) for f in files]
+        save_report(course, report, entries, {(f.student, f.notebook) for f in filed
+                                              if report.students[f.student].status != NOT_FILED})
     return report
+
+
+NOT_FILED = "not filed"
+
+
+def not_filed(course: Course, student: str, notes: list[str], notebooks: list[str], earlier: dict,
+              exc: Exception) -> StudentReport:
+    """The row of a student whose files could not be written (exc): their earlier hand-in, if any, stays filed."""
+    shutil.rmtree(course.step_dir("submitted", student).parent / f".incoming-{ASSIGNMENT}", ignore_errors=True)
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    rec = StudentReport(student, NOT_FILED, notes=[*notes, f"could not be filed ({type(exc).__name__}"
+                                                            f"{': ' + first if first else ''}); collect again"])
+    old = earlier.get("notebooks", {})
+    rec.notebooks = {nb: old.get(nb, COLLECTED_EARLIER) for nb in filed_notebooks(course, student)}
+    rec.missing = [n for n in notebooks if n not in rec.notebooks]
+    rec.timestamp = earlier.get("timestamp")
+    rec.file_times = {nb: t for nb, t in earlier.get("file_times", {}).items() if nb in rec.notebooks}
+    return rec
 
 
 def local_zone() -> str:
@@ -1481,6 +1615,10 @@ def no_student_files(path: Path, entries: list[Entry], rejected: list[Record], i
     """Why a download gave no student anything: no files, only ignored ones, or files no student could be told for."""
     if not entries and not rejected:
         return f"found no files in {path}"
+    if rejected and all(PurePosixPath(r.file).suffix.lower() in ARCHIVES for r in rejected):
+        names = ", ".join(r.file for r in rejected[:3]) + (", …" if len(rejected) > 3 else "")
+        return (f"{path} holds only {'an archive' if len(rejected) == 1 else 'archives'} ({names}), which collect does "
+                "not open: unpack the download inside and collect that")
     if rejected:
         shown = "; ".join(f"{r.file}: {r.reason}" for r in rejected[:3]) + ("; …" if len(rejected) > 3 else "")
         return f"no file in {path} could be filed for a student ({len(rejected)} rejected: {shown})"
@@ -1515,11 +1653,38 @@ def display_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
+MANY_FILES, SHOWN_FILES = 20, 10  # a student with more files of one kind shows the first SHOWN_FILES of them
+
+
+def per_student_lines(records: list[Record], line) -> list[str]:
+    """line(record) for each record, in order, but of a student with over MANY_FILES records only the first
+    SHOWN_FILES and a count (a handed-in venv is thousands of files; collect.json lists every one)."""
+    counts: dict[str | None, int] = {}
+    for r in records:
+        counts[r.student] = counts.get(r.student, 0) + 1
+    lines, shown_so_far = [], {}
+    for r in records:
+        n = shown_so_far[r.student] = shown_so_far.get(r.student, 0) + 1
+        if r.student is None or counts[r.student] <= MANY_FILES or n <= SHOWN_FILES:
+            lines.append(line(r))
+        elif n == SHOWN_FILES + 1:
+            lines.append(f"… and {counts[r.student] - SHOWN_FILES} more of {r.student}'s (all in the course's "
+                         "reports/collect.json)")
+    return lines
+
+
+def shown(text: str) -> str:
+    """text for a terminal: control characters (an escape sequence in a zip member's name could move the cursor and
+    erase lines of the report) written as Python escapes, e.g. \\x1b."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
+                   for ch in text)
+
+
 def print_report(report: CollectReport) -> None:
     """A readable summary: one line per student, then every rejected and ignored file with its reason."""
-    print(f"collected {report.source}")
+    print(f"collected {shown(report.source)}")
     for folder in report.unwrapped:
-        print(f"  (dropped the wrapping folder {folder}: the students are inside it)")
+        print(f"  (dropped the wrapping folder {shown(folder)}: the students are inside it)")
     width = max([display_width(s) for s in report.students] + [7])
     print(f"  {'student':<{width}}  {'status':<17}  notebooks  missing")
     for s, r in sorted(report.students.items()):
@@ -1529,7 +1694,7 @@ def print_report(report: CollectReport) -> None:
     if moved:
         print(f"filed as the notebook whose exercises they hold, not as their names say ({len(moved)}):")
         for file, nb in moved:
-            print(f"  {file} -> {nb}.ipynb")
+            print(f"  {shown(file)} -> {nb}.ipynb")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")
@@ -1541,9 +1706,10 @@ def print_report(report: CollectReport) -> None:
               "server's zone differs, collect again with TZ set to it, e.g. TZ=Asia/Shanghai")
     if report.rejected:
         print(f"rejected files ({len(report.rejected)}), copies kept in the course's rejected/ folder:")
-        for r in report.rejected:
-            print(f"  {r.file}: {r.reason}{'' if r.copy else ' (no copy kept)'}")
+        for line in per_student_lines(report.rejected, lambda r: f"{shown(r.file)}: {shown(r.reason)}"
+                                                                 f"{'' if r.copy else ' (no copy kept)'}"):
+            print(f"  {line}")
     if report.ignored:
         print(f"ignored files ({len(report.ignored)}):")
-        for r in report.ignored:
-            print(f"  {r.file}: {r.reason}")
+        for line in per_student_lines(report.ignored, lambda r: f"{shown(r.file)}: {shown(r.reason)}"):
+            print(f"  {line}")

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
-from .collect import load_collect_log, moved_files
+from .collect import MANY_FILES, SHOWN_FILES, load_collect_log, moved_files
 from .course import ASSIGNMENT, AutograderError, Course, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import job_rows, needs_regrade
@@ -44,11 +44,20 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def capped(notes: list[str], kind: str) -> list[str]:
+    """notes, or of over MANY_FILES only the first SHOWN_FILES and a count: a spreadsheet cell holds 32,767
+    characters, and a handed-in venv gave one of 129,763."""
+    if len(notes) <= MANY_FILES:
+        return notes
+    return notes[:SHOWN_FILES] + [f"… and {len(notes) - SHOWN_FILES} more {kind} files (all in reports/collect.json)"]
+
+
 def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool = False) -> tuple[str, list[str]]:
     """(status, reasons) of one student from the collect report and the job table; stale: handed in
     again after the job was graded."""
     collected = collect_log["students"].get(student, {})
-    notes = [f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student]
+    notes = capped([f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student],
+                   "rejected")
     notebooks = sorted({*collected.get("notebooks", {}), *collected.get("missing", [])})  # the assignment's
     notes += [f"{file} filed as {nb}.ipynb: it holds that notebook's exercises"
               for file, nb in sorted(moved_files(collected.get("notebooks", {}), notebooks).items())]
@@ -57,8 +66,8 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
         if not collected.get("notebooks"):
             # a student who handed in only files that could not be graded has a row saying which and why (a Jupyter
             # checkpoint alone is a system file, ignored, but handed in)
-            notes += [f"ignored {r['file']}: {r['reason']}" for r in collect_log.get("ignored", [])
-                      if r.get("student") == student]
+            notes += capped([f"ignored {r['file']}: {r['reason']}" for r in collect_log.get("ignored", [])
+                             if r.get("student") == student], "ignored")
             return ("no valid notebook", notes) if any(n.startswith(("rejected ", "ignored ")) for n in notes) else \
                 ("no submission", notes or ["nothing was collected"])
         return "not graded", notes + ["not graded yet; run `python -m autograder grade`"]
@@ -232,20 +241,41 @@ def export(course: Course, bom: bool = False) -> list[Path]:
     return [grades_csv, cells_csv]
 
 
+# a text cell starting with one of these is a formula to Excel and LibreOffice (=HYPERLINK(...) sends data away)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(value):
+    """value as a spreadsheet shows it as text: a string that starts like a formula, and is no number, gets a leading
+    apostrophe (OWASP's advice for CSV injection: names and notes come from students, through the LMS roster)."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_START):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def sheet_value(text: str) -> str:
+    """A cell of a grades.csv as it was before spreadsheet_text."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(FORMULA_START) else text
+
+
 def _write_csv(path: Path, columns: list[str], rows: list[dict], encoding: str = "utf-8") -> None:
-    """Write rows atomically with a header line."""
+    """Write rows atomically with a header line; text that a spreadsheet would run as a formula is quoted."""
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="", encoding=encoding) as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: spreadsheet_text(v) for k, v in row.items()} for row in rows)
     tmp.replace(path)
 
 
 def waiting_for_a_grader(path: Path) -> dict[str, int]:
     """student_id -> cells still needing manual grading, from a grades.csv (students with none left out)."""
     with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: also one written with export --bom
-        return {r["student_id"]: int(r["needs_manual_grading"]) for r in csv.DictReader(fh)
+        return {sheet_value(r["student_id"]): int(r["needs_manual_grading"]) for r in csv.DictReader(fh)
                 if r["needs_manual_grading"] not in ("", "0")}
 
 
@@ -253,4 +283,4 @@ def not_graded(path: Path, status: str = "not graded") -> list[str]:
     """student_ids whose status in a grades.csv is status ('not graded', or 'error': grading failed); their scores
     are left empty."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        return [r["student_id"] for r in csv.DictReader(fh) if r["status"] == status]
+        return [sheet_value(r["student_id"]) for r in csv.DictReader(fh) if r["status"] == status]

