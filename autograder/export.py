@@ -25,7 +25,7 @@ import nbformat
 
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
 from .collect import MANY_FILES, SHOWN_FILES, load_collect_log, moved_files
-from .course import ASSIGNMENT, AutograderError, Course, run_first
+from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import job_rows, needs_regrade
 
@@ -52,9 +52,10 @@ def capped(notes: list[str], kind: str) -> list[str]:
     return notes[:SHOWN_FILES] + [f"… and {len(notes) - SHOWN_FILES} more {kind} files (all in reports/collect.json)"]
 
 
-def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool = False) -> tuple[str, list[str]]:
+def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool = False,
+                  grade: str = "python -m autograder grade") -> tuple[str, list[str]]:
     """(status, reasons) of one student from the collect report and the job table; stale: handed in
-    again after the job was graded."""
+    again after the job was graded; grade: the command that grades them (with the course's --build)."""
     collected = collect_log["students"].get(student, {})
     notes = capped([f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student],
                    "rejected")
@@ -70,14 +71,14 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
                              if r.get("student") == student], "ignored")
             return ("no valid notebook", notes) if any(n.startswith(("rejected ", "ignored ")) for n in notes) else \
                 ("no submission", notes or ["nothing was collected"])
-        return "not graded", notes + ["not graded yet; run `python -m autograder grade`"]
+        return "not graded", notes + [f"not graded yet; run `{grade}`"]
     if job["state"] == "error":
         return "error", notes + [f"grading failed: {job['error']}"]
     if job["state"] != "done":
-        return "not graded", notes + [f"grading {job['state']}; run `python -m autograder grade`"]
+        return "not graded", notes + [f"grading {job['state']}; run `{grade}`"]
     if stale:
         return "not graded", notes + ["handed in again after grading (collect filed newer files); "
-                                      "run `python -m autograder grade`"]
+                                      f"run `{grade}`"]
     for nb, r in sorted(json.loads(job["notebooks"] or "{}").items()):
         if r["status"] == "error":
             notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
@@ -177,7 +178,8 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         extended = extension_ends(gb.db)
         released_tests = released_test_ids(course)
         for student in sorted(gb.students, key=lambda s: s.id):
-            status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale)
+            status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale,
+                                          f"python -m autograder grade{build_option(course)}")
             if tampered := tampered_tests(course, student.id, released_tests):
                 notes += tampered
                 status = "incomplete" if status == "graded" else status

@@ -1750,7 +1750,7 @@ def test_a_student_s_many_rejected_files_are_summed_up_in_the_report_and_the_csv
     import csv
 
     from autograder.collect import print_report
-    from autograder.course import ASSIGNMENT
+    from autograder.course import ASSIGNMENT, build_option
     from autograder.export import export
 
     with course.gradebook() as gb:
@@ -1768,5 +1768,7 @@ def test_a_student_s_many_rejected_files_are_summed_up_in_the_report_and_the_csv
         notes = {r["student_id"]: r["notes"] for r in csv.DictReader(fh)}
     assert notes["abe"].count("rejected abe/venv/mod_") == 10
     assert "… and 15 more rejected files (all in reports/collect.json)" in notes["abe"]
+    build = build_option(course)
+    assert build.startswith(" --build ")  # the test's build folder is not the default: the hint must name it
     assert notes["abe"].endswith("missing 00-vectors-shapes-and-gradients.ipynb (scored 0); not graded yet; run "
-                                 "`python -m autograder grade`")
+                                 f"`python -m autograder grade{build}`")
