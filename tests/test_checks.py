@@ -403,3 +403,32 @@ def test_check_true_passes_true_and_arrays_of_true(make):
     checks.check_true("L", condition)
     with pytest.raises(AssertionError, match=r"^L: property does not hold$"):
         checks.check_true("L", np.array([True, False]) if not isinstance(condition, bool) else False)
+
+
+@pytest.mark.parametrize("definitions", [
+    "def perplexity_from_loss(loss, unit):\n    return pp.perplexity(loss, unit)\n",
+    "from probability_practice import perplexity as ppl\ndef perplexity_from_loss(loss, unit):\n    return ppl(loss, unit)\n",
+    "def perplexity_from_loss(loss, unit, _p=pp.perplexity):\n    return _p(loss, unit)\n",
+    "perplexity_from_loss = pp.perplexity\n",
+], ids=["attribute", "from-import", "default-argument", "the-function-itself"])
+def test_calls_of_counts_a_required_call_however_the_student_s_function_holds_it(definitions):
+    """calls_watched sees only calls through pp.perplexity itself: a test that requires F.cross_entropy failed an
+    answer that imported it under its own name."""
+    namespace = guarded_namespace(definitions)
+    before = state_of(namespace)
+    run_cell("from checks import calls_of\n"
+             "with calls_of('perplexity_from_loss', (pp, 'perplexity')) as called:\n"
+             "    result = perplexity_from_loss(2.0, 'nats')\n", namespace)
+    assert namespace.pop("called") == ["pp.perplexity"] and namespace.pop("result") == pytest.approx(np.exp(2.0))
+    namespace.pop("calls_of")
+    assert state_of(namespace) == before, "calls_of left a spy behind"
+
+
+def test_calls_of_is_empty_when_the_call_is_not_made_and_needs_the_function_s_name():
+    namespace = guarded_namespace("def perplexity_from_loss(loss, unit):\n    return float(np.exp(loss))\n")
+    run_cell("from checks import calls_of\nwith calls_of('perplexity_from_loss', (pp, 'perplexity')) as called:\n"
+             "    perplexity_from_loss(2.0, 'nats')\n", namespace)
+    assert namespace["called"] == []
+    with pytest.raises(ValueError, match="calls_of needs the name of the student's function"):
+        with checks.calls_of("", (pp, "perplexity")):
+            pass

@@ -74,6 +74,27 @@ def sequence_cross_entropy(logits, targets, ignore_index=-100):
     return -picked[keep].mean()
 '''
 
+# honest answers the exercise text allows: the required library call made through a name of the student's own
+KL_DIV_AS_DEFAULT = '''\
+def batch_kl(p, q, divergence=F.kl_div):
+    return divergence(torch.log(q), p, reduction="batchmean")
+'''
+
+CE_FROM_IMPORT = '''\
+from torch.nn.functional import cross_entropy
+
+
+def sequence_cross_entropy(logits, targets, ignore_index=-100):
+    if not (targets != ignore_index).any():
+        raise ValueError("every target equals ignore_index")
+    return cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore_index)
+'''
+
+HONEST = {
+    "04-entropy-cross-entropy-kl": {"ex_torch_kl_div": KL_DIV_AS_DEFAULT},
+    "05-sequence-loss-and-perplexity": {"ex_sequence_cross_entropy": CE_FROM_IMPORT},
+}
+
 CASES = {
     "02-shapes-and-loss": {
         "ex_stable_softmax": (SPECIAL_SOFTMAX, "test_stable_softmax", "it called torch.special.softmax"),
@@ -113,3 +134,13 @@ def test_the_hidden_tests_fail_exactly_the_shortcut_answers_naming_the_check(nam
     assert set(failed) == {test for _, test, _ in cases.values()}, failed  # the shortcuts are right otherwise
     for _, test, words in cases.values():
         assert words in failed[test], failed[test]
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_a_required_library_call_made_through_a_name_of_the_student_s_own_passes(name, tmp_path, monkeypatch):
+    """calls_watched saw only calls through F.kl_div / F.cross_entropy themselves: `from torch.nn.functional import
+    cross_entropy`, or kl_div as a default argument, failed the check that the exercise's call is made."""
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    nb = run_notebook(with_answers(name, HONEST[name]), tmp_path, timeout=120)
+    failed = {grade_id: message for _, grade_id, _, message, passed in exercise_rows(nb) if passed is False}
+    assert failed == {}, failed
