@@ -310,12 +310,13 @@ def _run(args: argparse.Namespace) -> int:
         print_next_step(course)
         return 0
     if args.command == "collect":
-        from .collect import collect, print_report
+        from .collect import NOT_FILED, collect, print_report
 
         report = collect(course, args.path, student=args.student, replace_older=args.replace_older)
         print_report(report)
-        print_next_step(course, rejected=bool(report.rejected))
-        return 1 if report.rejected else 0
+        trouble = bool(report.rejected) or any(r.status == NOT_FILED for r in report.students.values())
+        print_next_step(course, rejected=trouble)
+        return 1 if trouble else 0
     if args.command == "grade":
         from .grade import GradeOptions, grade
 

@@ -60,7 +60,10 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
     refuses to guess: pass --student ID to say whose files they are.
     A folder that holds both notebooks without an id and files named for students is refused.
   --student ID: every file of the download is that student's (refused when its layout gives one
-    notebook to several students, as a class download does).
+    notebook to several students, as a class download does, or its LMS file or folder names give a
+    gradebook student or two or more students other than ID).
+Collect refuses, before filing anything, folders that give two students one id ('Zhang San/' and
+'Zhang_San/') and a new id that differs from another only in case ('Uma' beside the gradebook's 'uma').
 A copy named like 'NAME (1).ipynb', 'NAME-1.ipynb', 'Copy of NAME.ipynb' or 'NAME-final.ipynb'
 counts as NAME; when a student has two files for one notebook the newer one is kept (at the same
 time, the one with more answers filled in, then the higher-numbered copy, a '-final' one, the one in
@@ -72,7 +75,7 @@ for them, and notebooks it lacks keep theirs (status 'updated'; the earlier hand
 notebook is not filed back over the newer one: the very file collected before and replaced since
 (an earlier download collected again) is ignored, any other is rejected; --replace-older files it anyway.
 A notebook over 50 MiB is filed with its outputs removed (grading runs the cells again); files
-over 512 MiB are not read, only rejected and copied.
+over 512 MiB are not read, only rejected and copied (other files are streamed over 4 MiB).
 A hand-in's time is its newest file's: in a zip, the member's UTC time when the zipper recorded
 one, else its DOS time read in this machine's time zone (set TZ when the LMS server's differs);
 a Blackboard name's time is read in that zone too.
@@ -180,6 +183,7 @@ class StudentReport:
     replaced: str | None = None  # where the hand-in this one replaced was kept
     moved: dict[str, str] = field(default_factory=dict)  # file -> notebook, this collect's files named otherwise
     file_times: dict[str, str] = field(default_factory=dict)  # notebook -> its filed file's time (TIMESTAMP_FORMAT)
+    error: str | None = None  # why this download's files could not be written (status NOT_FILED)
 
 
 @dataclass
@@ -226,7 +230,7 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                 entries.append(Entry(name, b"", mtime, unreadable=symlink_reason(target), wall_clock=wall))
                 continue
             if info.file_size > (MAX_READ_BYTES if name.suffix.lower() == ".ipynb" else MAX_HELD_OTHER_BYTES):
-                opener = functools.partial(_open_zip_member, path, info.filename)
+                opener = functools.partial(_open_zip_member, path, info)
                 entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size, wall_clock=wall))
                 continue
             try:
@@ -309,8 +313,9 @@ def _extra_fields(extra: bytes) -> list[tuple[int, bytes]]:
 
 
 @contextlib.contextmanager
-def _open_zip_member(path: Path, member: str):
-    """The member of the zip at path, opened for reading (streams a file too large to hold in memory)."""
+def _open_zip_member(path: Path, member: zipfile.ZipInfo):
+    """The member of the zip at path, opened for reading (streams a file too large to hold in memory); by its ZipInfo,
+    not its name, which a zip may hold twice."""
     with zipfile.ZipFile(path) as zf, zf.open(member) as fh:
         yield fh
 
@@ -711,8 +716,9 @@ def read_notebook(data: bytes) -> tuple[nbformat.NotebookNode, str]:
         raise NotANotebook(f"invalid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); the file is damaged") from None
     except RecursionError:  # [[[[… thousands deep: no notebook nests like that
         raise NotANotebook("JSON nested too deeply to read (thousands of levels); not a Jupyter notebook") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits (Python's limit on reading one)
-        raise NotANotebook(f"invalid JSON ({str(exc).strip() or type(exc).__name__}); not a Jupyter notebook") from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's limit on reading one)
+        raise NotANotebook("holds a number of more than 4,300 digits, which no notebook does; not a Jupyter "
+                           "notebook") from None
     if LONE_SURROGATE.search(text) and (where := unencodable_text(raw)):
         raise NotANotebook(f"holds text that is no Unicode ({where}: a lone \\ud800-\\udfff escape), which cannot be "
                            f"saved or run; {DAMAGED}")
@@ -926,15 +932,15 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             who = checkpoint_owner(e.path, notebooks, owner)
             if who is not None:  # a student who handed in only Jupyter's checkpoint still gets a row saying so
                 seen.setdefault(who, set())
-            ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)", who))
+            ignored.append(Record(str(e.path), "system file (OS or Jupyter metadata)", who, source=e))
             continue
         same = None  # the released course file this file is an unchanged copy of
-        if e.path.suffix.lower() != ".ipynb" and e.opener is None:  # not streamed: the course files are small
+        if e.path.suffix.lower() != ".ipynb" and e.size <= MAX_READ_BYTES:  # streamed over MAX_HELD_OTHER_BYTES
             same = (released or {}).get(entry_digest(e))
         if same == str(e.path):
             # the course's own file at its released place (code/part-ii/checks.py): the student release, not a
             # student's folder named code/ or data/
-            ignored.append(Record(str(e.path), "unchanged copy of the released course file, where the release puts it"))
+            ignored.append(Record(str(e.path), "unchanged copy of the released course file, where the release puts it", source=e))
             continue
         student, timestamp, origin = None, None, None
         if owner is not None:
@@ -943,11 +949,11 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             folder = e.path.parts[0]
             if is_assignment_name(folder, notebooks):
                 rejected.append(Record(str(e.path), f"cannot tell whose file this is: folder {folder!r} is named after "
-                                                     "the assignment, not a student; put it in a folder named after the student"))
+                                                     "the assignment, not a student; put it in a folder named after the student", source=e))
                 continue
             student = student_from_folder(folder)
             if student is None:
-                rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}"))
+                rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}", source=e))
                 continue
         else:
             student, timestamp, origin = file_owner(e.path.name, notebooks, blackboard)
@@ -957,26 +963,26 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             seen.setdefault(student, set()).update({origin} - {None})
         if e.unreadable is not None:
             rejected.append(Record(str(e.path), e.unreadable if student else f"{e.unreadable}; and cannot tell whose "
-                                                                             "file it is", student))
+                                                                             "file it is", student, source=e))
             continue
         if e.opener is not None and e.path.suffix.lower() == ".ipynb":  # others are rejected by name below, unread
             reason = f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
-            rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
+            rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student, source=e))
             continue
         if same:
-            ignored.append(Record(str(e.path), f"unchanged copy of the released course file {same}", student))
+            ignored.append(Record(str(e.path), f"unchanged copy of the released course file {same}", student, source=e))
             continue
         if e.path.name in RELEASE_WRITTEN and e.path.name in (released or {}).values():
             # a later release (a new due date, a pin) rewrites these: a hand-back of an earlier one is no hand-in either
             ignored.append(Record(str(e.path), f"the student release's {e.path.name} (from another release, or "
-                                               "edited): a course file, not a submission", student))
+                                               "edited): a course file, not a submission", student, source=e))
             continue
         if BLACKBOARD_RECEIPT.fullmatch(e.path.name):
-            ignored.append(Record(str(e.path), "Blackboard's receipt of the attempt: not a submission", student))
+            ignored.append(Record(str(e.path), "Blackboard's receipt of the attempt: not a submission", student, source=e))
             continue
         if e.path.suffix.lower() != ".ipynb":
             reason = not_a_notebook_reason(e.path, notebooks)
-            rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student))
+            rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student, source=e))
             continue
         hit = match_notebook(e.path.stem, notebooks)
         wrong_name = None
@@ -985,11 +991,11 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             hint = f"; did you mean {close[0]}.ipynb?" if close else ""
             wrong_name = f"wrong name: not a notebook of {ASSIGNMENT} (expected one of {expected}){hint}"
             if student is None:
-                rejected.append(Record(str(e.path), f"{wrong_name}; {whose_file_help(e.path)}", student))
+                rejected.append(Record(str(e.path), f"{wrong_name}; {whose_file_help(e.path)}", student, source=e))
                 continue
         elif student is None:
             rejected.append(Record(str(e.path), "cannot tell whose file this is: put it in a folder named after the "
-                                                 "student or start the file name with the student id"))
+                                                 "student or start the file name with the student id", source=e))
             continue
         notebook = hit[0] if hit else None
         named = None
@@ -999,7 +1005,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 nb, note = without_outputs(nb, e.size, note)
             held = exercises_notebook(nb, notebook, release_cells or {})
             if held is None:  # a name collect does not know, and none of the course's exercises inside
-                rejected.append(Record(str(e.path), wrong_name, student))
+                rejected.append(Record(str(e.path), wrong_name, student, source=e))
                 continue
             if held != notebook:
                 others = f" and none of {notebook}'s" if hit else ""
@@ -1011,12 +1017,12 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                          "release (the editor dropped it; matched by cell id)")
                 note = f"{note}; {again}" if note else again
         except NotANotebook as exc:
-            rejected.append(Record(str(e.path), wrong_name or str(exc), student))
+            rejected.append(Record(str(e.path), wrong_name or str(exc), student, source=e))
             continue
         except Exception as exc:  # noqa: BLE001 - one student's odd file must not stop the class's collect
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             rejected.append(Record(str(e.path), f"could not be read as a notebook ({type(exc).__name__}"
-                                                 f"{': ' + first if first else ''}); {DAMAGED}", student))
+                                                 f"{': ' + first if first else ''}); {DAMAGED}", student, source=e))
             continue
         when = Entry(e.path, e.data, timestamp or e.mtime, wall_clock=e.wall_clock or timestamp is not None)
         filed.append(Filed(when, student, notebook, nb, note, named))
@@ -1189,7 +1195,12 @@ def write_submission(course: Course, student: str, files: list[Filed],
         status = "updated"
     else:
         status, kept = "new", None
-    incoming.rename(dest)
+    try:
+        incoming.rename(dest)
+    except OSError:
+        if kept is not None:  # the earlier hand-in goes back where grade finds it
+            kept.rename(dest)
+        raise
     return status, timestamp, kept
 
 
@@ -1466,42 +1477,38 @@ def lms_owner(name: str, notebooks: list[str], blackboard: dict[str, str] | None
 
 
 def other_students(entries: list[Entry], notebooks: list[str], known: frozenset[str], student: str) -> list[str]:
-    """Students other than student whom the download's own layout names (sorted): by an LMS file name or Moodle
-    folder, by a folder named after a student in the gradebook, or by two or more folders that each hold notebooks
-    of the assignment (a class download). A folder of another name ('work/') is no student here: --student is for a
-    download whose folders do not say whose it is."""
-    try:
-        inner, _ = unwrap(entries, notebooks, known)
-    except AutograderError:
-        inner = entries
-    real = [e for e in inner if not _is_system(e.path)]
+    """Students other than student whose files the download holds by its own layout (sorted): named by LMS file
+    names or Moodle folders (at any depth) or by folders named after gradebook students, when one of them is in the
+    gradebook or two or more are named. One unknown id alone is let through: it may be the student's own LMS name
+    filed under the gradebook's id, and a subfolder ('week1/', 'old/') of a student's own files names nobody."""
+    real = [e for e in entries if not _is_system(e.path)]
     blackboard = blackboard_users(real, known)
     named = {who for e in real if (who := lms_owner(e.path.name, notebooks, blackboard))}
-    folders = {e.path.parts[0] for e in real if len(e.path.parts) >= 2}
+    folders = {part for e in real for part in e.path.parts[:-1]}
     named |= {who for f in folders if (who := student_from_folder(f)) and (MOODLE_FOLDER.fullmatch(f) or who in known)}
-    holding = {e.path.parts[0] for e in real if len(e.path.parts) >= 2 and e.path.suffix.lower() == ".ipynb"
-               and match_notebook(e.path.stem, notebooks) and not is_assignment_name(e.path.parts[0], notebooks)
-               and e.path.parts[0] not in BUNDLE_CONTENT}
-    if len(holding) >= 2:
-        named |= {who for f in holding if (who := student_from_folder(f))}
-    return sorted(named - {student})
+    others = named - {student}
+    return sorted(others) if others & known or len(others) >= 2 else []
 
 
-def id_clashes(entries: list[Entry], seen: set[str], known: frozenset[str]) -> list[str]:
+def id_clashes(entries: list[Entry], seen: set[str], known: frozenset[str], folders_name_students: bool = True
+               ) -> list[str]:
     """What would file two people as one or one as two: folders whose names give the same id ('Zhang San/' and
-    'Zhang_San/'; Moodle's file and online-text folders of one student are one id by design), and new ids that differ
-    from a gradebook student's or each other only in case ('Uma' beside 'uma')."""
+    'Zhang_San/'; Moodle's file and online-text folders of one student are one id by design, and so are names macOS
+    spells decomposed), and new ids that differ from a gradebook student's or each other only in case ('Uma' beside
+    'uma'). folders_name_students=False (collect --student): the folders name nobody, only the case is checked."""
     folders: dict[str, set[str]] = {}
-    for e in entries:
+    for e in entries if folders_name_students else []:
         if len(e.path.parts) >= 2 and not _is_system(e.path) and not MOODLE_FOLDER.fullmatch(e.path.parts[0]):
             if (sid := student_from_folder(e.path.parts[0])) in seen:
-                folders.setdefault(sid, set()).add(e.path.parts[0])
-    clashes = [f"the folders {' and '.join(repr(f) for f in sorted(names))} both give the student id {sid}"
-               for sid, names in sorted(folders.items()) if len(names) > 1]
-    everyone = sorted(known | seen)
-    for sid in sorted(seen - known):
-        if same := [k for k in everyone if k != sid and k.lower() == sid.lower()]:
-            clashes.append(f"{sid} differs from {', '.join(same)} only in case (ids are case-sensitive)")
+                folders.setdefault(sid, set()).add(unicodedata.normalize("NFC", e.path.parts[0]))
+    clashes = [f"the folders {' and '.join(ascii(f) if not f.isprintable() else repr(f) for f in sorted(names))} both "
+               f"give the student id {sid}" for sid, names in sorted(folders.items()) if len(names) > 1]
+    by_case: dict[str, set[str]] = {}
+    for sid in known | seen:
+        by_case.setdefault(sid.lower(), set()).add(sid)
+    for ids in (sorted(ids) for _, ids in sorted(by_case.items())):
+        if len(ids) > 1 and set(ids) - known:
+            clashes.append(f"{' and '.join(ids)} differ only in case (ids are case-sensitive)")
     return clashes
 
 
@@ -1545,10 +1552,10 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed(who)}); "
                               "--student is for a download of one student's files")
     elif others := other_students(entries, notebooks, known, student):
-        raise AutograderError(f"--student {student}: the download's file or folder names give other "
+        raise AutograderError(f"--student {student}: the download's LMS file or folder names give other "
                               f"{'student' if len(others) == 1 else 'students'} ({listed(others)}), whose files would "
-                              f"be filed as {student}'s; --student is for a download of one student's files: collect "
-                              "a class download without it (or copy the student's own files into a folder of their own)")
+                              f"be filed as {student}'s; --student is for a download of one student's files: collect a "
+                              "class download without it, or copy this student's files out under names of their own")
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
                                               release_cells=graded_release_cells(release), known=known)
     filed, shared = split_shared_ids(filed, seen)
@@ -1556,7 +1563,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
-    if student is None and (clashes := id_clashes(entries, set(seen), known)):
+    if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
         raise AutograderError(f"nothing was collected: {'; '.join(clashes)}. Rename the folders or files so that each "
                               "student has one id, the one already in the gradebook where there is one, and collect "
                               "again")
@@ -1581,7 +1588,6 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                 report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
             except Exception as exc:  # noqa: BLE001 - a full disk, a file that cannot be written: the others go on
                 report.students[sid] = not_filed(course, sid, notes, notebooks, earlier.get(sid, {}), exc)
-                rejected += [Record(str(f.entry.path), report.students[sid].notes[-1], sid) for f in files]
         save_report(course, report, entries, {(f.student, f.notebook) for f in filed
                                               if report.students[f.student].status != NOT_FILED})
     return report
@@ -1592,11 +1598,12 @@ NOT_FILED = "not filed"
 
 def not_filed(course: Course, student: str, notes: list[str], notebooks: list[str], earlier: dict,
               exc: Exception) -> StudentReport:
-    """The row of a student whose files could not be written (exc): their earlier hand-in, if any, stays filed."""
+    """The row of a student whose files could not be written (exc): not the student's fault, so no rejection of
+    theirs; their earlier hand-in, if any, stays filed (write_submission puts it back)."""
     shutil.rmtree(course.step_dir("submitted", student).parent / f".incoming-{ASSIGNMENT}", ignore_errors=True)
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    rec = StudentReport(student, NOT_FILED, notes=[*notes, f"could not be filed ({type(exc).__name__}"
-                                                            f"{': ' + first if first else ''}); collect again"])
+    rec = StudentReport(student, NOT_FILED, notes=list(notes),
+                        error=f"could not be filed ({type(exc).__name__}{': ' + first if first else ''}); collect again")
     old = earlier.get("notebooks", {})
     rec.notebooks = {nb: old.get(nb, COLLECTED_EARLIER) for nb in filed_notebooks(course, student)}
     rec.missing = [n for n in notebooks if n not in rec.notebooks]
@@ -1616,12 +1623,12 @@ def no_student_files(path: Path, entries: list[Entry], rejected: list[Record], i
     if not entries and not rejected:
         return f"found no files in {path}"
     if rejected and all(PurePosixPath(r.file).suffix.lower() in ARCHIVES for r in rejected):
-        names = ", ".join(r.file for r in rejected[:3]) + (", …" if len(rejected) > 3 else "")
+        names = ", ".join(shown(r.file) for r in rejected[:3]) + (", …" if len(rejected) > 3 else "")
         return (f"{path} holds only {'an archive' if len(rejected) == 1 else 'archives'} ({names}), which collect does "
                 "not open: unpack the download inside and collect that")
     if rejected:
-        shown = "; ".join(f"{r.file}: {r.reason}" for r in rejected[:3]) + ("; …" if len(rejected) > 3 else "")
-        return f"no file in {path} could be filed for a student ({len(rejected)} rejected: {shown})"
+        some = "; ".join(f"{shown(r.file)}: {shown(r.reason)}" for r in rejected[:3]) + ("; …" if len(rejected) > 3 else "")
+        return f"no file in {path} could be filed for a student ({len(rejected)} rejected: {some})"
     return (f"found no student files in {path}: its {len(ignored)} {'file is' if len(ignored) == 1 else 'files are'} "
             "system files or unchanged copies of the course's own files")
 
@@ -1663,7 +1670,7 @@ def per_student_lines(records: list[Record], line) -> list[str]:
     for r in records:
         counts[r.student] = counts.get(r.student, 0) + 1
     lines, shown_so_far = [], {}
-    for r in records:
+    for r in sorted(records, key=lambda r: counts[r.student] > MANY_FILES and not r.file.lower().endswith(".ipynb")):
         n = shown_so_far[r.student] = shown_so_far.get(r.student, 0) + 1
         if r.student is None or counts[r.student] <= MANY_FILES or n <= SHOWN_FILES:
             lines.append(line(r))
@@ -1695,6 +1702,10 @@ def print_report(report: CollectReport) -> None:
         print(f"filed as the notebook whose exercises they hold, not as their names say ({len(moved)}):")
         for file, nb in moved:
             print(f"  {shown(file)} -> {nb}.ipynb")
+    if failed := [(s, r.error) for s, r in sorted(report.students.items()) if r.status == NOT_FILED]:
+        print(f"not filed ({len(failed)}): the earlier hand-in, if any, stays; collect the download again")
+        for s, error in failed:
+            print(f"  {s}: {shown(error or '')}")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")

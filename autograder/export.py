@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import nbformat
 
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
-from .collect import MANY_FILES, SHOWN_FILES, load_collect_log, moved_files
+from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import job_rows, needs_regrade
@@ -49,6 +50,7 @@ def capped(notes: list[str], kind: str) -> list[str]:
     characters, and a handed-in venv gave one of 129,763."""
     if len(notes) <= MANY_FILES:
         return notes
+    notes = sorted(notes, key=lambda note: ".ipynb: " not in note)  # a notebook's own trouble is never cut off
     return notes[:SHOWN_FILES] + [f"… and {len(notes) - SHOWN_FILES} more {kind} files (all in reports/collect.json)"]
 
 
@@ -63,6 +65,8 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     notes += [f"{file} filed as {nb}.ipynb: it holds that notebook's exercises"
               for file, nb in sorted(moved_files(collected.get("notebooks", {}), notebooks).items())]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
+    if collected.get("status") == NOT_FILED:  # the server's trouble (a full disk), not the student's
+        return "not graded", notes + [f"the last download {collected.get('error') or 'could not be filed'}"]
     if job is None:
         if not collected.get("notebooks"):
             # a student who handed in only files that could not be graded has a row saying which and why (a Jupyter
@@ -245,18 +249,15 @@ def export(course: Course, bom: bool = False) -> list[Path]:
 
 # a text cell starting with one of these is a formula to Excel and LibreOffice (=HYPERLINK(...) sends data away)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+SHEET_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # what a spreadsheet reads as a number
 
 
 def spreadsheet_text(value):
     """value as a spreadsheet shows it as text: a string that starts like a formula, and is no number, gets a leading
     apostrophe (OWASP's advice for CSV injection: names and notes come from students, through the LMS roster)."""
-    if not isinstance(value, str) or not value.startswith(FORMULA_START):
+    if not isinstance(value, str) or not value.startswith(FORMULA_START) or SHEET_NUMBER.fullmatch(value):
         return value
-    try:
-        float(value)
-    except ValueError:
-        return "'" + value
-    return value
+    return "'" + value
 
 
 def sheet_value(text: str) -> str:

@@ -1589,7 +1589,7 @@ def _surrogate_notebook() -> bytes:
 
 @pytest.mark.parametrize("data, words", [
     (b'{"cells": ' + b"[" * 3000 + b"]" * 3000 + b"}", "JSON nested too deeply"),
-    (b'{"cells": [], "n": ' + b"7" * 4400 + b"}", "invalid JSON (Exceeds the limit"),
+    (b'{"cells": [], "n": ' + b"7" * 4400 + b"}", "holds a number of more than 4,300 digits, which no notebook does"),
     (_surrogate_notebook(), "holds text that is no Unicode (cell 1"),
 ], ids=["deep", "huge-number", "lone-surrogate"])
 def test_a_notebook_python_cannot_read_or_write_is_rejected_and_the_rest_is_filed(course, tmp_path, data, words):
@@ -1608,9 +1608,18 @@ def test_a_notebook_python_cannot_read_or_write_is_rejected_and_the_rest_is_file
     assert sorted(saved["students"]) == ["aaa", "odd", "zzz"]
 
 
-def test_a_student_whose_files_cannot_be_written_is_reported_and_the_others_are_filed(course, tmp_path, monkeypatch):
-    import autograder.collect as collect_module
+def test_a_student_whose_files_cannot_be_written_is_reported_and_the_others_are_filed(course, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """A full disk while filing one student is the server's trouble: the others are filed, the report is saved, and
+    export shows that student not graded (empty scores), not 'no valid notebook' with 0 as their own fault."""
+    import csv
 
+    import autograder.collect as collect_module
+    from autograder.course import ASSIGNMENT
+    from autograder.export import export
+
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(ASSIGNMENT)
     real = collect_module.write_submission
 
     def failing(course, student, files, earlier_times=None):
@@ -1622,14 +1631,46 @@ def test_a_student_whose_files_cannot_be_written_is_reported_and_the_others_are_
     download = write_tree(tmp_path / "d", {f"{s}/02-shapes-and-loss.ipynb": notebook_bytes(s) for s in ("ann", "bob", "cy")})
     report = collect(course, download)
     assert submitted(course, "ann") and submitted(course, "cy") and not submitted(course, "bob")
-    assert report.students["bob"].status == "not filed"
-    assert [(r.file, r.student) for r in report.rejected] == [("bob/02-shapes-and-loss.ipynb", "bob")]
-    assert "could not be filed (OSError: [Errno 28] No space left on device); collect again" in report.rejected[0].reason
-    assert not (course.step_dir("submitted", "bob").parent / ".incoming-part-ii").exists()
+    assert report.rejected == [] and report.students["bob"].status == "not filed"
+    assert report.students["bob"].error == "could not be filed (OSError: [Errno 28] No space left on device); collect again"
+    from autograder.collect import print_report
+
+    print_report(report)
+    assert ("not filed (1): the earlier hand-in, if any, stays; collect the download again\n"
+            "  bob: could not be filed (OSError: [Errno 28] No space left on device); collect again\n") in capsys.readouterr().out
     saved = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
     assert saved["students"]["bob"]["status"] == "not filed" and saved["students"]["cy"]["status"] == "new"
+    with open(export(course)[0], newline="", encoding="utf-8") as fh:
+        bob = next(r for r in csv.DictReader(fh) if r["student_id"] == "bob")
+    assert bob["status"] == "not graded" and bob["score"] == "", bob
+    assert bob["notes"].endswith("the last download could not be filed (OSError: [Errno 28] No space left on device); "
+                                 "collect again"), bob["notes"]
+    from autograder.feedback import feedback
+
+    result = feedback(course, students=["bob"])  # no page blaming the student for the server's full disk
+    assert result.errors == {"bob": "the last download could not be filed (OSError: [Errno 28] No space left on "
+                                    "device); collect again; no feedback written"}, result.errors
+    assert result.explained == [] and not course.step_dir("feedback", "bob").exists()
     monkeypatch.setattr(collect_module, "write_submission", real)
     assert collect(course, download).students["bob"].status == "new"  # collected again, filed
+
+
+def test_an_earlier_hand_in_goes_back_when_the_new_one_cannot_be_put_in_its_place(course, tmp_path, monkeypatch):
+    """write_submission moved the earlier hand-in to replaced/ before renaming the new one into place: when that
+    rename failed, the student had nothing left in submitted/."""
+    first = collect(course, write_tree(tmp_path / "d1", {"ann/02-shapes-and-loss.ipynb": notebook_bytes("old")}))
+    assert first.students["ann"].status == "new"
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if self.name == ".incoming-part-ii":
+            raise OSError(5, "Input/output error")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    report = collect(course, write_tree(tmp_path / "d2", {"ann/02-shapes-and-loss.ipynb": notebook_bytes("new")}))
+    assert report.students["ann"].status == "not filed" and "Input/output error" in report.students["ann"].error
+    assert submitted(course, "ann") == {"02-shapes-and-loss.ipynb": notebook_bytes("old")}
 
 
 def test_a_download_that_holds_the_instructor_s_source_notebooks_is_refused(course):
@@ -1642,22 +1683,37 @@ def test_a_download_that_holds_the_instructor_s_source_notebooks_is_refused(cour
 
 # --- --student never files another student's work --------------------------------------------------------------
 
-@pytest.mark.parametrize("files, others, owner", [
-    ({"bob/00-vectors-shapes-and-gradients.ipynb": "b", "carl/02-shapes-and-loss.ipynb": "c"}, "bob, carl", None),
-    ({"hank_124_457_02-shapes-and-loss.ipynb": "h"}, "hank", "hank"),
-    ({"gina/work/02-shapes-and-loss.ipynb": "g", "gina/notes.txt": "n"}, "gina", "gina"),
-], ids=["two-folders", "canvas-name", "known-student-folder"])
-def test_student_option_refuses_a_download_whose_layout_names_another_student(course, tmp_path, files, others, owner):
-    """Only notebooks handed in by two students were refused: bob's 00 and carl's 02 were both filed as dana's."""
+@pytest.mark.parametrize("files, others", [
+    ({"hank_124_457_02-shapes-and-loss.ipynb": "h", "ivy_125_458_00-vectors-shapes-and-gradients.ipynb": "i"},
+     "hank, ivy"),
+    ({"gina_123_456_02-shapes-and-loss.ipynb": "g"}, "gina"),
+    ({"gina/work/02-shapes-and-loss.ipynb": "g", "gina/notes.txt": "n"}, "gina"),
+    ({"Full Name_10007_assignsubmission_file_/02-shapes-and-loss.ipynb": "m",
+      "Other One_10008_assignsubmission_file_/00-vectors-shapes-and-gradients.ipynb": "o"}, "10007, 10008"),
+], ids=["two-canvas-names", "canvas-name-of-a-gradebook-student", "folder-of-a-gradebook-student", "two-moodle-folders"])
+def test_student_option_refuses_a_download_whose_layout_names_other_students(course, tmp_path, files, others):
+    """Only notebooks handed in by two students were refused: hank's 02 and ivy's 00 were both filed as dana's."""
     with course.gradebook() as gb:
         gb.update_or_create_student("gina")
     download = write_tree(tmp_path / "d", {k: notebook_bytes(v) for k, v in files.items()})
-    with pytest.raises(AutograderError, match=rf"--student dana: the download's file or folder names give other "
+    with pytest.raises(AutograderError, match=rf"--student dana: the download's LMS file or folder names give other "
                                               rf"students? \({others}\), whose files would be filed as dana's"):
         collect(course, download, student="dana")
     assert course.submitted_students() == []
-    if owner:  # the student the layout names is still collected as themself
-        assert list(collect(course, download, student=owner).students) == [owner]
+
+
+@pytest.mark.parametrize("files", [
+    {"week1/02-shapes-and-loss.ipynb": "a", "week2/00-vectors-shapes-and-gradients.ipynb": "b"},
+    {"alice/week1/02-shapes-and-loss.ipynb": "a", "alice/week2/00-vectors-shapes-and-gradients.ipynb": "b"},
+    {"doejohn_12345_67890_02-shapes-and-loss.ipynb": "c"},  # the student's own Canvas name, filed under the gradebook id
+    {"John Doe_12345_assignsubmission_file_/02-shapes-and-loss.ipynb": "m"},
+], ids=["subfolders", "subfolders-of-the-student-s-folder", "own-canvas-name", "own-moodle-folder"])
+def test_student_option_files_one_student_s_own_folders_and_lms_names_as_theirs(course, tmp_path, files):
+    with course.gradebook() as gb:
+        gb.update_or_create_student("alice")
+    download = write_tree(tmp_path / "d", {k: notebook_bytes(v) for k, v in files.items()})
+    report = collect(course, download, student="alice")
+    assert list(report.students) == ["alice"] and len(submitted(course, "alice")) == len(files)
 
 
 # --- ids: one student one id ------------------------------------------------------------------------------------
@@ -1675,9 +1731,14 @@ def test_folders_that_give_one_id_or_ids_that_differ_only_in_case_are_refused_be
         gb.update_or_create_student("uma")
     cased = write_tree(tmp_path / "cased", {"Uma/02-shapes-and-loss.ipynb": notebook_bytes("u"),
                                             "li/02-shapes-and-loss.ipynb": notebook_bytes("c")})
-    with pytest.raises(AutograderError, match=r"Uma differs from uma only in case \(ids are case-sensitive\)"):
+    with pytest.raises(AutograderError, match=r"Uma and uma differ only in case \(ids are case-sensitive\)"):
         collect(course, cased)
+    with pytest.raises(AutograderError, match=r"Uma and uma differ only in case"):
+        collect(course, write_tree(tmp_path / "one", {"02-shapes-and-loss.ipynb": notebook_bytes("u")}), student="Uma")
     assert course.submitted_students() == []
+    spelt = write_tree(tmp_path / "spelt", {"Jos\u00e9/02-shapes-and-loss.ipynb": notebook_bytes("nfc"),  # macOS: NFD
+                                            "Jose\u0301/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("nfd")})
+    assert list(collect(course, spelt).students) == ["Jos\u00e9"]  # one student, as the two names look
     moodle = write_tree(tmp_path / "moodle", {  # Moodle's two folders of one student are one id by design
         "Zhang San_123_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("m"),
         "Zhang San_123_assignsubmission_onlinetext_/onlinetext.html": b"<p>hi</p>"})
@@ -1756,19 +1817,62 @@ def test_a_student_s_many_rejected_files_are_summed_up_in_the_report_and_the_csv
     with course.gradebook() as gb:
         gb.update_or_create_assignment(ASSIGNMENT)
     files = {"abe/02-shapes-and-loss.ipynb": notebook_bytes("a"), "cat/02-shapes-and-loss.ipynb": notebook_bytes("c"),
-             **{f"abe/venv/mod_{i:02d}.py": b"x = 1\n" for i in range(25)}, "cat/notes.txt": b"n"}
+             **{f"abe/venv/mod_{i:02d}.py": b"x = 1\n" for i in range(25)}, "cat/notes.txt": b"n",
+             "abe/zz/00-vectors-shapes-and-gradients.ipynb": b"{"}  # sorts last, matters most
     report = collect(course, write_tree(tmp_path / "d", files))
-    assert len(report.rejected) == 26
+    assert len(report.rejected) == 27
     print_report(report)
     out = capsys.readouterr().out
-    assert out.count("abe/venv/mod_") == 10 and "abe/venv/mod_09.py" in out and "mod_10" not in out
-    assert "  … and 15 more of abe's (all in the course's reports/collect.json)\n" in out
+    assert "abe/zz/00-vectors-shapes-and-gradients.ipynb: invalid JSON" in out
+    assert out.count("abe/venv/mod_") == 9 and "abe/venv/mod_08.py" in out and "mod_09" not in out
+    assert "  … and 16 more of abe's (all in the course's reports/collect.json)\n" in out
     assert "cat/notes.txt: not a notebook" in out
     with open(export(course)[0], newline="", encoding="utf-8") as fh:
         notes = {r["student_id"]: r["notes"] for r in csv.DictReader(fh)}
-    assert notes["abe"].count("rejected abe/venv/mod_") == 10
-    assert "… and 15 more rejected files (all in reports/collect.json)" in notes["abe"]
+    assert "rejected abe/zz/00-vectors-shapes-and-gradients.ipynb: invalid JSON" in notes["abe"]
+    assert notes["abe"].count("rejected abe/venv/mod_") == 9
+    assert "… and 16 more rejected files (all in reports/collect.json)" in notes["abe"]
     build = build_option(course)
     assert build.startswith(" --build ")  # the test's build folder is not the default: the hint must name it
     assert notes["abe"].endswith("missing 00-vectors-shapes-and-gradients.ipynb (scored 0); not graded yet; run "
                                  f"`python -m autograder grade{build}`")
+
+
+def test_a_released_course_file_over_the_streaming_size_handed_back_is_still_recognised(course, tmp_path, monkeypatch):
+    import autograder.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "MAX_HELD_OTHER_BYTES", 1000)
+    table = bytes(range(256)) * 20
+    (course.bundle_dir / "data/part-ii").mkdir(parents=True)
+    (course.bundle_dir / "data/part-ii/table.bin").write_bytes(table)
+    report = collect(course, write_tree(tmp_path / "d", {"mia/02-shapes-and-loss.ipynb": notebook_bytes("m"),
+                                                         "mia/data/part-ii/table.bin": table}))
+    assert report.rejected == []
+    assert [r.file for r in report.ignored] == ["mia/data/part-ii/table.bin"]
+
+
+def test_two_streamed_zip_members_of_one_name_keep_their_own_bytes(course, tmp_path, monkeypatch):
+    import warnings
+
+    import autograder.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "MAX_HELD_OTHER_BYTES", 1000)
+    first, second = b"a" * 5000, b"b" * 6000
+    with warnings.catch_warnings(), zipfile.ZipFile(tmp_path / "d.zip", "w") as zf:
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate name, which is the point
+        zf.writestr("kim/02-shapes-and-loss.ipynb", notebook_bytes("k"))
+        zf.writestr("kim/data.bin", first)
+        zf.writestr("kim/data.bin", second)
+    report = collect(course, tmp_path / "d.zip")
+    assert sorted(Path(r.copy).read_bytes() for r in report.rejected) == [first, second]
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("-5", "-5"), ("+3.5", "+3.5"), ("-1e3", "-1e3"), ("-.5", "-.5"), ("plain", "plain"),
+    ("-inf", "'-inf"), ("-nan", "'-nan"), ("-1_000", "'-1_000"), ("=1+2", "'=1+2"), ("@SUM(A1)", "'@SUM(A1)"),
+    ("\tx", "'\tx"), ("- a note", "'- a note"),
+])
+def test_only_what_a_spreadsheet_reads_as_a_number_keeps_its_formula_sign(value, shown):
+    from autograder.export import sheet_value, spreadsheet_text
+
+    assert spreadsheet_text(value) == shown and sheet_value(shown) == value
