@@ -432,3 +432,14 @@ def test_calls_of_is_empty_when_the_call_is_not_made_and_needs_the_function_s_na
     with pytest.raises(ValueError, match="calls_of needs the name of the student's function"):
         with checks.calls_of("", (pp, "perplexity")):
             pass
+
+
+def test_calls_of_counts_a_call_through_a_spy_a_previous_block_left_in_the_student_s_global():
+    """An answer that caches the library function on its first call kept the first block's spy: the next blocks of
+    a test's loop saw no call, and an honest answer failed."""
+    namespace = guarded_namespace("_p = None\ndef perplexity_from_loss(loss, unit):\n    global _p\n"
+                                  "    if _p is None:\n        _p = pp.perplexity\n    return _p(loss, unit)\n")
+    run_cell("from checks import calls_of\nseen = []\nfor _ in range(3):\n"
+             "    with calls_of('perplexity_from_loss', (pp, 'perplexity')) as called:\n"
+             "        perplexity_from_loss(2.0, 'nats')\n    seen.append(called)\n", namespace)
+    assert namespace["seen"] == [["pp.perplexity"]] * 3

@@ -525,6 +525,9 @@ def _spy(original, label: str, called: list):
         if label not in called:
             called.append(label)
         return original(*args, **kwargs)
+    # a student's function that kept the spy (a global cached on first call) still holds the target for the next
+    # guard, which looks through __wrapped__
+    spy.__wrapped__ = original
     return spy
 
 
