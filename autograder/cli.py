@@ -114,7 +114,7 @@ def _student_id(text: str) -> str:
     """argparse type: a student id as collect files it (Unicode's composed form, at most 128 characters)."""
     import unicodedata
 
-    from .collect import MAX_ID_CHARS, STUDENT_ID
+    from .collect import MAX_ID_BYTES, MAX_ID_CHARS, STUDENT_ID
 
     text = unicodedata.normalize("NFC", text)
     if not STUDENT_ID.fullmatch(text):
@@ -122,6 +122,9 @@ def _student_id(text: str) -> str:
     if len(text) > MAX_ID_CHARS:
         raise argparse.ArgumentTypeError(f"expected a student id of at most {MAX_ID_CHARS} characters (nbgrader's "
                                          f"limit), got {len(text)}")
+    if len(text.encode("utf-8")) > MAX_ID_BYTES:
+        raise argparse.ArgumentTypeError(f"expected a student id of at most {MAX_ID_BYTES} bytes of UTF-8 (it names "
+                                         f"folders), got {len(text.encode('utf-8'))}")
     return text
 
 
@@ -310,13 +313,13 @@ def _run(args: argparse.Namespace) -> int:
         print_next_step(course)
         return 0
     if args.command == "collect":
-        from .collect import NOT_FILED, collect, print_report
+        from .collect import collect, print_report
 
         report = collect(course, args.path, student=args.student, replace_older=args.replace_older)
         print_report(report)
-        trouble = bool(report.rejected) or any(r.status == NOT_FILED for r in report.students.values())
-        print_next_step(course, rejected=trouble)
-        return 1 if trouble else 0
+        unfiled = any(r.unfiled for r in report.students.values())
+        print_next_step(course, rejected=bool(report.rejected), unfiled=unfiled)
+        return 1 if report.rejected or unfiled else 0
     if args.command == "grade":
         from .grade import GradeOptions, grade
 
@@ -332,7 +335,7 @@ def _run(args: argparse.Namespace) -> int:
         print_feedback(result)
         return 1 if result.errors else 0
     if args.command == "export":
-        from .collect import load_collect_log, nobodys_files, shown
+        from .collect import NOT_FILED, load_collect_log, nobodys_files, shown
         from .export import export, not_graded, waiting_for_a_grader
 
         with course.lock("export"):
@@ -362,6 +365,13 @@ def _run(args: argparse.Namespace) -> int:
                   f"{'its scores are' if n == 1 else 'their scores are'} left empty; run `python -m autograder grade"
                   f"{build_option(course)}`, then export again")
             code = 1
+        if unfiled := not_graded(written[0], NOT_FILED):
+            n = len(unfiled)
+            print(f"{n} {'student' if n == 1 else 'students'} could not be filed by the last collect ({listed(unfiled)}): "
+                  f"{'its scores are' if n == 1 else 'their scores are'} left empty and the notes say why; collect "
+                  f"the download again (`python -m autograder collect PATH{build_option(course)}`), grade, then "
+                  "export again")
+            code = 1
         if failed := not_graded(written[0], "error"):
             n = len(failed)
             print(f"{n} {'student' if n == 1 else 'students'} could not be graded ({listed(failed)}): "
@@ -377,9 +387,10 @@ def per_notebook(notes: dict[str, list[str]]) -> str:
     return "; ".join(f"{nb}: {', '.join(items)}" for nb, items in sorted(notes.items()))
 
 
-def print_next_step(course: Course, rejected: bool = False) -> None:
+def print_next_step(course: Course, rejected: bool = False, unfiled: bool = False) -> None:
     """After release or collect: the command to run next, when there is one (grade, or collect before any hand-in);
-    rejected: the collect just run turned files away (so a course with no hand-in yet needs them again, not a zip)."""
+    rejected: the collect just run turned files away (so a course with no hand-in yet needs them again, not a zip);
+    unfiled: it could not write some (the same download, collected again, files them)."""
     from .grade import job_rows, to_grade
 
     build = build_option(course)
@@ -392,6 +403,9 @@ def print_next_step(course: Course, rejected: bool = False) -> None:
         print(f"next: `python -m autograder grade{build}` ({'; '.join(parts)})")
     elif course.submitted_students():
         return
+    elif unfiled:
+        print(f"next: nothing is filed yet; once what stopped the filing (above) is put right, the same "
+              f"`python -m autograder collect PATH{build}` files the download")
     elif rejected:
         print(f"next: nothing is filed yet; once the rejected files above are handed in again or put right, "
               f"`python -m autograder collect PATH{build}` files them")

@@ -183,7 +183,8 @@ class StudentReport:
     replaced: str | None = None  # where the hand-in this one replaced was kept
     moved: dict[str, str] = field(default_factory=dict)  # file -> notebook, this collect's files named otherwise
     file_times: dict[str, str] = field(default_factory=dict)  # notebook -> its filed file's time (TIMESTAMP_FORMAT)
-    error: str | None = None  # why this download's files could not be written (status NOT_FILED)
+    error: str | None = None  # why the notebooks in unfiled could not be written (a full disk: 'OSError: …')
+    unfiled: list[str] = field(default_factory=list)  # notebooks of a download not filed yet (see not_filed)
 
 
 @dataclass
@@ -427,13 +428,20 @@ def is_assignment_name(name: str, notebooks: list[str]) -> bool:
 
 
 MAX_ID_CHARS = 128  # nbgrader's student id column (a PostgreSQL gradebook refuses a longer one)
+MAX_ID_BYTES = 200  # an id names folders (submitted/ID, a grading job's ID-N-XXXXXXXX): 255 bytes at most on disk
 
 
 def sanitize_id(text: str) -> str | None:
     """A student id from free text, in Unicode's composed form (macOS writes José decomposed): invalid characters
     become '_'; None when nothing usable is left or the id is longer than nbgrader's MAX_ID_CHARS."""
     cleaned = re.sub(r"[^\w.@-]+", "_", unicodedata.normalize("NFC", text).strip()).strip("_.-")
-    return cleaned if cleaned and len(cleaned) <= MAX_ID_CHARS and STUDENT_ID.fullmatch(cleaned) else None
+    return cleaned if cleaned and not too_long(cleaned) and STUDENT_ID.fullmatch(cleaned) else None
+
+
+def too_long(student: str) -> bool:
+    """True for an id longer than nbgrader's MAX_ID_CHARS characters or the disk's MAX_ID_BYTES bytes of UTF-8
+    (100 Chinese characters are 300 bytes: no folder can be named so)."""
+    return len(student) > MAX_ID_CHARS or len(student.encode("utf-8")) > MAX_ID_BYTES
 
 
 def student_from_folder(folder: str) -> str | None:
@@ -953,7 +961,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 continue
             student = student_from_folder(folder)
             if student is None:
-                rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}", source=e))
+                cleaned = re.sub(r"[^\w.@-]+", "_", unicodedata.normalize("NFC", folder).strip()).strip("_.-")
+                why = (f" (an id has at most {MAX_ID_CHARS} characters and {MAX_ID_BYTES} bytes of UTF-8)"
+                       if cleaned and too_long(cleaned) else "")
+                rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}{why}", source=e))
                 continue
         else:
             student, timestamp, origin = file_owner(e.path.name, notebooks, blackboard)
@@ -1468,6 +1479,8 @@ def shared_notebooks(entries: list[Entry], notebooks: list[str], known: frozense
 def lms_owner(name: str, notebooks: list[str], blackboard: dict[str, str] | None = None) -> str | None:
     """The student an LMS's own file name gives (Moodle, Canvas or Blackboard prefix); None for any other name,
     such as one the student chose ('alice_02-shapes-and-loss.ipynb')."""
+    if not name.lower().endswith(".ipynb") and not BLACKBOARD_RECEIPT.fullmatch(name):
+        return None  # plot_1_2_loss.png reads like a Canvas name; a file that is no notebook is rejected anyway
     hit = match_notebook(PurePosixPath(name).stem, notebooks) if name.lower().endswith(".ipynb") else None
     prefix = hit[1] if hit else lms_prefix(name)
     if not prefix or not (MOODLE_PREFIX.match(prefix) or BLACKBOARD_PREFIX.match(prefix)
@@ -1504,11 +1517,12 @@ def id_clashes(entries: list[Entry], seen: set[str], known: frozenset[str], fold
     clashes = [f"the folders {' and '.join(ascii(f) if not f.isprintable() else repr(f) for f in sorted(names))} both "
                f"give the student id {sid}" for sid, names in sorted(folders.items()) if len(names) > 1]
     by_case: dict[str, set[str]] = {}
-    for sid in known | seen:
-        by_case.setdefault(sid.lower(), set()).add(sid)
+    for sid in known | seen:  # a gradebook id added decomposed (nbgrader db) is the same name composed
+        by_case.setdefault(unicodedata.normalize("NFC", sid).casefold(), set()).add(sid)
     for ids in (sorted(ids) for _, ids in sorted(by_case.items())):
         if len(ids) > 1 and set(ids) - known:
-            clashes.append(f"{' and '.join(ids)} differ only in case (ids are case-sensitive)")
+            clashes.append(f"{' and '.join(ascii(i) if not i.isprintable() else i for i in ids)} differ only in "
+                           "case or Unicode spelling (ids are case-sensitive)")
     return clashes
 
 
@@ -1549,11 +1563,14 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         entries, unwrapped = unwrap(entries, notebooks, known, bundled)
     elif shared := shared_notebooks(entries, notebooks, known):
         nb, who = next(iter(shared.items()))
-        raise AutograderError(f"--student {student}: the download holds {nb}.ipynb of {len(who)} students ({listed(who)}); "
-                              "--student is for a download of one student's files")
+        raise AutograderError(f"--student {student}: the download holds {nb}.ipynb in {len(who)} folders ({listed(who)}), "
+                              "as a class download does; --student is for a download of one student's files: when "
+                              "they are one student's drafts, keep the one file to grade for each notebook and "
+                              "collect again")
     elif others := other_students(entries, notebooks, known, student):
-        raise AutograderError(f"--student {student}: the download's LMS file or folder names give other "
-                              f"{'student' if len(others) == 1 else 'students'} ({listed(others)}), whose files would "
+        raise AutograderError(f"--student {student}: the download's LMS file or folder names give "
+                              f"{'another student' if len(others) == 1 else 'other students'} ({listed(others)}), whose "
+                              "files would "
                               f"be filed as {student}'s; --student is for a download of one student's files: collect a "
                               "class download without it, or copy this student's files out under names of their own")
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
@@ -1564,9 +1581,10 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
     if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
-        raise AutograderError(f"nothing was collected: {'; '.join(clashes)}. Rename the folders or files so that each "
-                              "student has one id, the one already in the gradebook where there is one, and collect "
-                              "again")
+        fix = ("give --student the id the gradebook has" if student is not None else
+               "rename the folders or files so that each student has one id, the one already in the gradebook where "
+               "there is one")
+        raise AutograderError(f"nothing was collected: {'; '.join(clashes)}; {fix}, and collect again")
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
@@ -1587,7 +1605,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             try:
                 report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
             except Exception as exc:  # noqa: BLE001 - a full disk, a file that cannot be written: the others go on
-                report.students[sid] = not_filed(course, sid, notes, notebooks, earlier.get(sid, {}), exc)
+                report.students[sid] = not_filed(course, sid, files, notes, notebooks, earlier.get(sid, {}), exc)
         save_report(course, report, entries, {(f.student, f.notebook) for f in filed
                                               if report.students[f.student].status != NOT_FILED})
     return report
@@ -1596,16 +1614,28 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
 NOT_FILED = "not filed"
 
 
-def not_filed(course: Course, student: str, notes: list[str], notebooks: list[str], earlier: dict,
+def unfiled_text(unfiled: list[str], error: str | None) -> str:
+    """'02-shapes-and-loss.ipynb could not be filed (OSError: …)': a not-filed student's line and note."""
+    names = ", ".join(f"{nb}.ipynb" for nb in unfiled)
+    return f"{shown(names)} could not be filed ({shown(error or 'cause unknown')})"
+
+
+def not_filed(course: Course, student: str, files: list[Filed], notes: list[str], notebooks: list[str], earlier: dict,
               exc: Exception) -> StudentReport:
     """The row of a student whose files could not be written (exc): not the student's fault, so no rejection of
-    theirs; their earlier hand-in, if any, stays filed (write_submission puts it back)."""
-    shutil.rmtree(course.step_dir("submitted", student).parent / f".incoming-{ASSIGNMENT}", ignore_errors=True)
+    theirs; their earlier hand-in, if any, stays filed (write_submission puts it back), and the notebooks of this
+    download stay unfiled, on record, until a collect files them."""
+    with contextlib.suppress(OSError):
+        shutil.rmtree(course.step_dir("submitted", student).parent / f".incoming-{ASSIGNMENT}", ignore_errors=True)
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    rec = StudentReport(student, NOT_FILED, notes=list(notes),
-                        error=f"could not be filed ({type(exc).__name__}{': ' + first if first else ''}); collect again")
+    rec = StudentReport(student, NOT_FILED, notes=list(notes), error=f"{type(exc).__name__}{': ' + first if first else ''}",
+                        unfiled=sorted({f.notebook for f in files} | set(earlier.get("unfiled", []))))
     old = earlier.get("notebooks", {})
-    rec.notebooks = {nb: old.get(nb, COLLECTED_EARLIER) for nb in filed_notebooks(course, student)}
+    try:
+        on_disk = filed_notebooks(course, student)
+    except OSError:  # the same trouble (a name too long for the disk, no permission): nothing of theirs can be read
+        on_disk = []
+    rec.notebooks = {nb: old.get(nb, COLLECTED_EARLIER) for nb in on_disk}
     rec.missing = [n for n in notebooks if n not in rec.notebooks]
     rec.timestamp = earlier.get("timestamp")
     rec.file_times = {nb: t for nb, t in earlier.get("file_times", {}).items() if nb in rec.notebooks}
@@ -1649,6 +1679,8 @@ def file_student(course: Course, student: str, files: list[Filed], notes: list[s
     rec.moved = {str(f.entry.path): f.notebook for f in files if f.named}
     if kept_earlier := [nb for nb in before if nb not in new]:
         rec.notes.append(f"kept from the earlier hand-in: {', '.join(kept_earlier)}")
+    if pending := [nb for nb in earlier.get("unfiled", []) if nb not in new]:  # an earlier download's, still not filed
+        rec.unfiled, rec.error = pending, earlier.get("error")
     rec.timestamp = rec.timestamp or earlier.get("timestamp")
     times = {**earlier.get("file_times", {}), **{f.notebook: f.entry.mtime.strftime(TIMESTAMP_FORMAT) for f in files}}
     rec.file_times = {nb: times[nb] for nb in rec.notebooks if nb in times}
@@ -1670,7 +1702,12 @@ def per_student_lines(records: list[Record], line) -> list[str]:
     for r in records:
         counts[r.student] = counts.get(r.student, 0) + 1
     lines, shown_so_far = [], {}
-    for r in sorted(records, key=lambda r: counts[r.student] > MANY_FILES and not r.file.lower().endswith(".ipynb")):
+    first = {}
+    for i, r in enumerate(records):
+        first.setdefault(r.student, i)
+    # a student's lines together, in order of their first; of a student with many, the notebook files first
+    for r in sorted(records, key=lambda r: (first[r.student],
+                                            counts[r.student] > MANY_FILES and not r.file.lower().endswith(".ipynb"))):
         n = shown_so_far[r.student] = shown_so_far.get(r.student, 0) + 1
         if r.student is None or counts[r.student] <= MANY_FILES or n <= SHOWN_FILES:
             lines.append(line(r))
@@ -1702,10 +1739,10 @@ def print_report(report: CollectReport) -> None:
         print(f"filed as the notebook whose exercises they hold, not as their names say ({len(moved)}):")
         for file, nb in moved:
             print(f"  {shown(file)} -> {nb}.ipynb")
-    if failed := [(s, r.error) for s, r in sorted(report.students.items()) if r.status == NOT_FILED]:
+    if failed := [(s, r) for s, r in sorted(report.students.items()) if r.unfiled]:
         print(f"not filed ({len(failed)}): the earlier hand-in, if any, stays; collect the download again")
-        for s, error in failed:
-            print(f"  {s}: {shown(error or '')}")
+        for s, r in failed:
+            print(f"  {s}: {unfiled_text(r.unfiled, r.error)}")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")

@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 
 from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
-from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files
+from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import job_rows, needs_regrade
@@ -64,9 +64,10 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     notebooks = sorted({*collected.get("notebooks", {}), *collected.get("missing", [])})  # the assignment's
     notes += [f"{file} filed as {nb}.ipynb: it holds that notebook's exercises"
               for file, nb in sorted(moved_files(collected.get("notebooks", {}), notebooks).items())]
+    if collected.get("unfiled"):  # the server's trouble (a full disk), not the student's: no score yet
+        return NOT_FILED, notes + [f"{unfiled_text(collected['unfiled'], collected.get('error'))}: collect the "
+                                   f"download again, then `{grade}`"]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
-    if collected.get("status") == NOT_FILED:  # the server's trouble (a full disk), not the student's
-        return "not graded", notes + [f"the last download {collected.get('error') or 'could not be filed'}"]
     if job is None:
         if not collected.get("notebooks"):
             # a student who handed in only files that could not be graded has a row saying which and why (a Jupyter
@@ -199,10 +200,10 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                 gives = "" if nbgrader_interval(until, assignment.duedate) else \
                     (" (no extra time: no due date)" if assignment.duedate is None else " (no extra time: the due date is later)")
                 notes.append(f"extension until {utc_time(until)}{gives}")
-            if submission is None or status in ("no submission", "not graded", "error"):
+            if submission is None or status in ("no submission", "not graded", "error", NOT_FILED):
                 # not graded, or its grading failed (an earlier grading's scores would stand for other files): empty,
                 # not 0, so that an upload to the LMS cannot pass it off as a score
-                zero = "" if status in ("not graded", "error") else "0"
+                zero = "" if status in ("not graded", "error", NOT_FILED) else "0"
                 row.update(timestamp="", raw_score=zero, late_submission_penalty=zero, score=zero, needs_manual_grading="",
                            seconds_late="")
                 row.update({nb: "" for nb in notebooks})

@@ -48,7 +48,7 @@ from traitlets import Dict
 
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, hidden_line_numbers, is_test_cell, last_heading,
                     nbgrader_meta, outcome_message, stopped_kernel, visible_source)
-from .collect import NOT_FILED, load_collect_log, match_notebook, moved_files
+from .collect import load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
 from .export import late_by, released_test_ids, tampered_cells
@@ -508,12 +508,12 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         result.errors[student] = ("grading pending (e.g. after a release with new tests): no feedback written; "
                                   f"{run_first(course, 'grade')}")
         graded.remove(student)
-    for student in (s for s in known if collect_log["students"].get(s, {}).get("status") == NOT_FILED
-                    and s not in result.errors):
+    for student in (s for s in known if collect_log["students"].get(s, {}).get("unfiled") and s not in result.errors):
         # collect could not write the last download (a full disk: not the student's doing); pages would show the
         # hand-in before it
-        why = collect_log["students"][student].get("error") or "could not be filed"
-        result.errors[student] = f"the last download {why}; no feedback written"
+        record = collect_log["students"][student]
+        result.errors[student] = (f"{unfiled_text(record['unfiled'], record.get('error'))}: no feedback written; "
+                                  "collect the download again")
         if student in graded:
             graded.remove(student)
     for student in sorted(result.errors):  # their earlier pages show a grading that no longer stands

@@ -614,8 +614,9 @@ def test_student_option_files_one_student_s_messy_download_and_refuses_a_class(c
     assert [(r.file, r.student) for r in report.rejected] == [("Downloads/hand-in/notes.pdf", "dora")]
     klass = write_tree(tmp_path / "class", {"ann/02-shapes-and-loss.ipynb": notebook_bytes("a"),
                                             "ben/02-shapes-and-loss.ipynb": notebook_bytes("b")})
-    with pytest.raises(AutograderError, match=r"--student dora: the download holds 02-shapes-and-loss.ipynb of 2 "
-                                              r"students \(ann, ben\)"):
+    with pytest.raises(AutograderError, match=r"--student dora: the download holds 02-shapes-and-loss.ipynb in 2 "
+                                              r"folders \(ann, ben\), as a class download does; .* when they are one "
+                                              r"student's drafts, keep the one file to grade for each notebook"):
         collect(course, klass, student="dora")
     assert course.submitted_students() == ["dora"]
 
@@ -1413,7 +1414,15 @@ def test_a_folder_name_longer_than_a_student_id_may_be_is_rejected_with_its_reas
     report = collect(course, write_tree(tmp_path / "d", {f"{long_name}/02-shapes-and-loss.ipynb": notebook_bytes("x"),
                                                          "ok/02-shapes-and-loss.ipynb": notebook_bytes("ok")}))
     assert list(report.students) == ["ok"]
-    assert [r.reason for r in report.rejected] == [f"cannot derive a student id from folder {long_name!r}"]
+    assert [r.reason for r in report.rejected] == [f"cannot derive a student id from folder {long_name!r} (an id has "
+                                                   "at most 128 characters and 200 bytes of UTF-8)"]
+    # 100 Chinese characters are 300 bytes: no folder can be named so (filing them stopped collect with a traceback)
+    wide = "张" * 100
+    with zipfile.ZipFile(tmp_path / "w.zip", "w") as zf:
+        zf.writestr(f"{wide}/02-shapes-and-loss.ipynb", notebook_bytes("w"))
+        zf.writestr("ok/02-shapes-and-loss.ipynb", notebook_bytes("ok"))
+    report = collect(course, tmp_path / "w.zip")
+    assert list(report.students) == ["ok"] and "200 bytes of UTF-8" in report.rejected[0].reason
 
 
 def test_a_rejected_file_whose_name_is_too_long_for_the_disk_is_kept_under_a_shorter_name(course, tmp_path):
@@ -1615,7 +1624,7 @@ def test_a_student_whose_files_cannot_be_written_is_reported_and_the_others_are_
     import csv
 
     import autograder.collect as collect_module
-    from autograder.course import ASSIGNMENT
+    from autograder.course import ASSIGNMENT, build_option
     from autograder.export import export
 
     with course.gradebook() as gb:
@@ -1632,27 +1641,38 @@ def test_a_student_whose_files_cannot_be_written_is_reported_and_the_others_are_
     report = collect(course, download)
     assert submitted(course, "ann") and submitted(course, "cy") and not submitted(course, "bob")
     assert report.rejected == [] and report.students["bob"].status == "not filed"
-    assert report.students["bob"].error == "could not be filed (OSError: [Errno 28] No space left on device); collect again"
+    assert report.students["bob"].error == "OSError: [Errno 28] No space left on device"
+    assert report.students["bob"].unfiled == ["02-shapes-and-loss"]
     from autograder.collect import print_report
 
     print_report(report)
-    assert ("not filed (1): the earlier hand-in, if any, stays; collect the download again\n"
-            "  bob: could not be filed (OSError: [Errno 28] No space left on device); collect again\n") in capsys.readouterr().out
+    assert ("not filed (1): the earlier hand-in, if any, stays; collect the download again\n  bob: 02-shapes-and-loss"
+            ".ipynb could not be filed (OSError: [Errno 28] No space left on device)\n") in capsys.readouterr().out
     saved = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
     assert saved["students"]["bob"]["status"] == "not filed" and saved["students"]["cy"]["status"] == "new"
     with open(export(course)[0], newline="", encoding="utf-8") as fh:
         bob = next(r for r in csv.DictReader(fh) if r["student_id"] == "bob")
-    assert bob["status"] == "not graded" and bob["score"] == "", bob
-    assert bob["notes"].endswith("the last download could not be filed (OSError: [Errno 28] No space left on device); "
-                                 "collect again"), bob["notes"]
+    assert bob["status"] == "not filed" and bob["score"] == "", bob
+    assert bob["notes"] == ("02-shapes-and-loss.ipynb could not be filed (OSError: [Errno 28] No space left on device): "
+                            f"collect the download again, then `python -m autograder grade{build_option(course)}`"), bob
+    from autograder.cli import main
+
+    capsys.readouterr()
+    assert main(["export"]) == 1
+    assert ("1 student could not be filed by the last collect (bob): its scores are left empty and the notes say why; "
+            "collect the download again") in capsys.readouterr().out
     from autograder.feedback import feedback
 
     result = feedback(course, students=["bob"])  # no page blaming the student for the server's full disk
-    assert result.errors == {"bob": "the last download could not be filed (OSError: [Errno 28] No space left on "
-                                    "device); collect again; no feedback written"}, result.errors
+    assert result.errors == {"bob": "02-shapes-and-loss.ipynb could not be filed (OSError: [Errno 28] No space left "
+                                    "on device): no feedback written; collect the download again"}, result.errors
     assert result.explained == [] and not course.step_dir("feedback", "bob").exists()
     monkeypatch.setattr(collect_module, "write_submission", real)
-    assert collect(course, download).students["bob"].status == "new"  # collected again, filed
+    # another download of bob's without that notebook files what it holds; the unfiled notebook stays on record
+    other = collect(course, write_tree(tmp_path / "o", {"bob/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("b")}))
+    assert other.students["bob"].status == "new" and other.students["bob"].unfiled == ["02-shapes-and-loss"]
+    again = collect(course, download).students["bob"]  # collected again: filed, nothing left
+    assert again.status == "updated" and again.unfiled == [] and again.error is None
 
 
 def test_an_earlier_hand_in_goes_back_when_the_new_one_cannot_be_put_in_its_place(course, tmp_path, monkeypatch):
@@ -1696,8 +1716,9 @@ def test_student_option_refuses_a_download_whose_layout_names_other_students(cou
     with course.gradebook() as gb:
         gb.update_or_create_student("gina")
     download = write_tree(tmp_path / "d", {k: notebook_bytes(v) for k, v in files.items()})
-    with pytest.raises(AutograderError, match=rf"--student dana: the download's LMS file or folder names give other "
-                                              rf"students? \({others}\), whose files would be filed as dana's"):
+    with pytest.raises(AutograderError, match=rf"--student dana: the download's LMS file or folder names give (another "
+                                              rf"student|other students) \({others}\), whose files would be filed as "
+                                              rf"dana's"):
         collect(course, download, student="dana")
     assert course.submitted_students() == []
 
@@ -1731,10 +1752,15 @@ def test_folders_that_give_one_id_or_ids_that_differ_only_in_case_are_refused_be
         gb.update_or_create_student("uma")
     cased = write_tree(tmp_path / "cased", {"Uma/02-shapes-and-loss.ipynb": notebook_bytes("u"),
                                             "li/02-shapes-and-loss.ipynb": notebook_bytes("c")})
-    with pytest.raises(AutograderError, match=r"Uma and uma differ only in case \(ids are case-sensitive\)"):
+    with pytest.raises(AutograderError, match=r"Uma and uma differ only in case or Unicode spelling \(ids are "
+                                              r"case-sensitive\); rename the folders or files"):
         collect(course, cased)
-    with pytest.raises(AutograderError, match=r"Uma and uma differ only in case"):
+    with pytest.raises(AutograderError, match=r"Uma and uma differ only in case .*; give --student the id the gradebook has"):
         collect(course, write_tree(tmp_path / "one", {"02-shapes-and-loss.ipynb": notebook_bytes("u")}), student="Uma")
+    with course.gradebook() as gb:  # an id added decomposed (nbgrader db student add) is the same name composed
+        gb.update_or_create_student("Rene\u0301")
+    with pytest.raises(AutograderError, match=r"differ only in case or Unicode spelling"):
+        collect(course, write_tree(tmp_path / "rene", {"Ren\u00e9/02-shapes-and-loss.ipynb": notebook_bytes("r")}))
     assert course.submitted_students() == []
     spelt = write_tree(tmp_path / "spelt", {"Jos\u00e9/02-shapes-and-loss.ipynb": notebook_bytes("nfc"),  # macOS: NFD
                                             "Jose\u0301/00-vectors-shapes-and-gradients.ipynb": notebook_bytes("nfd")})
@@ -1876,3 +1902,21 @@ def test_only_what_a_spreadsheet_reads_as_a_number_keeps_its_formula_sign(value,
     from autograder.export import sheet_value, spreadsheet_text
 
     assert spreadsheet_text(value) == shown and sheet_value(shown) == value
+
+
+def test_student_option_reads_no_owner_from_names_of_files_that_are_no_notebooks(course, tmp_path):
+    """plot_1_2_loss.png reads like a Canvas name: --student alice was refused for 'other students (fig, plot)'."""
+    files = {"02-shapes-and-loss.ipynb": notebook_bytes("a"), "figs/plot_1_2_loss.png": b"p", "figs/fig_3_4_acc.png": b"f"}
+    report = collect(course, write_tree(tmp_path / "d", files), student="alice")
+    assert list(report.students) == ["alice"] and len(report.rejected) == 2
+
+
+def test_a_heavy_student_s_lines_stay_together_in_the_report(course, tmp_path, capsys):
+    from autograder.collect import print_report
+
+    files = {"abe/02-shapes-and-loss.ipynb": notebook_bytes("a"), "cat/notes.txt": b"n", "zed/x.txt": b"z",
+             **{f"abe/venv/m{i:02d}.py": b"x" for i in range(25)}}
+    print_report(collect(course, write_tree(tmp_path / "d", files)))
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    start = lines.index("abe/venv/m00.py: not a notebook (.py); only .ipynb files are graded")
+    assert lines[start + 10].startswith("… and 15 more of abe's") and lines[start + 11].startswith("cat/notes.txt")
