@@ -108,6 +108,16 @@ MAX_READ_BYTES = 512 * 1024 * 1024  # a larger file is not read: rejected, with 
 # a file that is no notebook is only compared with the (small) course files and copied when rejected: one larger than
 # this is streamed for both, never held in memory (a student's venv or dataset; a zip of zeros that unpacks to GBs)
 MAX_HELD_OTHER_BYTES = 4 * 1024 * 1024
+# notebooks over MAX_NOTEBOOK_BYTES are held only while the download's held bytes stay under this: a zip of many
+# 400 MiB "notebooks" (zeros compress to nothing) could otherwise take all the machine's memory
+MAX_HELD_BYTES = 2 * 1024 * 1024 * 1024
+
+
+def held_in_memory(name: PurePosixPath, size: int, held: int) -> bool:
+    """Whether collect reads a file of size bytes into memory, when held bytes are held already (see the limits)."""
+    if name.suffix.lower() != ".ipynb":
+        return size <= MAX_HELD_OTHER_BYTES
+    return size <= MAX_READ_BYTES and (size <= MAX_NOTEBOOK_BYTES or held + size <= MAX_HELD_BYTES)
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
 UNIX_TIME_FIELD, NTFS_TIME_FIELD = 0x5455, 0x000A  # zip extra fields that hold UTC times
 RELEASE_WRITTEN = ("README.md", "requirements.txt", "nbgrader_config.py")  # files release writes into the bundle
@@ -124,7 +134,8 @@ class NotANotebook(ValueError):
 class Entry:
     """One file of the download: its path inside the download, bytes and modification time (UTC).
 
-    A notebook over MAX_READ_BYTES, or another file over MAX_HELD_OTHER_BYTES, is not read: data is empty and
+    A notebook over MAX_READ_BYTES (or over MAX_NOTEBOOK_BYTES once the download's read files reach MAX_HELD_BYTES),
+    or another file over MAX_HELD_OTHER_BYTES, is not read: data is empty and
     opener() streams it (for the digest and the copy kept).
     A zip member that could not be read has empty data and unreadable saying why.
     """
@@ -214,6 +225,7 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
     except (zipfile.BadZipFile, OSError) as exc:
         raise AutograderError(f"{path} is not a readable zip file ({exc})") from None
     zip_time = dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.timezone.utc)
+    held = 0
     with zf:
         for info in zf.infolist():
             if info.is_dir():
@@ -230,7 +242,7 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                     target = "?"
                 entries.append(Entry(name, b"", mtime, unreadable=symlink_reason(target), wall_clock=wall))
                 continue
-            if info.file_size > (MAX_READ_BYTES if name.suffix.lower() == ".ipynb" else MAX_HELD_OTHER_BYTES):
+            if not held_in_memory(name, info.file_size, held):
                 opener = functools.partial(_open_zip_member, path, info)
                 entries.append(Entry(name, b"", mtime, opener=opener, size=info.file_size, wall_clock=wall))
                 continue
@@ -241,6 +253,7 @@ def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
                 entries.append(Entry(name, b"", mtime, unreadable=f"cannot be read from the zip: {unreadable_member(exc)}",
                                      wall_clock=wall))
                 continue
+            held += len(data)
             entries.append(Entry(name, data, mtime, wall_clock=wall))
     return entries, rejected
 
@@ -323,7 +336,7 @@ def _open_zip_member(path: Path, member: zipfile.ZipInfo):
 
 def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
     """Entries of a folder tree (symlinks are not followed)."""
-    entries, rejected = [], []
+    entries, rejected, held = [], [], 0
     for file in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
         rel = PurePosixPath(readable_name(file.relative_to(path).as_posix()))
         if file.is_symlink():  # rejected in classify, which can still tell whose file it was from its path
@@ -332,9 +345,10 @@ def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
             continue
         size = file.stat().st_size
         mtime = dt.datetime.fromtimestamp(file.stat().st_mtime, tz=dt.timezone.utc)
-        if size > (MAX_READ_BYTES if rel.suffix.lower() == ".ipynb" else MAX_HELD_OTHER_BYTES):
+        if not held_in_memory(rel, size, held):
             entries.append(Entry(rel, b"", mtime, opener=functools.partial(open, file, "rb"), size=size))
             continue
+        held += size
         entries.append(Entry(rel, file.read_bytes(), mtime))
     return entries, rejected
 
@@ -977,7 +991,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                                                                              "file it is", student, source=e))
             continue
         if e.opener is not None and e.path.suffix.lower() == ".ipynb":  # others are rejected by name below, unread
-            reason = f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
+            reason = (f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
+                      if e.size > MAX_READ_BYTES else
+                      f"not read ({_mib(e.size)}): the download's notebooks over {_mib(MAX_NOTEBOOK_BYTES)} take more "
+                      f"than {_mib(MAX_HELD_BYTES)} of memory together; collect this student's files on their own")
             rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student, source=e))
             continue
         if same:

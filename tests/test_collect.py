@@ -1920,3 +1920,32 @@ def test_a_heavy_student_s_lines_stay_together_in_the_report(course, tmp_path, c
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     start = lines.index("abe/venv/m00.py: not a notebook (.py); only .ipynb files are graded")
     assert lines[start + 10].startswith("… and 15 more of abe's") and lines[start + 11].startswith("cat/notes.txt")
+
+
+@pytest.mark.parametrize("as_zip", [False, True], ids=["folder", "zip"])
+def test_large_notebooks_are_read_only_while_the_download_s_memory_budget_lasts(course, tmp_path, monkeypatch, as_zip):
+    """Every notebook up to 512 MiB was read into memory at once: a zip of many 400 MiB 'notebooks' of zeros could
+    take all the machine's memory."""
+    import autograder.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "MAX_NOTEBOOK_BYTES", 4000)
+    monkeypatch.setattr(collect_module, "MAX_READ_BYTES", 40_000)
+    monkeypatch.setattr(collect_module, "MAX_HELD_BYTES", 20_000)
+    big = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('x' * 9000)", id="loud")])
+    big.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 9000)]
+    data = nbformat.writes(big).encode()
+    files = {f"{s}/02-shapes-and-loss.ipynb": data for s in ("ann", "ben", "cy")}
+    files["dee/02-shapes-and-loss.ipynb"] = notebook_bytes("small")  # small ones are always read
+    download = write_tree(tmp_path / "d", files)
+    if as_zip:
+        with zipfile.ZipFile(tmp_path / "d.zip", "w") as zf:
+            for rel in files:
+                zf.write(download / rel, rel)
+        download = tmp_path / "d.zip"
+    report = collect(course, download)
+    assert sorted(s for s, r in report.students.items() if r.notebooks) == ["ann", "ben", "dee"]
+    [(file, reason, copy)] = [(r.file, r.reason, r.copy) for r in report.rejected]
+    assert file == "cy/02-shapes-and-loss.ipynb" and reason.startswith("not read (0.0 MiB): the download's notebooks")
+    assert "collect this student's files on their own" in reason and Path(copy).read_bytes() == data
+    assert list(collect(course, write_tree(tmp_path / "cy", {"cy/02-shapes-and-loss.ipynb": data})).students["cy"]
+                .notebooks) == ["02-shapes-and-loss"]  # alone, it is read
