@@ -48,6 +48,9 @@ def read_for_check(path: Path):
     if path.is_dir():
         raise AutograderError(f"{path} is a folder; check takes one notebook file (.ipynb) at a time: "
                               f"python -m autograder check {path / 'NAME.ipynb'}")
+    if not path.exists():
+        raise AutograderError(f"{path} does not exist (a relative path starts in the folder you run this in, "
+                              f"{Path.cwd()}); give the notebook's path, e.g. build/lab/part-ii/02-shapes-and-loss.ipynb")
     if not path.is_file():
         raise AutograderError(f"{path} is not a file; expected a Jupyter notebook (.ipynb)")
     if path.suffix.lower() != ".ipynb":  # as collect accepts 02-shapes-and-loss.IPYNB
@@ -99,6 +102,44 @@ def deleted_tests(nb, released: dict[str, bool]) -> list[str]:
     """Grade ids of the released test cells missing from nb, in release order."""
     present = graded_ids(nb)
     return [grade_id for grade_id, test in released.items() if test and grade_id not in present]
+
+
+def deleted_answers(nb, released: dict[str, bool]) -> list[str]:
+    """Grade ids of the released graded answer cells (written answers, graded by hand) missing from nb: an answer
+    written in a cell of the student's own is never graded, and grading does not put these cells back."""
+    present = graded_ids(nb)
+    return [grade_id for grade_id, test in released.items() if not test and grade_id not in present]
+
+
+def cell_places(source, grade_ids: list[str]) -> list[str]:
+    """Where each graded cell is, as a student can find it ('the test cell of 练习 2.6 … (its first line)'), from the
+    course's notebook source (grade ids mean nothing to students)."""
+    heading, places = "(before the first exercise)", {}
+    for cell in source.cells:
+        meta = nbgrader_meta(cell)
+        if cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
+            heading = last_heading(cell.source) or heading
+        elif meta.get("grade_id") in grade_ids:
+            kind = "test cell" if is_test_cell(cell) else "written-answer cell"
+            shown = f" ({first_line(cell.source)})" if is_test_cell(cell) else ""
+            places[meta["grade_id"]] = f"the {kind} of {heading}{shown}"
+    return [places.get(g, g) for g in grade_ids]
+
+
+def changed_course_files(folder: Path) -> list[str]:
+    """The course files (code/part-ii, data/part-ii) of the course folder above folder whose bytes differ from this
+    repository's, which grading uses: an edited tolerance in checks.py makes a failing answer pass here only."""
+    root = course_folder_of(folder)
+    if root is None or root.resolve() == REPO.resolve():
+        return []
+    changed = []
+    for part in ("code/part-ii", "data/part-ii"):
+        for theirs in sorted((root / part).rglob("*")):
+            ours = REPO / part / theirs.relative_to(root / part)
+            if theirs.is_file() and "__pycache__" not in theirs.parts and ours.is_file() \
+                    and theirs.read_bytes() != ours.read_bytes():
+                changed.append(theirs.relative_to(root).as_posix())
+    return changed
 
 
 def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) -> str | None:
@@ -327,7 +368,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     if problem:
         print(problem, flush=True)
     deleted = deleted_tests(nb, course[best])
+    unanswerable = deleted_answers(nb, course[best])
     folder = Path(path).resolve().parent
+    changed = changed_course_files(folder)
     with course_code_for(folder) as borrowed:
         if borrowed:
             print(f"note: {folder} is not inside the course folder (no code/part-ii in it or above it), so the "
@@ -342,9 +385,20 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
         print(f"read-only cells changed: {', '.join(locked)}; grading puts the released versions back, "
               "so undo those changes if your code relies on them.")
     if deleted:
-        print(f"✘ test cells missing from this notebook: {', '.join(deleted)}; grading puts the released cells back "
-              "and scores them, so this check cannot say whether they pass. Copy them back from a fresh copy "
-              "of the notebook and run the check again.")
+        print(f"✘ test cells missing from this notebook: {'; '.join(cell_places(sources[best], deleted))}. Grading "
+              "puts the released cells back and scores them, so this check cannot say whether they pass. Copy them "
+              "back from a fresh copy of the notebook (unzip the course zip again in another folder) and run the "
+              "check again.")
+    if unanswerable:
+        print(f"✘ answer cells missing from this notebook: {'; '.join(cell_places(sources[best], unanswerable))}. "
+              "Only the released answer cell is graded: an answer written in a cell of your own counts 0 points and "
+              "grading does not put the cell back. Copy the cell back from a fresh copy of the notebook (unzip the "
+              "course zip again in another folder), move your answer into it, and run the check again.")
+    if changed:
+        print(f"✘ course files changed in your copy: {', '.join(changed)} (they differ from {REPO}'s). Grading runs "
+              "your notebook with the course's own copies, so results here may differ from the grade: put the "
+              "released files back (unzip the course zip again) and run the check again. (If your zip comes from "
+              "another version of the course than this repository, check with a repository of that version.)")
     if slow := timed_out_cells(nb):
         print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "
@@ -357,5 +411,5 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
         print(f"({NUMBERING_NOTE})")
     if problem:
         print(problem)
-    ok = all(r[4] is not False for r in rows) and not (problem or deleted or slow or died)
+    ok = all(r[4] is not False for r in rows) and not (problem or deleted or unanswerable or changed or slow or died)
     return 0 if ok else 1

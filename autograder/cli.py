@@ -214,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="student self-check of one notebook",
                        description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
                                    "whether its visible tests pass and the points at stake. Exits 1 when a test fails, a "
-                                   "test cell was edited or deleted, a cell ran out of time, or the file name would "
+                                   "test cell was edited or deleted, a written-answer cell was deleted, the course's "
+                                   "code/ or data/ files were changed, a cell ran out of time, or the file name would "
                                    "not be graded as this notebook; 2 when the file is not a notebook of this course.")
     p.add_argument("notebook", type=Path, help="the .ipynb file to check")
     p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
@@ -457,6 +458,8 @@ def unrecognized(command: str, command_parser: argparse.ArgumentParser, extra: l
     positional = set(argv[argv.index("--") + 1:]) if "--" in argv else set()  # after '--' nothing is an option
     options = [arg.split("=", 1)[0] for arg in extra
                if re.match(r"-[A-Za-z]|--[A-Za-z]", arg) and arg not in positional]
+    if not options and command == "check":
+        return f"check takes one notebook at a time: run it once for each ({' '.join(extra)} left over)"
     if not options:
         return f"unrecognized arguments: {' '.join(extra)}"
     known = [f"{a.option_strings[-1]} {a.metavar or a.dest.upper()}" if a.nargs != 0 else a.option_strings[-1]

@@ -52,8 +52,10 @@ def empty_build(tmp_path, monkeypatch):
     # the unknown option's value is read as the notebook: only the option is named, not the real notebook
     (["check", "--build", "{build}", "x.ipynb"], "check: error: check does not take --build: its options are "
                                                  "--timeout SECONDS (see --help)"),
-    (["check", "x.ipynb", "y.ipynb"], "check: error: unrecognized arguments: y.ipynb"),
-    (["check", "x.ipynb", "--", "--y.ipynb"], "check: error: unrecognized arguments: --y.ipynb"),  # no option after --
+    (["check", "x.ipynb", "y.ipynb"], "check: error: check takes one notebook at a time: run it once for each "
+                                      "(y.ipynb left over)"),
+    (["check", "x.ipynb", "--", "--y.ipynb"], "check: error: check takes one notebook at a time: run it once for each "
+                                              "(--y.ipynb left over)"),  # no option after --
     (["export", "--", "-5"], "export: error: unrecognized arguments: -- -5"),
     (["collect"], "required: path"),
     (["collect", "/no/such/download.zip", "--build", "{build}"], "does not exist"),
@@ -102,7 +104,7 @@ def empty_build(tmp_path, monkeypatch):
      "run `python -m autograder release --build {build}` first"),
     (["extend", "--build", "{build}"], "run `python -m autograder release --build {build}` first"),
     (["check"], "required: notebook"),
-    (["check", "/no/such/notebook.ipynb"], "is not a file"),
+    (["check", "/no/such/notebook.ipynb"], "does not exist (a relative path starts in the folder you run this in, "),
     (["check", str(REPO / "README.md")], "not a .ipynb file"),
     (["check", "x.ipynb", "--timeout", "0"], "seconds > 0"),
     (["demo", "--workers", "0"], "whole number >= 1"),
@@ -445,22 +447,42 @@ def test_a_build_folder_that_cannot_be_created_is_reported_without_a_traceback(e
     assert "Traceback" not in err
 
 
-def test_check_names_a_deleted_test_cell_and_fails(tmp_path, monkeypatch, capsys):
-    """A solved notebook without one of its test cells is not a pass: grading puts the test back and scores it."""
+def test_check_names_deleted_test_and_answer_cells_and_changed_course_files_and_fails(tmp_path, monkeypatch, capsys):
+    """A solved notebook without one of its test cells is not a pass: grading puts the test back and scores it. Its
+    written-answer cell deleted (the answer moved to a cell of the student's own) passed with exit 0 and cost its
+    points; an edited tolerance in the student's checks.py turned failures into passes that grading does not give."""
+    import shutil
+
     import nbformat
 
+    from autograder.check import cell_places
+
     path, nb = _smallest_source_notebook()
-    monkeypatch.setenv("PART_II_ROOT", str(REPO))
-    tests = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-             if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+    monkeypatch.delenv("PART_II_ROOT", raising=False)
+    course = tmp_path / "course"  # the unpacked student zip: the notebook's setup cell finds code/ above it
+    for part in ("code/part-ii", "data/part-ii"):
+        shutil.copytree(REPO / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(course / "code/part-ii/checks.py", "a", encoding="utf-8") as fh:
+        fh.write("\n# RTOL loosened by the student\n")
+    meta = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    tests = [g for g, c in meta.items() if g and c.cell_type == "code" and c.metadata["nbgrader"].get("grade")
              and not c.metadata["nbgrader"].get("solution")]
     gone = tests[len(tests) // 2]
-    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != gone]
-    trimmed = tmp_path / path.name
+    answer = next(g for g, c in meta.items() if g and c.metadata["nbgrader"].get("grade")
+                  and c.metadata["nbgrader"].get("solution"))
+    source = nbformat.read(path, as_version=4)
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") not in (gone, answer)]
+    trimmed = course / "part-ii" / path.name
+    trimmed.parent.mkdir()
     nbformat.write(nb, trimmed)
     code, _, out = run(["check", str(trimmed)], capsys)
     assert code == 1, out
-    assert f"✘ test cells missing from this notebook: {gone}; grading puts the released cells back" in out, out
+    [test_place] = cell_places(source, [gone])
+    [answer_place] = cell_places(source, [answer])
+    assert test_place.startswith("the test cell of 练习") and answer_place.startswith("the written-answer cell of 练习")
+    assert f"✘ test cells missing from this notebook: {test_place}. Grading puts the released cells back" in out, out
+    assert f"✘ answer cells missing from this notebook: {answer_place}. Only the released answer cell is graded" in out
+    assert f"✘ course files changed in your copy: code/part-ii/checks.py (they differ from {REPO}'s). Grading runs" in out
     assert f"visible tests passed: {len(tests) - 1} of {len(tests) - 1} cells" in out, out
 
 
