@@ -371,6 +371,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     unanswerable = deleted_answers(nb, course[best])
     folder = Path(path).resolve().parent
     changed = changed_course_files(folder)
+    cells = sum(c.cell_type == "code" for c in nb.cells)
+    print(f"running {Path(path).name} from the top in a fresh kernel ({cells} code cells, each interrupted after "
+          f"{timeout:g} s); the table follows when it is done", flush=True)  # a slow notebook must not look hung
     with course_code_for(folder) as borrowed:
         if borrowed:
             print(f"note: {folder} is not inside the course folder (no code/part-ii in it or above it), so the "

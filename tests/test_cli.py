@@ -275,6 +275,9 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     nbformat.write(nb, solved)
     code, _, out = run(["check", str(solved)], capsys)
     assert code == 0, out
+    cells = sum(c.cell_type == "code" for c in nb.cells)  # said first: a slow notebook looked hung for a minute
+    assert out.startswith(f"running {path.name} from the top in a fresh kernel ({cells} code cells, each interrupted "
+                          "after 60 s); the table follows when it is done\n"), out
     assert (f"note: {tmp_path} is not inside the course folder (no code/part-ii in it or above it), so the notebook's "
             f"setup cell cannot find the course code there; this check runs it with {REPO}'s") in out, out
     assert "PART_II_ROOT" not in os.environ, "set for the check's kernel only"
