@@ -111,13 +111,6 @@ MAX_HELD_OTHER_BYTES = 4 * 1024 * 1024
 # notebooks over MAX_NOTEBOOK_BYTES are held only while the download's held bytes stay under this: a zip of many
 # 400 MiB "notebooks" (zeros compress to nothing) could otherwise take all the machine's memory
 MAX_HELD_BYTES = 2 * 1024 * 1024 * 1024
-
-
-def held_in_memory(name: PurePosixPath, size: int, held: int) -> bool:
-    """Whether collect reads a file of size bytes into memory, when held bytes are held already (see the limits)."""
-    if name.suffix.lower() != ".ipynb":
-        return size <= MAX_HELD_OTHER_BYTES
-    return size <= MAX_READ_BYTES and (size <= MAX_NOTEBOOK_BYTES or held + size <= MAX_HELD_BYTES)
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
 UNIX_TIME_FIELD, NTFS_TIME_FIELD = 0x5455, 0x000A  # zip extra fields that hold UTC times
 RELEASE_WRITTEN = ("README.md", "requirements.txt", "nbgrader_config.py")  # files release writes into the bundle
@@ -215,6 +208,13 @@ class CollectReport:
 
 # what zipfile raises for a member it cannot give back: bad CRC or data, a password, an unknown compression
 ZIP_MEMBER_ERRORS = (zipfile.BadZipFile, RuntimeError, NotImplementedError, EOFError, zlib.error)
+
+
+def held_in_memory(name: PurePosixPath, size: int, held: int) -> bool:
+    """Whether collect reads a file of size bytes into memory, when held bytes are held already (see the limits)."""
+    if name.suffix.lower() != ".ipynb":
+        return size <= MAX_HELD_OTHER_BYTES
+    return size <= MAX_READ_BYTES and (size <= MAX_NOTEBOOK_BYTES or held + size <= MAX_HELD_BYTES)
 
 
 def _read_zip(path: Path) -> tuple[list[Entry], list[Record]]:
@@ -445,10 +445,15 @@ MAX_ID_CHARS = 128  # nbgrader's student id column (a PostgreSQL gradebook refus
 MAX_ID_BYTES = 200  # an id names folders (submitted/ID, a grading job's ID-N-XXXXXXXX): 255 bytes at most on disk
 
 
+def id_text(text: str) -> str:
+    """Free text as an id's characters, in Unicode's composed form (macOS writes José decomposed): invalid characters
+    become '_', and none lead or trail ('' when nothing usable is left)."""
+    return re.sub(r"[^\w.@-]+", "_", unicodedata.normalize("NFC", text).strip()).strip("_.-")
+
+
 def sanitize_id(text: str) -> str | None:
-    """A student id from free text, in Unicode's composed form (macOS writes José decomposed): invalid characters
-    become '_'; None when nothing usable is left or the id is longer than nbgrader's MAX_ID_CHARS."""
-    cleaned = re.sub(r"[^\w.@-]+", "_", unicodedata.normalize("NFC", text).strip()).strip("_.-")
+    """A student id from free text (see id_text); None when nothing usable is left or the id is too long."""
+    cleaned = id_text(text)
     return cleaned if cleaned and not too_long(cleaned) and STUDENT_ID.fullmatch(cleaned) else None
 
 
@@ -975,9 +980,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 continue
             student = student_from_folder(folder)
             if student is None:
-                cleaned = re.sub(r"[^\w.@-]+", "_", unicodedata.normalize("NFC", folder).strip()).strip("_.-")
                 why = (f" (an id has at most {MAX_ID_CHARS} characters and {MAX_ID_BYTES} bytes of UTF-8)"
-                       if cleaned and too_long(cleaned) else "")
+                       if too_long(id_text(folder)) else "")
                 rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}{why}", source=e))
                 continue
         else:
@@ -1642,8 +1646,7 @@ def not_filed(course: Course, student: str, files: list[Filed], notes: list[str]
     """The row of a student whose files could not be written (exc): not the student's fault, so no rejection of
     theirs; their earlier hand-in, if any, stays filed (write_submission puts it back), and the notebooks of this
     download stay unfiled, on record, until a collect files them."""
-    with contextlib.suppress(OSError):
-        shutil.rmtree(course.step_dir("submitted", student).parent / f".incoming-{ASSIGNMENT}", ignore_errors=True)
+    shutil.rmtree(course.step_dir("submitted", student).parent / f".incoming-{ASSIGNMENT}", ignore_errors=True)
     first = (str(exc).strip().splitlines() or [""])[0][:200]
     rec = StudentReport(student, NOT_FILED, notes=list(notes), error=f"{type(exc).__name__}{': ' + first if first else ''}",
                         unfiled=sorted({f.notebook for f in files} | set(earlier.get("unfiled", []))))
