@@ -65,6 +65,15 @@ def last_heading(markdown: str) -> str | None:
     return found
 
 
+def heading_after(cell, heading: str | None) -> str | None:
+    """The exercise heading in force after cell: its last heading when it is a markdown cell the student does not
+    answer (no grade, solution or task mark), else heading. What check's table and the feedback contents label by."""
+    meta = nbgrader_meta(cell)
+    if cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
+        return last_heading(cell.source) or heading
+    return heading
+
+
 def hidden_line_numbers(source: str) -> set[int]:
     """1-based line numbers of a cell source that lie in a hidden-tests block (markers included)."""
     hidden, inside = set(), False

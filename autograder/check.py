@@ -36,7 +36,7 @@ import re
 from pathlib import Path
 
 from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, grade_ids,
-                    graded_cells_of, is_edited, is_test_cell, last_heading, nbgrader_meta, numbered_cell, outcome_message,
+                    graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell, outcome_message,
                     stopped_kernel)
 from .collect import NotANotebook, match_notebook, notebook_of, read_notebook
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, load_config
@@ -98,17 +98,12 @@ def matched_notebook(path: Path, nb, notebook_ids: dict[str, set[str]]) -> str:
     return best
 
 
-def deleted_tests(nb, released: dict[str, bool]) -> list[str]:
-    """Grade ids of the released test cells missing from nb, in release order."""
+def deleted_cells(nb, released: dict[str, bool]) -> tuple[list[str], list[str]]:
+    """Grade ids of the released (test cells, graded answer cells) missing from nb, in release order. Grading puts
+    test cells back; an answer written in a cell of the student's own instead of the answer cell is never graded."""
     present = graded_ids(nb)
-    return [grade_id for grade_id, test in released.items() if test and grade_id not in present]
-
-
-def deleted_answers(nb, released: dict[str, bool]) -> list[str]:
-    """Grade ids of the released graded answer cells (written answers, graded by hand) missing from nb: an answer
-    written in a cell of the student's own is never graded, and grading does not put these cells back."""
-    present = graded_ids(nb)
-    return [grade_id for grade_id, test in released.items() if not test and grade_id not in present]
+    missing = [(grade_id, test) for grade_id, test in released.items() if grade_id not in present]
+    return [g for g, test in missing if test], [g for g, test in missing if not test]
 
 
 def cell_places(source, grade_ids: list[str]) -> list[str]:
@@ -117,9 +112,8 @@ def cell_places(source, grade_ids: list[str]) -> list[str]:
     heading, places = "(before the first exercise)", {}
     for cell in source.cells:
         meta = nbgrader_meta(cell)
-        if cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
-            heading = last_heading(cell.source) or heading
-        elif meta.get("grade_id") in grade_ids:
+        heading = heading_after(cell, heading)
+        if meta.get("grade_id") in grade_ids:
             kind = "test cell" if is_test_cell(cell) else "written-answer cell"
             shown = f" ({first_line(cell.source)})" if is_test_cell(cell) else ""
             places[meta["grade_id"]] = f"the {kind} of {heading}{shown}"
@@ -264,8 +258,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
         if in_setup and setup_failure is None:
             setup_failure = cell_error(cell, number)
-        if cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
-            heading = last_heading(cell.source) or heading  # as the feedback page's contents name it
+        heading = heading_after(cell, heading)  # as the feedback page's contents name it
         if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
             answer_cell = numbered_cell(cell, number)
         test = is_test_cell(cell)
@@ -367,8 +360,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     problem = naming_problem(Path(path), best, course)
     if problem:
         print(problem, flush=True)
-    deleted = deleted_tests(nb, course[best])
-    unanswerable = deleted_answers(nb, course[best])
+    deleted, unanswerable = deleted_cells(nb, course[best])
     folder = Path(path).resolve().parent
     changed = changed_course_files(folder)
     cells = sum(c.cell_type == "code" for c in nb.cells)

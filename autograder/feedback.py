@@ -46,7 +46,7 @@ from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 
-from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, hidden_line_numbers, is_test_cell, last_heading,
+from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, heading_after, hidden_line_numbers, is_test_cell,
                     nbgrader_meta, outcome_message, stopped_kernel, visible_source)
 from .collect import load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
@@ -86,8 +86,7 @@ class LabelGradedCells(NbGraderPreprocessor):
                 meta.pop("toc_label", None)  # only this preprocessor labels: not whatever the hand-in's metadata says
                 if heading:
                     meta["toc_label"] = heading
-            elif cell.cell_type == "markdown":
-                heading = last_heading(cell.source) or heading
+            heading = heading_after(cell, heading)
         return nb, resources
 
 
