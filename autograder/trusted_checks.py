@@ -52,10 +52,11 @@ Residual threats, honestly:
 - The guard that an exercise is solved without the function it re-implements
   (``checks.forbidden_calls``: spies on ``pp.softmax``, ``torch.softmax``… while the student's
   function runs, also where that function and the student's own functions it reaches hold them:
-  aliases, defaults, closures, containers, partials, decorated copies) lives in the kernel and
-  reports through ``check_true``. Student code can still undo it (patch the spy back, hide a
-  reference in an object's attribute, a class or two containers deep, fetch the function at call
-  time from somewhere no spy sits, such as ``gc``), as in plain nbgrader.
+  aliases, defaults, closures, containers, partials, decorated copies, the attributes of the
+  student's classes and of their objects) lives in the kernel and reports through ``check_true``.
+  Student code can still undo it (patch the spy back, hide a reference two containers deep or in
+  an object of a library's class, fetch the function at call time from somewhere no spy sits, such
+  as ``gc``), as in plain nbgrader.
 """
 
 from __future__ import annotations

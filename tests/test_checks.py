@@ -140,14 +140,41 @@ CALLED = "perplexity_from_loss works without calling pp.perplexity: property doe
 
 
 def state_of(namespace: dict) -> dict:
-    """What the guard may touch: every global's identity and every function's defaults, kw-defaults and cell contents."""
+    """What the guard may touch: every global's identity, every function's defaults, kw-defaults and cell contents,
+    and the attributes of the notebook's classes and of their instances."""
     state = {}
     for name, value in namespace.items():
         state[name] = id(value)
         if isinstance(value, types.FunctionType):
             cells = tuple(id(c.cell_contents) for c in value.__closure__ or ())
             state[f"{name}:inner"] = (id(value.__defaults__), id(value.__kwdefaults__), cells)
+        holder = value if isinstance(value, type) else type(value)
+        for klass in holder.__mro__ if holder.__module__ == "__main__" else ():
+            state[f"{name}:{klass.__name__}"] = {key: id(item) for key, item in vars(klass).items()}
+        if not isinstance(value, type) and type(value).__module__ == "__main__" and hasattr(value, "__dict__"):
+            state[f"{name}:attributes"] = {key: id(item) for key, item in vars(value).items()}
     return state
+
+
+# a class or an instance of the student's own that holds pp.perplexity: a staticmethod, a class-body alias, an
+# attribute set in __init__, a callable object, a method reading an alias, a classmethod, an inherited attribute
+CLASS_HELD = [
+    "class Tools:\n    ppl = staticmethod(pp.perplexity)\n"
+    "def perplexity_from_loss(loss, unit):\n    return Tools.ppl(loss, unit)\n",
+    "class Tools:\n    ppl = staticmethod(pp.perplexity)\ntools = Tools()\n"
+    "def perplexity_from_loss(loss, unit):\n    return tools.ppl(loss, unit)\n",
+    "class Tools:\n    ppl = pp.perplexity\ndef perplexity_from_loss(loss, unit):\n    return Tools.ppl(loss, unit)\n",
+    "class Model:\n    def __init__(self):\n        self.f = pp.perplexity\n"
+    "    def __call__(self, loss, unit):\n        return self.f(loss, unit)\nperplexity_from_loss = Model()\n",
+    "p = pp.perplexity\nclass Model:\n    def run(self, loss, unit):\n        return p(loss, unit)\n"
+    "perplexity_from_loss = Model().run\n",
+    "class Model:\n    f = staticmethod(pp.perplexity)\n    @classmethod\n    def run(cls, loss, unit):\n"
+    "        return cls.f(loss, unit)\ndef perplexity_from_loss(loss, unit):\n    return Model.run(loss, unit)\n",
+    "class Base:\n    f = staticmethod(pp.perplexity)\nclass Child(Base):\n    pass\n"
+    "def perplexity_from_loss(loss, unit):\n    return Child().f(loss, unit)\n",
+]
+CLASS_HELD_IDS = ["staticmethod", "staticmethod-via-instance", "class-body-alias", "instance-attribute",
+                  "bound-method-reading-an-alias", "classmethod", "inherited"]
 
 
 @pytest.mark.parametrize("definitions", [
@@ -170,6 +197,7 @@ def state_of(namespace: dict) -> dict:
     "def perplexity_from_loss(loss, unit):\n    return helper(loss, unit)\n",
     "p = pp.perplexity\ndef perplexity_from_loss(loss, unit):\n    return (lambda: [p(loss, unit) for _ in (0,)][0])()\n",
     "p = pp.perplexity\ndef perplexity_from_loss(loss, unit):\n    pp.perplexity(loss, unit)\n    return p(loss, unit)\n",
+    *CLASS_HELD,
 ])
 def test_a_call_through_a_reference_taken_before_the_guard_fails_it_and_everything_is_put_back(definitions):
     namespace = guarded_namespace(definitions)
@@ -219,6 +247,8 @@ def test_a_solution_that_does_not_call_the_forbidden_function_passes(definitions
     "class Table(dict):\n    def values(self, unit):\n        return 1\nODD = Table(a=pp.perplexity)\n",
     "ODD = (x for x in range(3))\n",
     "ODD = list(range(10**6)) + [pp.perplexity]\n",
+    "class Slotted:\n    __slots__ = ('f',)\n    def __init__(self):\n        self.f = pp.perplexity\nODD = Slotted()\n",
+    "class Angry:\n    def __getattribute__(self, name):\n        raise RuntimeError(name)\nODD = Angry()\n",
 ])
 def test_an_odd_global_the_student_s_function_reads_neither_crashes_the_guard_nor_is_spent(odd):
     namespace = guarded_namespace(odd + "def perplexity_from_loss(loss, unit):\n    ODD\n"
@@ -243,6 +273,17 @@ def test_a_tensor_method_taken_from_the_class_is_caught():
     with pytest.raises(AssertionError, match=r"\(it called Tensor\.softmax\)$"):
         run_cell("with forbidden_calls('stable', (torch.Tensor, 'softmax')):\n    stable([0.0, 1.0])\n", namespace)
     assert namespace["sm"] is torch.Tensor.softmax
+
+
+def test_a_builtin_held_by_a_class_is_caught_and_still_does_not_bind_to_the_instance():
+    """torch.softmax in a class body is called as self.sm(x): a spy put there as a plain function would get self too."""
+    namespace = guarded_namespace("class Model:\n    sm = torch.softmax\n    def __call__(self, x):\n"
+                                  "        return self.sm(torch.as_tensor(x, dtype=torch.float64), -1)\nstable = Model()\n")
+    before = state_of(namespace)
+    with pytest.raises(AssertionError, match=r"\(it called torch\.softmax\)$"):
+        run_cell("with forbidden_calls('stable', (torch, 'softmax')):\n    result = stable([0.0, 0.0])\n", namespace)
+    assert namespace.pop("result").tolist() == [0.5, 0.5]
+    assert state_of(namespace) == before
 
 
 def test_a_notebook_global_the_spy_replaces_is_named_once():
@@ -410,7 +451,8 @@ def test_check_true_passes_true_and_arrays_of_true(make):
     "from probability_practice import perplexity as ppl\ndef perplexity_from_loss(loss, unit):\n    return ppl(loss, unit)\n",
     "def perplexity_from_loss(loss, unit, _p=pp.perplexity):\n    return _p(loss, unit)\n",
     "perplexity_from_loss = pp.perplexity\n",
-], ids=["attribute", "from-import", "default-argument", "the-function-itself"])
+    *CLASS_HELD,
+], ids=["attribute", "from-import", "default-argument", "the-function-itself", *CLASS_HELD_IDS])
 def test_calls_of_counts_a_required_call_however_the_student_s_function_holds_it(definitions):
     """calls_watched sees only calls through pp.perplexity itself: a test that requires F.cross_entropy failed an
     answer that imported it under its own name."""

@@ -287,7 +287,8 @@ def forbidden_calls(user: str, *targets):
     Each target is replaced by a spy that notes the call and passes it on, so the block's results stay
     real. A reference the student's code took before the guard (`p = pp.perplexity`, an import under
     another name, a default argument, a closure, a dict or list of functions, a partial or a decorated
-    copy, or the forbidden function itself bound to the exercise's name) never meets those spies, so
+    copy, an attribute of a class or object of the student's, or the forbidden function itself bound
+    to the exercise's name) never meets those spies, so
     the places where the function `user` of the calling namespace holds a target get spies too
     (_held_references_watched). Afterwards one check_true names what the exercise must do without.
     An in-kernel guard, as strong as plain nbgrader (autograder/trusted_checks.py).
@@ -388,7 +389,8 @@ def _held_references_watched(user: str, namespace: dict, targets):
 
     Searched: the global `user` itself, the globals read by it and by the student's own functions it
     reaches (functions whose globals are namespace, also behind a decorator's __wrapped__), their
-    defaults and closure cells. A place holding a target - directly, through a wrapper, or as an item
+    defaults and closure cells, and the attributes of the classes defined in the notebook that it reaches
+    (with their bases defined there) and of their objects. A place holding a target - directly, through a wrapper, or as an item
     of a dict, list, tuple, set or partial held there - gets a copy that calls a spy first, and its
     value back afterwards. Yields the labels of the targets called through them. Nothing is searched
     when `user` is not a global of the namespace the guard was entered from.
@@ -408,23 +410,33 @@ def _held_references_watched(user: str, namespace: dict, targets):
 
 
 def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, called: list, restore: list) -> None:
-    """Put spies where namespace[user] and the student's functions it reaches hold a target; note how to undo each."""
-    todo: list[types.FunctionType] = []
+    """Put spies where namespace[user] and the student's functions, classes and objects it reaches hold a target;
+    note how to undo each."""
+    todo: list = []  # the student's functions, and classes and objects of the student's classes, to search
     seen: set[int] = set()
     searched: set[str] = set()
+    module = namespace.get("__name__")
 
-    def place(get, put) -> None:
-        """Replace the value at one place by a copy with spies when it holds a target; queue the student's functions in it."""
+    def queue(item) -> None:
+        """Queue item for searching once when it is the student's: a function of namespace, a class or an object of one."""
+        if isinstance(item, types.FunctionType):
+            ours = item.__globals__ is namespace
+        else:
+            ours = getattr(item if isinstance(item, type) else type(item), "__module__", None) == module
+        if ours and id(item) not in seen:
+            seen.add(id(item))
+            todo.append(item)
+
+    def place(get, put, undo=None) -> None:
+        """Replace the value at one place by a copy with spies when it holds a target; queue the student's things in it."""
         try:
             value = get()
             spied = _with_spies(value, originals, called)
             if spied is not value:
                 put(spied)
-                restore.append(lambda: put(value))
+                restore.append(undo or (lambda: put(value)))
             for item in _parts(value):
-                if isinstance(item, types.FunctionType) and item.__globals__ is namespace and id(item) not in seen:
-                    seen.add(id(item))
-                    todo.append(item)
+                queue(item)
         except Exception:  # noqa: BLE001 - a value that cannot be searched (an empty cell, an odd object) holds nothing seen
             return
 
@@ -434,15 +446,50 @@ def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, cal
             searched.add(name)
             place(lambda: namespace[name], lambda value: namespace.__setitem__(name, value))
 
+    def class_place(klass: type, name: str) -> None:
+        """Search one attribute of the student's class, keeping how it binds: a staticmethod or classmethod stays one,
+        and a spy standing in for a function that does not bind (a builtin, a partial) becomes a staticmethod."""
+        attr = vars(klass)[name]
+        undo = lambda: setattr(klass, name, attr)  # noqa: E731 - the very descriptor back
+        if isinstance(attr, (staticmethod, classmethod)):
+            place(lambda: attr.__func__, lambda value: setattr(klass, name, type(attr)(value)), undo)
+        elif isinstance(attr, property):
+            for func in (attr.fget, attr.fset, attr.fdel):
+                queue(func)
+        else:
+            binds = isinstance(attr, types.FunctionType)
+            place(lambda: attr, lambda value: setattr(klass, name, value if binds or not isinstance(value, types.FunctionType)
+                                                      else staticmethod(value)), undo)
+
+    def search_object(item) -> None:
+        """Search the attributes of a class of the student's (and of its bases of theirs), or of an object of one."""
+        if isinstance(item, type):
+            for klass in item.__mro__:
+                if getattr(klass, "__module__", None) == module and len(vars(klass)) <= MAX_HELD_ITEMS:
+                    for name in list(vars(klass)):
+                        class_place(klass, name)
+            return
+        queue(type(item))
+        attributes = object.__getattribute__(item, "__dict__")  # AttributeError for an object with __slots__ only
+        if type(attributes) is dict and len(attributes) <= MAX_HELD_ITEMS:
+            for name in list(attributes):
+                place(lambda n=name: attributes[n], lambda value, n=name: attributes.__setitem__(n, value))
+
     global_place(user)
     while todo:
-        func = todo.pop()
-        for name in sorted(_global_names(func.__code__)):
-            global_place(name)
-        place(lambda f=func: f.__defaults__, lambda value, f=func: setattr(f, "__defaults__", value))
-        place(lambda f=func: f.__kwdefaults__, lambda value, f=func: setattr(f, "__kwdefaults__", value))
-        for cell in func.__closure__ or ():
-            place(lambda c=cell: c.cell_contents, lambda value, c=cell: setattr(c, "cell_contents", value))
+        item = todo.pop()
+        if isinstance(item, types.FunctionType):
+            for name in sorted(_global_names(item.__code__)):
+                global_place(name)
+            place(lambda f=item: f.__defaults__, lambda value, f=item: setattr(f, "__defaults__", value))
+            place(lambda f=item: f.__kwdefaults__, lambda value, f=item: setattr(f, "__kwdefaults__", value))
+            for cell in item.__closure__ or ():
+                place(lambda c=cell: c.cell_contents, lambda value, c=cell: setattr(c, "cell_contents", value))
+        else:
+            try:
+                search_object(item)
+            except Exception:  # noqa: BLE001 - a class or object that resists being read (a __getattribute__ that raises)
+                continue
 
 
 def _target_label(value, originals: dict) -> str | None:
@@ -491,6 +538,7 @@ def _parts(value) -> list:
             parts += [inner.func, *inner.args, *inner.keywords.values()]
             inner = inner.func
         elif isinstance(inner, types.MethodType):
+            parts.append(inner.__self__)
             inner = inner.__func__
             parts.append(inner)
         elif callable(inner) and hasattr(inner, "__wrapped__"):
