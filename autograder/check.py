@@ -247,12 +247,13 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     solution cell): its NameError is usually that cell's fault. An unfinished earlier exercise
     is not the setup, so it is named only under its own test cell. Where the release's
     `raise NotImplementedError()` is still what ran, the message says the exercise is not answered
-    yet and names its answer cell; a free-text answer that still reads as released (text_stub)
-    says so too.
+    yet and names its answer cell, under every test cell of that answer's exercise; a free-text
+    answer that still reads as released (text_stub) says so too.
     """
     rows, heading = [], "(before the first exercise)"
     setup_failure = since_last_test = answer_cell = None
     unanswered, in_setup = False, True
+    stub_heading = None  # the exercise whose answer cell still raises NotImplementedError
     for number, cell in enumerate(nb.cells, start=1):
         meta = nbgrader_meta(cell)
         in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
@@ -261,6 +262,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         heading = heading_after(cell, heading)  # as the feedback page's contents name it
         if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
             answer_cell = numbered_cell(cell, number)
+            stub_heading = heading if raised(cell, "NotImplementedError") else None
         test = is_test_cell(cell)
         if not test and since_last_test is None:
             since_last_test = cell_error(cell, number)
@@ -273,7 +275,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
             if message == WROTE_TO_STDERR:
                 message += stderr_excerpt(cell)
             earlier = since_last_test or setup_failure
-            if unanswered and answer_cell and not message.startswith("✔") and message != EDITED:
+            if (unanswered or stub_heading == heading) and answer_cell and not message.startswith("✔") and message != EDITED:
                 message = (f"✘ not answered yet: {answer_cell} still raises NotImplementedError; replace "
                            "`raise NotImplementedError()` there with your answer")
             elif earlier and not message.startswith("✔") and message != EDITED:

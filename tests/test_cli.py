@@ -557,6 +557,37 @@ def test_check_lists_each_graded_cell_under_its_exercise_heading_as_the_feedback
         assert expected and tests == expected, path.name
 
 
+def test_every_test_cell_of_an_unanswered_exercise_says_it_is_not_answered_yet_and_no_other_exercise_s_does():
+    """Exercise 1 has two test cells after one answer cell that still raises NotImplementedError: the second said only
+    "NameError: name 'posterior' is not defined". Exercise 2 has no code answer cell of its own: its failure is its own."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from autograder.check import exercise_rows
+
+    def cell(source, grade_id=None, solution=False, error=None):
+        made = new_code_cell(source)
+        if grade_id or solution:
+            made.metadata["nbgrader"] = {"grade": bool(grade_id), "solution": solution, "grade_id": grade_id or "answer",
+                                         "points": 1 if grade_id else 0}
+        if error:
+            made.outputs = [new_output("error", ename=error[0], evalue=error[1], traceback=[])]
+        return made
+
+    undefined = ("NameError", "name 'posterior' is not defined")
+    nb = new_notebook(cells=[
+        new_markdown_cell("### 练习 1"),
+        cell("# YOUR CODE HERE\nraise NotImplementedError()", solution=True, error=("NotImplementedError", "")),
+        cell("check_close('p', posterior([1, 1], [1, 1]), [0.5, 0.5])", "test_1a", error=undefined),
+        cell("check_close('p', posterior([1, 0], [0, 1]), [0, 1])", "test_1b", error=undefined),
+        new_markdown_cell("### 练习 2"),
+        cell("check_true('p sums to 1', total == 1)", "test_2", error=("NameError", "name 'total' is not defined")),
+    ])
+    rows = {grade_id: message for _, grade_id, _, message, _ in exercise_rows(nb)}
+    stub = "✘ not answered yet: cell 2 (# YOUR CODE HERE) still raises NotImplementedError"
+    assert rows["test_1a"].startswith(stub) and rows["test_1b"].startswith(stub), rows
+    assert "not answered" not in rows["test_2"] and "total" in rows["test_2"], rows
+
+
 def test_check_says_a_pass_is_about_form_only_where_the_visible_checks_look_only_at_the_form(capsys):
     """Exercise 2.6's visible checks accept any of the four letters: its pass must not read as a right answer."""
     import nbformat
