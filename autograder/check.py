@@ -23,8 +23,9 @@ executor (without its sandbox): a cell that ends the kernel (exit(), os._exit(),
 memory) fails and is named, and the rest run in a new kernel after the cells before it, as when graded.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
 deleted, a cell ran out of time or ended the kernel, or the file name is wrong as above (an edited read-only cell
-that is not a test is only listed), 2 when the notebook cannot be read or is not a notebook of
-this course.
+that is not a test is only listed), 2 when the notebook cannot be read, is not a notebook of
+this course, or is too large for collect to take (over its file or its notebook-without-outputs
+limit). A notebook over LARGE_NOTEBOOK_BYTES gets a note to clear its saved outputs before handing in.
 """
 
 from __future__ import annotations
@@ -38,12 +39,18 @@ from pathlib import Path
 from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, grade_ids,
                     graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell, outcome_message,
                     stopped_kernel)
-from .collect import NotANotebook, match_notebook, notebook_of, read_notebook
+from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
+                      notebook_of, read_notebook)
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, load_config
 
 
+# a notebook this large has outputs saved that a hand-in does not need (the course's run notebooks take under 0.1 MiB)
+LARGE_NOTEBOOK_BYTES = 10 * 1024 * 1024
+CLEAR_OUTPUTS = "in JupyterLab, Edit › Clear Outputs of All Cells, then save"
+
+
 def read_for_check(path: Path):
-    """The notebook at path, or an AutograderError saying why it cannot be checked."""
+    """The notebook at path, or an AutograderError saying why it cannot be checked (also when collect would not take it)."""
     path = Path(path)
     if path.is_dir():
         raise AutograderError(f"{path} is a folder; check takes one notebook file (.ipynb) at a time: "
@@ -55,11 +62,39 @@ def read_for_check(path: Path):
         raise AutograderError(f"{path} is not a file; expected a Jupyter notebook (.ipynb)")
     if path.suffix.lower() != ".ipynb":  # as collect accepts 02-shapes-and-loss.IPYNB
         raise AutograderError(f"{path} is not a .ipynb file; expected a Jupyter notebook")
+    size = path.stat().st_size
+    if size > MAX_READ_BYTES:
+        raise AutograderError(f"{path} is {mib(size)}: collect does not open a file over {mib(MAX_READ_BYTES)}, so it "
+                              f"would not be graded. Clear its saved outputs ({CLEAR_OUTPUTS}) and check it again")
     try:
         nb, _ = read_notebook(path.read_bytes())
     except NotANotebook as exc:
         raise AutograderError(f"{path} cannot be checked: {exc}") from None
+    if size > MAX_NOTEBOOK_BYTES and (left := bytes_without_outputs(nb)) > MAX_NOTEBOOK_BYTES:
+        raise AutograderError(f"{path} is {mib(size)}, and {mib(left)} without its outputs: collect does not take a "
+                              f"notebook over {mib(MAX_NOTEBOOK_BYTES)} without outputs, so it would not be graded. "
+                              "Remove large pictures pasted into its text cells and check it again")
     return nb
+
+
+def bytes_without_outputs(nb) -> int:
+    """Size in bytes of nb saved with every code cell's outputs removed (nb itself unchanged)."""
+    import nbformat
+
+    return clear_outputs(nbformat.from_dict(nb))  # from_dict copies the cells
+
+
+def size_note(path: Path, nb) -> str | None:
+    """A note for a notebook over LARGE_NOTEBOOK_BYTES saying to clear its saved outputs before handing it in."""
+    size = path.stat().st_size
+    if size <= LARGE_NOTEBOOK_BYTES:
+        return None
+    left = bytes_without_outputs(nb)
+    filed = (f"collect files it with its outputs removed (over {mib(MAX_NOTEBOOK_BYTES)}); "
+             if size > MAX_NOTEBOOK_BYTES else "")
+    return (f"note: {path.name} is {mib(size)}, {mib(left)} without its saved outputs. Grading runs every cell again "
+            f"and does not use them; {filed}a large upload may be slow or refused by your course's site. Clear them "
+            f"before you hand it in ({CLEAR_OUTPUTS}).")
 
 
 def course_notebooks() -> dict:
@@ -365,6 +400,8 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
     deleted, unanswerable = deleted_cells(nb, course[best])
     folder = Path(path).resolve().parent
     changed = changed_course_files(folder)
+    if note := size_note(Path(path), nb):
+        print(note, flush=True)
     cells = sum(c.cell_type == "code" for c in nb.cells)
     print(f"running {Path(path).name} from the top in a fresh kernel ({cells} code cells, each interrupted after "
           f"{timeout:g} s); the table follows when it is done", flush=True)  # a slow notebook must not look hung

@@ -794,9 +794,17 @@ def unencodable_text(raw: dict) -> str | None:
     return None if encodes(raw) else "the notebook"
 
 
-def _mib(size: int) -> str:
+def mib(size: int) -> str:
     """A size in bytes as MiB, for messages."""
     return f"{size / 2**20:.1f} MiB"
+
+
+def clear_outputs(nb: nbformat.NotebookNode) -> int:
+    """Remove every code cell's outputs and execution count from nb, in place; return nb's size in bytes then."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return len(nbformat.writes(nb).encode("utf-8"))
 
 
 def without_outputs(nb: nbformat.NotebookNode, size: int, note: str) -> tuple[nbformat.NotebookNode, str]:
@@ -805,14 +813,11 @@ def without_outputs(nb: nbformat.NotebookNode, size: int, note: str) -> tuple[nb
     Grading clears outputs and runs the cells again, so nothing graded is lost; attachments (a
     photographed derivation in an answer) are kept. Raise NotANotebook when it is still too large.
     """
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    left = len(nbformat.writes(nb).encode("utf-8"))
+    left = clear_outputs(nb)
     if left > MAX_NOTEBOOK_BYTES:
-        raise NotANotebook(f"too large ({_mib(size)}, and {_mib(left)} without its outputs; "
-                           f"the limit is {_mib(MAX_NOTEBOOK_BYTES)})")
-    removed = f"outputs removed: the file was {_mib(size)} (limit {_mib(MAX_NOTEBOOK_BYTES)}); grading runs the cells again"
+        raise NotANotebook(f"too large ({mib(size)}, and {mib(left)} without its outputs; "
+                           f"the limit is {mib(MAX_NOTEBOOK_BYTES)})")
+    removed = f"outputs removed: the file was {mib(size)} (limit {mib(MAX_NOTEBOOK_BYTES)}); grading runs the cells again"
     return nb, f"{note}; {removed}" if note else removed
 
 
@@ -995,10 +1000,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                                                                              "file it is", student, source=e))
             continue
         if e.opener is not None and e.path.suffix.lower() == ".ipynb":  # others are rejected by name below, unread
-            reason = (f"too large to open ({_mib(e.size)}; files over {_mib(MAX_READ_BYTES)} are not read)"
+            reason = (f"too large to open ({mib(e.size)}; files over {mib(MAX_READ_BYTES)} are not read)"
                       if e.size > MAX_READ_BYTES else
-                      f"not read ({_mib(e.size)}): the download's notebooks over {_mib(MAX_NOTEBOOK_BYTES)} take more "
-                      f"than {_mib(MAX_HELD_BYTES)} of memory together; collect this student's files on their own")
+                      f"not read ({mib(e.size)}): the download's notebooks over {mib(MAX_NOTEBOOK_BYTES)} take more "
+                      f"than {mib(MAX_HELD_BYTES)} of memory together; collect this student's files on their own")
             rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student, source=e))
             continue
         if same:

@@ -760,6 +760,50 @@ def test_every_command_that_writes_the_course_waits_for_no_one_and_says_who_hold
         assert code == 2 and "ANN (ids are case-sensitive: did you mean ann?)" in err, err
 
 
+def test_check_says_to_clear_saved_outputs_of_a_large_notebook_and_refuses_one_collect_would_not_take(tmp_path, monkeypatch,
+                                                                                                      capsys):
+    """A student printed a 126 MB loss log: check passed it without a word, and the upload may fail or, over collect's
+    limits, the notebook is never graded."""
+    import nbformat
+    from nbformat.v4 import new_output
+
+    from autograder import check
+
+    path, nb = _smallest_source_notebook()
+    code_cell = next(c for c in nb.cells if c.cell_type == "code")
+    code_cell.outputs = [new_output("stream", name="stdout", text="loss 2.302585\n" * 900_000)]  # 12.4 MiB
+    big = tmp_path / path.name
+    nbformat.write(nb, big)
+    size, bare = big.stat().st_size, check.bytes_without_outputs(nb)
+    assert size > check.LARGE_NOTEBOOK_BYTES > 100 * bare and len(code_cell.outputs) == 1, "bytes_without_outputs copies"
+    note = check.size_note(big, nb)
+    assert note == (f"note: {path.name} is {size / 2**20:.1f} MiB, {bare / 2**20:.1f} MiB without its saved outputs. "
+                    "Grading runs every cell again and does not use them; a large upload may be slow or refused by your "
+                    "course's site. Clear them before you hand it in (in JupyterLab, Edit › Clear Outputs of All Cells, "
+                    "then save)."), note
+    monkeypatch.setattr(check, "MAX_NOTEBOOK_BYTES", 10 * 2**20)  # collect files it without its outputs
+    assert "collect files it with its outputs removed (over 10.0 MiB); a large upload" in check.size_note(big, nb)
+    assert check.size_note(REPO / "notebooks" / "part-ii" / path.name, nb) is None, "the run notebook is small"
+    monkeypatch.setattr(check, "run_notebook", lambda *args, **kwargs: None)  # the note comes first, before the run
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    _, _, out = run(["check", str(big)], capsys)
+    assert out.startswith(check.size_note(big, nb) + "\nrunning "), out
+
+    monkeypatch.setattr(check, "MAX_READ_BYTES", 12 * 2**20)  # collect opens no file this large: never graded
+    code, err, out = run(["check", str(big)], capsys)
+    assert code == 2 and out == "", out
+    assert (f"{big} is {size / 2**20:.1f} MiB: collect does not open a file over 12.0 MiB, so it would not be graded. "
+            "Clear its saved outputs (in JupyterLab, Edit › Clear Outputs of All Cells, then save) and check it again") in err
+    monkeypatch.setattr(check, "MAX_READ_BYTES", 512 * 2**20)
+    monkeypatch.setattr(check, "MAX_NOTEBOOK_BYTES", 2**20)
+    nb.cells[0].source += "\n\n![photo](data:image/png;base64," + "A" * (2 * 2**20) + ")"  # a picture pasted as text
+    nbformat.write(nb, big)
+    code, err, out = run(["check", str(big)], capsys)
+    assert code == 2 and out == "", out
+    assert "without its outputs: collect does not take a notebook over 1.0 MiB without outputs, so it would not be " \
+           "graded. Remove large pictures pasted into its text cells and check it again" in err, err
+
+
 def test_check_given_a_folder_says_it_takes_one_notebook(tmp_path, capsys):
     code, err, _ = run(["check", str(tmp_path)], capsys)
     assert code == 2 and f"{tmp_path} is a folder; check takes one notebook file (.ipynb) at a time" in err, err
