@@ -117,7 +117,7 @@ def asks_kernel_to_exit(execute_reply) -> bool:
     return any(isinstance(p, dict) and p.get("source") == "ask_exit" and not p.get("keepkernel") for p in payload)
 
 
-WROTE_TO_STDERR = "✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure."
+WROTE_TO_STDERR = "✘ Failed: the cell wrote to standard error, which grading scores as a failure."
 
 
 def outcome_message(cell) -> str:

@@ -15,7 +15,7 @@ it, which this check cannot do.
 The notebook is also checked against the course's notebooks as grading will see it: a file
 whose graded cells belong to no notebook of this course is refused, and a file named after no
 notebook (collect files it by its exercises only from a student's folder), or after another
-notebook than the one its exercises belong to (collect files it as the notebook it holds, so the
+notebook than the one its exercises belong to (grading takes it as the notebook it holds, so the
 notebook it is named after counts as not handed in), fails with what to rename it to.
 A cell that runs past the time limit (grading's default cell timeout unless --timeout says
 otherwise) is interrupted, as grading interrupts it, and named. The notebook runs under grading's
@@ -179,7 +179,7 @@ def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) ->
                 "(the notebook its exercises belong to). Handed in under this name, it is graded only when it sits "
                 "in a folder named with your student id")
     if hit[0] != best:
-        return (f"✘ this file is named {hit[0]}.ipynb but holds the exercises of {best}: collect files it as {best}, "
+        return (f"✘ this file is named {hit[0]}.ipynb but holds the exercises of {best}: grading takes it as {best}, "
                 f"and {hit[0]} counts as not handed in. Save it as {best}.ipynb")
     return None
 

@@ -628,7 +628,7 @@ def test_check_fails_a_file_named_after_another_notebook_or_not_collectable_and_
         nbformat.write(nb, tmp_path / folder / name)
     code, _, out = run(["check", str(tmp_path / "misnamed" / f"{other}.ipynb")], capsys)
     assert code == 1, out
-    assert (f"holds the exercises of {path.stem}: collect files it as {path.stem}, and {other} counts as not handed in. "
+    assert (f"holds the exercises of {path.stem}: grading takes it as {path.stem}, and {other} counts as not handed in. "
             f"Save it as {path.name}") in out, out
     code, _, out = run(["check", str(tmp_path / "renamed" / cases["renamed"])], capsys)
     assert code == 1 and f"save this notebook as {path.name}" in out, out
@@ -901,7 +901,7 @@ def test_a_test_cell_that_wrote_to_stderr_shows_the_student_its_first_line(tmp_p
     run_notebook(nb, tmp_path, timeout=60)
     rows = {grade_id: (message, passed) for _, grade_id, _, message, passed in exercise_rows(nb)}
     message, passed = rows["test_f"]
-    assert passed is False and message == ("✘ Failed: the cell wrote to standard error, which nbgrader scores as a failure. "
+    assert passed is False and message == ("✘ Failed: the cell wrote to standard error, which grading scores as a failure. "
                                            "Its first line: WARNING:root:careful: 3 (logging and print(..., "
                                            "file=sys.stderr) write there; warnings do not count)"), message
     assert rows["test_w"][1] is True, rows["test_w"]
