@@ -19,9 +19,10 @@ it; feedback run again after manual grading drops all of it. An answer cell hand
 gets nbgrader's automatic comment "No response.", which reads like the grader's silence: the
 page says "No answer: ..." instead.
 
-The page's table of contents names each graded cell after the exercise heading above it
-(e.g. "练习 2.1（3 分）… · test test_stable_softmax"), where nbgrader's template lists only
-"Test cell", "Written response" and "Comment" (autograder/templates/feedback_part_ii).
+The page's table of contents lists the graded cells under the exercise heading above them, the
+heading once (e.g. "练习 2.1（3 分）…" over "comment on your answer" and "test test_stable_softmax"),
+where nbgrader's template lists only "Test cell", "Written response" and "Comment"
+(autograder/templates/feedback_part_ii).
 
 A notebook that scored 0 without being graded (not handed in, its file rejected by collect,
 or not gradable) gets a short page of its own saying why and what to hand in instead, so every

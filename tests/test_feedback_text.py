@@ -18,6 +18,7 @@ from nbconvert.exporters import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 from traitlets.config import Config
 
+import feedback_pages
 import nbgrader
 from autograder.cells import last_heading
 from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, checked_mathjax_url, find_leaks,
@@ -230,13 +231,8 @@ def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
 
 
 def contents(page: Path) -> list[str]:
-    """The entries of a feedback page's table of contents, as plain text."""
-    import html
-    import re
-
-    toc = re.search(r'<div id="toc">(.*?)</div>', page.read_text(encoding="utf-8"), re.S).group(1)
-    return [re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", li))).strip()
-            for li in re.findall(r"<li[^>]*>(.*?)</li>", toc, re.S)]
+    """The entries of a feedback page's table of contents, as plain text (feedback_pages.contents)."""
+    return feedback_pages.contents(page.read_text(encoding="utf-8"))
 
 
 def labelled_notebook(folder: Path, cells: list) -> Path:
@@ -277,6 +273,11 @@ def test_the_contents_name_each_graded_cell_after_the_exercise_heading_above_it(
     anchors = page.read_text(encoding="utf-8")
     assert all(f'href="#{a}"' in anchors and f'name="{a}"' in anchors
                for a in ("test_early", "comment-ex_softmax", "test_softmax", "answer_why"))
+    # each heading once, over its entries (it was repeated on every line), linked to the first of them
+    toc = anchors.split('<div id="toc">')[1].split("</div>")[0]
+    assert toc.count("逐行的 <code>softmax</code>") + toc.count("逐行的 softmax") == 1, toc
+    assert toc.count("练习 2.5（2 分，人工评分）简答") == 1, toc
+    assert '<li class="exercise"><a href="#comment-ex_softmax">练习 2.1' in toc, toc
 
 
 def test_a_score_waiting_for_a_grader_reads_as_such_in_the_contents_and_the_heading(tmp_path):

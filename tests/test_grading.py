@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adversarial_catalogue import NOTEBOOK as CATALOGUE_NOTEBOOK
+from feedback_pages import contents
 from autograder.course import REPO, AutograderError, Course
 from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
@@ -325,8 +326,7 @@ def test_feedback_exists_and_shows_no_hidden_test_text(graded):
             elif meta(cell).get("grade") and not meta(cell).get("solution"):
                 expected.append(f"{exercise.replace('`', '')} · test {meta(cell)['grade_id']} (Score: ")
         page = (course.root / "feedback" / "perfect" / course.release_dir.name / f"{name}.html").read_text(encoding="utf-8")
-        toc = html.unescape(re.sub(r"<[^>]+>", "", page.split('<div id="toc">')[1].split("</div>")[0]))
-        listed = [" ".join(line.split()) for line in toc.splitlines() if " · test " in line]
+        listed = [line for line in contents(page) if " · test " in line]
         assert expected and len(listed) == len(expected), (name, listed)
         assert all(line.startswith(e) for line, e in zip(listed, expected)), (name, listed)
 
@@ -1243,7 +1243,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         before = page_text(page.read_text(encoding="utf-8"))
         assert "Provisional score. 1 answer worth 2 points (answer_ppl_evidence) has not been graded yet" in before
         assert "Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of 2 points." in before
-        assert "· your written answer (not graded yet: 0.0 / 2.0)" in before
+        assert "your written answer (not graded yet: 0.0 / 2.0)" in before
         assert re.search(r"02-shapes-and-loss \(Score: [\d.]+ / [\d.]+, provisional\)", before), before[:500]
 
         def set_grade(manual_score, needs_manual_grade):
@@ -1263,7 +1263,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         after = page_text(page.read_text(encoding="utf-8"))
         assert "Provisional score." not in after and "Not graded yet" not in after and "provisional)" not in after
         assert f"(Score: {round(total, 2)} / {round(max_points, 2)})" in after  # nbgrader's header, the 1.5 counted
-        assert total > 1.5 and "· your written answer (Score: 1.5 / 2.0)" in after
+        assert total > 1.5 and "your written answer (Score: 1.5 / 2.0)" in after
 
         def answer_row() -> dict:
             """The answer's row of grades-per-cell.csv, freshly exported."""
@@ -1288,7 +1288,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         assert "the 1.5 of 2 points shown can change" in review and "Not graded yet" not in review
         comment = review.index("Comments: Names the tokenizer problem; say which evidence would settle it.")
         assert review.index("To be reviewed: your notebook was graded again", comment) > comment  # after it
-        assert "· your written answer (to be reviewed: 1.5 / 2.0)" in review and ", provisional)" in review
+        assert "your written answer (to be reviewed: 1.5 / 2.0)" in review and ", provisional)" in review
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
