@@ -1529,6 +1529,11 @@ def other_students(entries: list[Entry], notebooks: list[str], known: frozenset[
     return sorted(others) if others & known or len(others) >= 2 else []
 
 
+def id_key(sid: str) -> str:
+    """The form in which ids that differ only in case or Unicode spelling are one: NFC, casefolded."""
+    return unicodedata.normalize("NFC", sid).casefold()
+
+
 def id_clashes(entries: list[Entry], seen: set[str], known: frozenset[str], folders_name_students: bool = True
                ) -> list[str]:
     """What would file two people as one or one as two: folders whose names give the same id ('Zhang San/' and
@@ -1544,7 +1549,7 @@ def id_clashes(entries: list[Entry], seen: set[str], known: frozenset[str], fold
                f"give the student id {sid}" for sid, names in sorted(folders.items()) if len(names) > 1]
     by_case: dict[str, set[str]] = {}
     for sid in known | seen:  # a gradebook id added decomposed (nbgrader db) is the same name composed
-        by_case.setdefault(unicodedata.normalize("NFC", sid).casefold(), set()).add(sid)
+        by_case.setdefault(id_key(sid), set()).add(sid)
     for ids in (sorted(ids) for _, ids in sorted(by_case.items())):
         if len(ids) > 1 and set(ids) - known:
             clashes.append(f"{' and '.join(ascii(i) if not i.isprintable() else i for i in ids)} differ only in "

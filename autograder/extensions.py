@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Column, DateTime, MetaData, String, Table, inspect, select
 
+from .collect import id_key
 from .course import ASSIGNMENT, AutograderError, Course, build_option, one_transaction, run_first
 
 EXTENSIONS = Table(
@@ -36,7 +37,7 @@ class Extension:
     until: dt.datetime  # naive UTC
     due_date: dt.datetime | None  # the assignment's due date (naive UTC), None when it has none
     known: bool  # the student is in the gradebook (collect has filed a hand-in of theirs)
-    suggestion: str | None = None  # a student of the gradebook whose id differs only in case, when not known
+    suggestions: tuple[str, ...] = ()  # when not known: students of the gradebook whose ids differ only in case
 
     @property
     def interval(self) -> dt.timedelta | None:
@@ -159,8 +160,10 @@ def extensions(course: Course) -> list[Extension]:
         due = released_due_date(course, gb)
         sync_now(gb)
         known = {s.id for s in gb.students}
-        by_case = {s.lower(): s for s in sorted(known)}
-        return [Extension(student, until, due, student in known, None if student in known else by_case.get(student.lower()))
+        by_case: dict[str, tuple[str, ...]] = {}
+        for sid in sorted(known):
+            by_case[id_key(sid)] = (*by_case.get(id_key(sid), ()), sid)
+        return [Extension(student, until, due, student in known, () if student in known else by_case.get(id_key(student), ()))
                 for student, until in sorted(extension_ends(gb.db).items())]
 
 
@@ -177,8 +180,12 @@ def describe(ext: Extension, given: str = "", build: str = "") -> str:
         line += f" (no later than the due date, {utc_time(ext.due_date)}, so it gives no extra time)"
     else:
         line += f" ({late_by(ext.interval.total_seconds())} after the due date)"
-    if ext.suggestion:
-        line += f"; not in the gradebook, but {ext.suggestion} is: ids are case-sensitive, did you mean {ext.suggestion}?"
+    if len(ext.suggestions) == 1:
+        line += (f"; not in the gradebook, but {ext.suggestions[0]} is: ids are case-sensitive, did you mean "
+                 f"{ext.suggestions[0]}?")
+    elif ext.suggestions:
+        line += (f"; not in the gradebook, but {' and '.join(ext.suggestions)} are: ids are case-sensitive, did you mean "
+                 "one of them?")
     elif not ext.known:
         line += "; not in the gradebook yet (no hand-in of theirs collected: is the id right?)"
     if not ext.known:

@@ -165,6 +165,11 @@ def test_an_id_that_differs_only_in_case_is_named_and_the_command_exits_1(course
            "ids are case-sensitive, did you mean ann? (`python -m autograder extend --student ANN --until none " \
            f"--build {course.root.parent}` removes it)" in out, out  # runs as printed
     assert lateness(course)["ann"] == (DUE, 3600)
+    with course.gradebook() as gb:  # an older gradebook may hold both (collect now refuses ids that differ in case)
+        gb.update_or_create_student("Ann")
+    assert main(["extend", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
+    out = capsys.readouterr().out
+    assert "not in the gradebook, but Ann and ann are: ids are case-sensitive, did you mean one of them?" in out, out
 
 
 def test_the_command_grants_lists_and_removes(course, capsys):
