@@ -18,7 +18,8 @@ notebook (collect files it by its exercises only from a student's folder), or af
 notebook than the one its exercises belong to (grading takes it as the notebook it holds, so the
 notebook it is named after counts as not handed in), fails with what to rename it to.
 A cell that runs past the time limit (grading's default cell timeout unless --timeout says
-otherwise) is interrupted, as grading interrupts it, and named. The notebook runs under grading's
+otherwise) is interrupted, as grading interrupts it, and named; once the notebook has run for
+grading's notebook budget (--notebook-timeout) the cells after are not run, as when graded. The notebook runs under grading's
 executor (without its sandbox): a cell that ends the kernel (exit(), os._exit(), running out of
 memory) fails and is named, and the rest run in a new kernel after the cells before it, as when graded.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
@@ -41,7 +42,7 @@ from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format
                     stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
-from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, REPO, AutograderError, load_config
+from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config
 
 
 # a notebook this large has outputs saved that a hand-in does not need (the course's run notebooks take under 0.1 MiB)
@@ -184,11 +185,13 @@ def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) ->
     return None
 
 
-def run_notebook(nb, folder: Path, timeout: float, drop_warnings: bool = True):
+def run_notebook(nb, folder: Path, timeout: float, drop_warnings: bool = True,
+                 notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT):
     """Execute every cell in a fresh python3 kernel started in folder, as grading executes it; errors are recorded.
 
-    The executor is grading's (GradingExecute, without the sandbox): the same preloaded modules,
-    output cap and time limit, and the same recovery when a cell stops the kernel (exit(),
+    The executor is grading's (BudgetedExecute, without the sandbox): the same preloaded modules,
+    output cap, cell time limit and notebook time budget (the cells after it is spent are marked not
+    run), and the same recovery when a cell stops the kernel (exit(),
     os._exit(), running out of memory): that cell fails (KernelDied), a new kernel re-runs the
     cells before it, and the rest run. Warnings on stderr are then removed as grading removes
     them (nbgrader's IgnorePattern with the grader's pattern), so a cell that only warned passes
@@ -199,14 +202,15 @@ def run_notebook(nb, folder: Path, timeout: float, drop_warnings: bool = True):
     from nbgrader.preprocessors import IgnorePattern
     from traitlets.config import Config
 
-    from .sandbox import NO_KERNEL, GradingExecute
+    from .sandbox import NO_KERNEL
+    from .worker import BudgetedExecute
 
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as sockets:
         config = Config()
         config.KernelManager.transport = "ipc"  # local unix sockets: no open TCP port, no warning
         config.KernelManager.ip = str(Path(sockets) / "kernel")
-        executor = GradingExecute(config=config, timeout=math.ceil(timeout), kernel_name="python3",
-                                  interrupt_on_timeout=True)
+        executor = BudgetedExecute(config=config, timeout=math.ceil(timeout), kernel_name="python3",
+                                   interrupt_on_timeout=True, notebook_timeout=notebook_timeout)
         try:
             executor.preprocess(nb, {"metadata": {"path": str(folder)}})
         except RuntimeError as exc:
@@ -229,6 +233,12 @@ TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error na
 
 NUMBERED_CELL = re.compile(r"\bcell \d+ \(")
 NUMBERING_NOTE = "cell numbers count every cell from the top of the notebook, text cells included"
+
+
+def first_cell_not_run(nb) -> str | None:
+    """'cell N (first line)' of the first code cell left unrun because the notebook's time budget was spent."""
+    return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1)
+                 if any(o.get("ename") == "NotebookTimeout" for o in cell.get("outputs", []))), None)
 
 
 def timed_out_cells(nb) -> list[str]:
@@ -310,7 +320,9 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
             if message == WROTE_TO_STDERR:
                 message += stderr_excerpt(cell)
             earlier = since_last_test or setup_failure
-            if (unanswered or stub_heading == heading) and answer_cell and not message.startswith("✔") and message != EDITED:
+            if raised(cell, "NotebookTimeout"):  # nothing earlier is to blame: time ran out (said below the table)
+                message = f"✘ {cell_error(cell, number).split(', NotebookTimeout: ', 1)[1]}"
+            elif (unanswered or stub_heading == heading) and answer_cell and not message.startswith("✔") and message != EDITED:
                 message = (f"✘ not answered yet: {answer_cell} still raises NotImplementedError; replace "
                            "`raise NotImplementedError()` there with your answer")
             elif earlier and not message.startswith("✔") and message != EDITED:
@@ -379,7 +391,7 @@ def course_code_for(folder: Path):
         os.environ.pop("PART_II_ROOT", None)
 
 
-def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
+def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT) -> int:
     """Run the notebook at path, print the table; 0 when every visible test passes, else 1."""
     nb = read_for_check(path)
     rows_before = exercise_rows(nb)
@@ -404,14 +416,15 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
         print(note, flush=True)
     cells = sum(c.cell_type == "code" for c in nb.cells)
     print(f"running {Path(path).name} from the top in a fresh kernel ({cells} code cells, each interrupted after "
-          f"{timeout:g} s); the table follows when it is done", flush=True)  # a slow notebook must not look hung
+          f"{timeout:g} s, {notebook_timeout:g} s in all); the table follows when it is done",
+          flush=True)  # a slow notebook must not look hung
     with course_code_for(folder) as borrowed:
         if borrowed:
             print(f"note: {folder} is not inside the course folder (no code/part-ii in it or above it), so the "
                   f"notebook's setup cell cannot find the course code there; this check runs it with {REPO}'s, as "
                   "grading runs it with the course's. To run it in Jupyter yourself, open it from the unpacked course "
                   "folder.", flush=True)
-        run_notebook(nb, folder, timeout)
+        run_notebook(nb, folder, timeout, notebook_timeout=notebook_timeout)
     rows = exercise_rows(nb, load_config().ClearSolutions.text_stub)
     print_table(Path(path), rows)
     locked = edited_locked_cells(nb)
@@ -433,17 +446,24 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT) -> int:
               "your notebook with the course's own copies, so results here may differ from the grade: put the "
               "released files back (unzip the course zip again) and run the check again. (If your zip comes from "
               "another version of the course than this repository, check with a repository of that version.)")
+    unrun = first_cell_not_run(nb)
     if slow := timed_out_cells(nb):
-        print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
+        limit = f"{timeout:g} s{' (or what was left of the notebook budget)' if unrun else ''}"
+        print(f"✘ did not finish within {limit} and was interrupted: {', '.join(slow)}; grading interrupts a cell "
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "
               "notebook has a time budget: make it finish sooner.")
+    if unrun:
+        print(f"✘ the notebook used up its time budget of {notebook_timeout:g} s: the cells from {unrun} on were not "
+              f"run, and count as failed. Grading gives a notebook a budget too ({DEFAULT_NOTEBOOK_TIMEOUT:g} s unless "
+              "your instructor set another): make the slow cells finish sooner.")
     if died := kernel_death(nb):
         print(f"✘ {died} stopped the Python kernel. Grading, like this check, then starts a new kernel, re-runs the "
               "cells before it and goes on without it, so nothing that cell defines exists later: remove its exit(), "
               "quit() or os._exit() call, or make it use less memory, and run the check again.")
-    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow or died:
+    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow or unrun or died:
         print(f"({NUMBERING_NOTE})")
     if problem:
         print(problem)
-    ok = all(r[4] is not False for r in rows) and not (problem or deleted or unanswerable or changed or slow or died)
+    ok = all(r[4] is not False for r in rows) and not (problem or deleted or unanswerable or changed or slow or unrun
+                                                        or died)
     return 0 if ok else 1

@@ -215,12 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
                                    "whether its visible tests pass and the points at stake. Exits 1 when a test fails, a "
                                    "test cell was edited or deleted, a written-answer cell was deleted, the course's "
-                                   "code/ or data/ files were changed, a cell ran out of time, or the file name would "
+                                   "code/ or data/ files were changed, a cell or the notebook ran out of time, or the file name would "
                                    "not be graded as this notebook; 2 when the file is not a notebook of this course.")
     p.add_argument("notebook", type=Path, help="the .ipynb file to check")
     p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
                    help="a cell running longer is interrupted and reported, as grading does (default %(default)g, "
                         "grading's default cell timeout)")
+    p.add_argument("--notebook-timeout", type=_positive_seconds, default=DEFAULT_NOTEBOOK_TIMEOUT, metavar="SECONDS",
+                   help="once the notebook has run this long, the cells after are not run and fail, as grading does "
+                        "(default %(default)g, grading's default notebook budget)")
 
     p = sub.add_parser("demo", parents=[common], help="the whole cycle on a generated sample class",
                        description="Release, generate a sample class (perfect, blank, partial, broken file, edited "
@@ -245,7 +248,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "check":
         from .check import check
 
-        return check(args.notebook, timeout=args.timeout)
+        return check(args.notebook, timeout=args.timeout, notebook_timeout=args.notebook_timeout)
     if args.command == "demo":
         from .demo import demo
 

@@ -51,7 +51,7 @@ def empty_build(tmp_path, monkeypatch):
      "not take --student: its options are --build DIR, --bom (see --help)"),
     # the unknown option's value is read as the notebook: only the option is named, not the real notebook
     (["check", "--build", "{build}", "x.ipynb"], "check: error: check does not take --build: its options are "
-                                                 "--timeout SECONDS (see --help)"),
+                                                 "--timeout SECONDS, --notebook-timeout SECONDS (see --help)"),
     (["check", "x.ipynb", "y.ipynb"], "check: error: check takes one notebook at a time: run it once for each "
                                       "(y.ipynb left over)"),
     (["check", "x.ipynb", "--", "--y.ipynb"], "check: error: check takes one notebook at a time: run it once for each "
@@ -277,7 +277,7 @@ def test_check_passes_a_solved_notebook_and_fails_a_stub(tmp_path, monkeypatch, 
     assert code == 0, out
     cells = sum(c.cell_type == "code" for c in nb.cells)  # said first: a slow notebook looked hung for a minute
     assert out.startswith(f"running {path.name} from the top in a fresh kernel ({cells} code cells, each interrupted "
-                          "after 60 s); the table follows when it is done\n"), out
+                          "after 60 s, 600 s in all); the table follows when it is done\n"), out
     assert (f"note: {tmp_path} is not inside the course folder (no code/part-ii in it or above it), so the notebook's "
             f"setup cell cannot find the course code there; this check runs it with {REPO}'s") in out, out
     assert "PART_II_ROOT" not in os.environ, "set for the check's kernel only"
@@ -713,10 +713,20 @@ def test_check_names_a_cell_that_ran_out_of_time_and_fails(tmp_path, monkeypatch
     nb.cells.insert(setup + 1, nbformat.v4.new_code_cell("import time\nwhile True:  # my experiment\n    time.sleep(0.05)"))
     looping = tmp_path / path.name
     nbformat.write(nb, looping)
-    code, _, out = run(["check", str(looping), "--timeout", "20"], capsys)
+    code, _, out = run(["check", str(looping), "--timeout", "10"], capsys)
     assert code == 1, out
-    assert f"✘ did not finish within 20 s and was interrupted: cell {setup + 2} (import time)" in out, out
+    assert f"✘ did not finish within 10 s and was interrupted: cell {setup + 2} (import time)" in out, out
     assert "✘" not in "".join(line for line in out.splitlines() if "test_" in line), "the tests themselves passed"
+    # grading's notebook budget too: the loop is cut when it runs out, and the cells after it are not run and fail
+    code, _, out = run(["check", str(looping), "--timeout", "60", "--notebook-timeout", "12"], capsys)
+    assert code == 1 and "each interrupted after 60 s, 12 s in all)" in out, out
+    assert (f"✘ did not finish within 60 s (or what was left of the notebook budget) and was interrupted: cell {setup + 2} "
+            "(import time)") in out, out
+    after = next(i for i in range(setup + 2, len(nb.cells)) if nb.cells[i].cell_type == "code")
+    assert (f"✘ the notebook used up its time budget of 12 s: the cells from cell {after + 1} (" in out
+            and "were not run, and count as failed. Grading gives a notebook a budget too (600 s unless" in out), out
+    tests = [line for line in out.splitlines() if line.lstrip().startswith("test_")]
+    assert tests and all(line.endswith("✘ not run: the notebook used up its time budget of 12 s") for line in tests), tests
 
 
 def test_a_course_folder_given_as_build_gets_a_hint_and_no_folder_is_made(tmp_path, empty_build, capsys):
