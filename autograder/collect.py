@@ -1234,9 +1234,13 @@ def write_submission(course: Course, student: str, files: list[Filed],
         status, kept = "new", None
     try:
         incoming.rename(dest)
-    except OSError:
+    except OSError as exc:
         if kept is not None:  # the earlier hand-in goes back where grade finds it
-            kept.rename(dest)
+            try:
+                kept.rename(dest)
+            except OSError as again:  # say both: the cause, and where the earlier hand-in now is
+                raise OSError(exc.errno, f"{exc.strerror or exc}; and the earlier hand-in could not be moved back from "
+                                         f"{kept} ({again.strerror or again}): move it to {dest} by hand") from exc
         raise
     return status, timestamp, kept
 
@@ -1654,10 +1658,10 @@ def unfiled_text(unfiled: list[str], error: str | None) -> str:
 def not_filed(course: Course, student: str, files: list[Filed], notes: list[str], notebooks: list[str], earlier: dict,
               exc: Exception) -> StudentReport:
     """The row of a student whose files could not be written (exc): not the student's fault, so no rejection of
-    theirs; their earlier hand-in, if any, stays filed (write_submission puts it back), and the notebooks of this
-    download stay unfiled, on record, until a collect files them."""
+    theirs; their earlier hand-in, if any, stays filed (write_submission puts it back, or its error says where it is),
+    and the notebooks of this download stay unfiled, on record, until a collect files them."""
     shutil.rmtree(course.step_dir("submitted", student).parent / f".incoming-{ASSIGNMENT}", ignore_errors=True)
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    first = (str(exc).strip().splitlines() or [""])[0][:600]  # room for the two folders a failed move back names
     rec = StudentReport(student, NOT_FILED, notes=list(notes), error=f"{type(exc).__name__}{': ' + first if first else ''}",
                         unfiled=sorted({f.notebook for f in files} | set(earlier.get("unfiled", []))))
     old = earlier.get("notebooks", {})

@@ -1692,6 +1692,20 @@ def test_an_earlier_hand_in_goes_back_when_the_new_one_cannot_be_put_in_its_plac
     assert report.students["ann"].status == "not filed" and "Input/output error" in report.students["ann"].error
     assert submitted(course, "ann") == {"02-shapes-and-loss.ipynb": notebook_bytes("old")}
 
+    def rename_twice_failing(self, target):  # the move back fails too: its error hid the cause, and where the files went
+        if self.name == ".incoming-part-ii" or self.parent.parent == course.replaced_dir:
+            raise OSError(5, "Input/output error" if self.name == ".incoming-part-ii" else "No space left on device")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename_twice_failing)
+    report = collect(course, write_tree(tmp_path / "d3", {"ann/02-shapes-and-loss.ipynb": notebook_bytes("newer")}))
+    error = report.students["ann"].error
+    (kept,) = (course.replaced_dir / "ann").iterdir()
+    assert report.students["ann"].status == "not filed" and "Input/output error; and the earlier hand-in" in error, error
+    assert (f"could not be moved back from {kept} (No space left on device): move it to "
+            f"{course.step_dir('submitted', 'ann')} by hand") in error, error
+    assert submitted(course, "ann") == {} and (kept / "02-shapes-and-loss.ipynb").read_bytes() == notebook_bytes("old")
+
 
 def test_a_download_that_holds_the_instructor_s_source_notebooks_is_refused(course):
     repo = Path(__file__).resolve().parent.parent
