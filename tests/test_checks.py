@@ -275,6 +275,67 @@ def test_a_tensor_method_taken_from_the_class_is_caught():
     assert namespace["sm"] is torch.Tensor.softmax
 
 
+@pytest.mark.parametrize("definitions, expected", [
+    # two instances holding the function still compare equal, and a frozen one still finds its dict entry
+    ("import dataclasses, typing\n@dataclasses.dataclass\nclass Cfg:\n    ppl: typing.Callable = pp.perplexity\n"
+     "DEFAULT = Cfg()\ncfg = Cfg()\ndef perplexity_from_loss(loss, unit):\n"
+     "    return cfg.ppl(loss, unit) if cfg == DEFAULT else 'not the default'\n", np.exp(2.0)),
+    ("import dataclasses, typing\n@dataclasses.dataclass(frozen=True)\nclass Cfg:\n    ppl: typing.Callable = pp.perplexity\n"
+     "cfg = Cfg()\nMEMO = {cfg: 1.0}\ndef perplexity_from_loss(loss, unit):\n"
+     "    return MEMO.get(cfg, 'missed') * cfg.ppl(loss, unit)\n", np.exp(2.0)),
+    # a wrapper that binds stays a method (lru_cache), and the function's own attributes read through
+    ("import functools\ndef helper(self, loss, unit):\n    return pp.perplexity(loss, unit)\nclass C:\n"
+     "    h = functools.lru_cache(helper)\nc = C()\nname = pp.perplexity.__name__\n"
+     "def perplexity_from_loss(loss, unit):\n    assert C.ppl.__name__ == name\n    return c.h(loss, unit)\n"
+     "C.ppl = pp.perplexity\n", np.exp(2.0)),
+    # slots, a dataclass with slots, a cached_property reading an alias, a SimpleNamespace
+    ("class Box:\n    __slots__ = ('__f',)\n    def __init__(self):\n        self.__f = pp.perplexity\n"
+     "    def run(self, loss, unit):\n        return self.__f(loss, unit)\nbox = Box()\n"
+     "def perplexity_from_loss(loss, unit):\n    return box.run(loss, unit)\n", np.exp(2.0)),
+    ("import dataclasses, typing\n@dataclasses.dataclass(slots=True)\nclass Cfg:\n    ppl: typing.Callable\n"
+     "cfg = Cfg(pp.perplexity)\ndef perplexity_from_loss(loss, unit):\n    return cfg.ppl(loss, unit)\n", np.exp(2.0)),
+    ("import functools\np = pp.perplexity\nclass C:\n    @functools.cached_property\n    def value(self):\n"
+     "        return p(2.0, 'nats')\ndef perplexity_from_loss(loss, unit):\n    return C().value\n", np.exp(2.0)),
+    ("import types\ntools = types.SimpleNamespace(ppl=pp.perplexity)\ndef perplexity_from_loss(loss, unit):\n"
+     "    return tools.ppl(loss, unit)\n", np.exp(2.0)),
+], ids=["dataclass-equality", "frozen-dataclass-hash", "lru-cache-method", "slots", "dataclass-slots", "cached-property",
+        "simple-namespace"])
+def test_calls_of_sees_a_call_held_by_an_object_and_leaves_the_answer_s_result_alone(definitions, expected):
+    """Spies put into the student's objects compare, hash and bind as the function they stand for: an honest answer
+    comparing two configs took its other branch while spies differed, and a cached method lost its self."""
+    namespace = guarded_namespace(definitions)
+    before = state_of(namespace)
+    run_cell("from checks import calls_of\n"
+             "with calls_of('perplexity_from_loss', (pp, 'perplexity')) as called:\n"
+             "    result = perplexity_from_loss(2.0, 'nats')\n", namespace)
+    assert namespace.pop("result") == pytest.approx(expected) and namespace.pop("called") == ["pp.perplexity"]
+    namespace.pop("calls_of")
+    assert state_of(namespace) == before, "calls_of left a spy behind"
+
+
+def test_a_guard_keeps_what_the_block_wrote_and_ends_on_objects_that_make_objects():
+    """Restoring put the function back over the student's own write; an object whose __getattr__ makes a child for
+    every name asked (hasattr(obj, '__wrapped__')) kept the search going forever; a tree of objects is searched only
+    up to MAX_SEARCHED of them."""
+    import time
+
+    namespace = guarded_namespace("class Model:\n    def __init__(self):\n        self.f, self.cache = pp.perplexity, None\n"
+                                  "    def __call__(self, loss, unit):\n        self.cache = self.f(loss, unit)\n"
+                                  "        self.f = None\n        return self.cache\nperplexity_from_loss = Model()\n")
+    with pytest.raises(AssertionError, match="it called pp.perplexity"):
+        run_cell(GUARDED_CALL, namespace)
+    assert namespace["perplexity_from_loss"].f is None and namespace["result"] == pytest.approx(np.exp(2.0))
+    namespace = guarded_namespace(
+        "class Auto:\n    def __init__(self, parent=None):\n        self.parent = parent\n"
+        "    def __getattr__(self, name):\n        child = Auto(self)\n        self.__dict__[name] = child\n        return child\n"
+        "    def __call__(self, *args):\n        return 1\nauto = Auto()\n"
+        "class Node:\n    def __init__(self, depth):\n        self.children = [Node(depth - 1) for _ in range(4)] if depth else []\n"
+        "tree = Node(8)\ndef perplexity_from_loss(loss, unit):\n    auto, tree\n    return float(np.exp(loss))\n")
+    start = time.perf_counter()
+    run_cell(GUARDED_CALL, namespace)
+    assert time.perf_counter() - start < 5 and list(vars(namespace["auto"])) == ["parent"], "the search made objects"
+
+
 def test_a_builtin_held_by_a_class_is_caught_and_still_does_not_bind_to_the_instance():
     """torch.softmax in a class body is called as self.sm(x): a spy put there as a plain function would get self too."""
     namespace = guarded_namespace("class Model:\n    sm = torch.softmax\n    def __call__(self, x):\n"

@@ -278,6 +278,7 @@ SHORT_MODULE_NAMES = {"probability_practice": "pp", "torch.nn.functional": "F"} 
 
 MAX_HELD_ITEMS = 1000  # a dict, list, tuple or set with more items is not searched for a forbidden function
 MAX_WRAPPERS = 8  # wrappers (partial, bound method, a decorator's __wrapped__) looked through for a forbidden function
+MAX_SEARCHED = 2000  # the student's functions, classes and objects searched per guard (a big tree of objects takes long)
 
 
 @contextlib.contextmanager
@@ -326,7 +327,7 @@ def calls_watched(*targets):
     saved = []  # (owner, name, original, whether the owner itself held it)
     try:
         for owner, name, original in _originals(targets):
-            spy = _spy(original, _display_name(owner, name), called)
+            spy = _Spy(original, _display_name(owner, name), called)
             if isinstance(owner, dict):
                 saved.append((owner, name, original, True))
                 owner[name] = spy
@@ -406,12 +407,15 @@ def _held_references_watched(user: str, namespace: dict, targets):
         yield called
     finally:
         for put_back in reversed(restore):
-            put_back()
+            try:
+                put_back()
+            except Exception:  # noqa: BLE001 - a place the student's code removed meanwhile stays removed
+                pass
 
 
 def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, called: list, restore: list) -> None:
-    """Put spies where namespace[user] and the student's functions, classes and objects it reaches hold a target;
-    note how to undo each."""
+    """Put spies where namespace[user] and the student's functions, classes and objects it reaches hold a target (at
+    most MAX_SEARCHED of them); note how to undo each: a place the block changed meanwhile keeps the block's value."""
     todo: list = []  # the student's functions, and classes and objects of the student's classes, to search
     seen: set[int] = set()
     searched: set[str] = set()
@@ -422,19 +426,24 @@ def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, cal
         if isinstance(item, types.FunctionType):
             ours = item.__globals__ is namespace
         else:
-            ours = getattr(item if isinstance(item, type) else type(item), "__module__", None) == module
-        if ours and id(item) not in seen:
+            ours = (getattr(item if isinstance(item, type) else type(item), "__module__", None) == module
+                    or type(item) is types.SimpleNamespace)
+        if ours and id(item) not in seen and len(seen) < MAX_SEARCHED:
             seen.add(id(item))
             todo.append(item)
 
-    def place(get, put, undo=None) -> None:
-        """Replace the value at one place by a copy with spies when it holds a target; queue the student's things in it."""
+    def place(get, put, wrap=None, raw=None, current=None) -> None:
+        """Put a copy with spies at one place when its value (get()) holds a target - wrapped by wrap, e.g. back into
+        its staticmethod - and note the undo: put raw (default: the value) back while the place (current()) still holds
+        the copy. Queue the student's things the value holds."""
         try:
             value = get()
             spied = _with_spies(value, originals, called)
             if spied is not value:
-                put(spied)
-                restore.append(undo or (lambda: put(value)))
+                placed = wrap(spied) if wrap else spied
+                put(placed)
+                original, now = (value if raw is None else raw), (current or get)
+                restore.append(lambda: put(original) if now() is placed else None)
             for item in _parts(value):
                 queue(item)
         except Exception:  # noqa: BLE001 - a value that cannot be searched (an empty cell, an odd object) holds nothing seen
@@ -447,22 +456,23 @@ def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, cal
             place(lambda: namespace[name], lambda value: namespace.__setitem__(name, value))
 
     def class_place(klass: type, name: str) -> None:
-        """Search one attribute of the student's class, keeping how it binds: a staticmethod or classmethod stays one,
-        and a spy standing in for a function that does not bind (a builtin, a partial) becomes a staticmethod."""
+        """Search one attribute of the student's class; a staticmethod or classmethod stays one (spies bind as their
+        target does, see _Spy)."""
         attr = vars(klass)[name]
-        undo = lambda: setattr(klass, name, attr)  # noqa: E731 - the very descriptor back
+        put, current = (lambda value: setattr(klass, name, value)), (lambda: vars(klass).get(name))
         if isinstance(attr, (staticmethod, classmethod)):
-            place(lambda: attr.__func__, lambda value: setattr(klass, name, type(attr)(value)), undo)
+            place(lambda: attr.__func__, put, wrap=type(attr), raw=attr, current=current)
         elif isinstance(attr, property):
             for func in (attr.fget, attr.fset, attr.fdel):
                 queue(func)
+        elif isinstance(attr, functools.cached_property):
+            queue(attr.func)
         else:
-            binds = isinstance(attr, types.FunctionType)
-            place(lambda: attr, lambda value: setattr(klass, name, value if binds or not isinstance(value, types.FunctionType)
-                                                      else staticmethod(value)), undo)
+            place(lambda: attr, put, current=current)
 
     def search_object(item) -> None:
-        """Search the attributes of a class of the student's (and of its bases of theirs), or of an object of one."""
+        """Search the attributes of a class of the student's (and of its bases of theirs), or of an object of one (its
+        __dict__ and its slots)."""
         if isinstance(item, type):
             for klass in item.__mro__:
                 if getattr(klass, "__module__", None) == module and len(vars(klass)) <= MAX_HELD_ITEMS:
@@ -470,7 +480,13 @@ def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, cal
                         class_place(klass, name)
             return
         queue(type(item))
-        attributes = object.__getattribute__(item, "__dict__")  # AttributeError for an object with __slots__ only
+        for klass in type(item).__mro__:
+            for slot in _slots(klass) if getattr(klass, "__module__", None) == module else ():
+                place(lambda d=slot: d.__get__(item, klass), lambda value, d=slot: d.__set__(item, value))
+        try:
+            attributes = object.__getattribute__(item, "__dict__")
+        except AttributeError:  # only slots
+            return
         if type(attributes) is dict and len(attributes) <= MAX_HELD_ITEMS:
             for name in list(attributes):
                 place(lambda n=name: attributes[n], lambda value, n=name: attributes.__setitem__(n, value))
@@ -492,6 +508,25 @@ def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, cal
                 continue
 
 
+def _slots(klass: type) -> list:
+    """The member descriptors of the slots klass itself declares (names mangled as Python mangles them)."""
+    declared = vars(klass).get("__slots__", ())
+    names = [declared] if isinstance(declared, str) else list(declared)
+    mangled = [f"_{klass.__name__.lstrip('_')}{n}" if n.startswith("__") and not n.endswith("__") else n for n in names]
+    return [d for n in mangled if type(d := vars(klass).get(n)) is types.MemberDescriptorType]
+
+
+def _wrapped(value):
+    """What value wraps (a decorator's function, a spy's target: its __wrapped__), read without running code of value's
+    class (a __getattr__ that makes a new object for every name asked); None when it wraps nothing."""
+    if not callable(value):
+        return None
+    try:
+        return object.__getattribute__(value, "__wrapped__")
+    except Exception:  # noqa: BLE001 - no such attribute, or an object that refuses the generic lookup
+        return None
+
+
 def _target_label(value, originals: dict) -> str | None:
     """The label of the target value is or wraps (a partial's function, a bound method's, a decorator's __wrapped__)."""
     for _ in range(MAX_WRAPPERS):
@@ -501,8 +536,8 @@ def _target_label(value, originals: dict) -> str | None:
             value = value.func
         elif isinstance(value, types.MethodType):
             value = value.__func__
-        elif callable(value) and hasattr(value, "__wrapped__"):
-            value = value.__wrapped__
+        elif (inner := _wrapped(value)) is not None:
+            value = inner
         else:
             return None
     return None
@@ -513,7 +548,7 @@ def _with_spies(value, originals: dict, called: list, depth: int = 1):
     or wraps a target, else (depth levels down) a dict, list, tuple, set or partial with its targets spied."""
     label = _target_label(value, originals)
     if label is not None:
-        return _spy(value, label, called)
+        return _Spy(value, label, called)
     if depth == 0:
         return value
     if type(value) in (list, tuple, set, frozenset) and len(value) <= MAX_HELD_ITEMS:
@@ -541,8 +576,8 @@ def _parts(value) -> list:
             parts.append(inner.__self__)
             inner = inner.__func__
             parts.append(inner)
-        elif callable(inner) and hasattr(inner, "__wrapped__"):
-            inner = inner.__wrapped__
+        elif (wrapped := _wrapped(inner)) is not None:
+            inner = wrapped
             parts.append(inner)
         else:
             break
@@ -565,16 +600,52 @@ def _global_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _spy(original, label: str, called: list):
-    """A stand-in for original that notes label in called (once) and returns what original returns."""
-    def spy(*args, **kwargs):
-        if label not in called:
-            called.append(label)
-        return original(*args, **kwargs)
-    # a student's function that kept the spy (a global cached on first call) still holds the target for the next
-    # guard, which looks through __wrapped__
-    spy.__wrapped__ = original
-    return spy
+class _Spy:
+    """A stand-in for a target that notes its label in called (once) and returns what the target returns.
+
+    Code that holds it behaves as with the target: it compares and hashes as the target (a dataclass instance holding
+    it still equals one holding the target, and finds its dict entry), binds as the target does when it is a class
+    attribute (a function becomes a method, a builtin does not), reads the target's attributes (__name__) and is
+    copied as itself. Its __wrapped__ is the target: a student's function that kept a spy (a global cached on first
+    call) still holds the target for the next guard, which looks through __wrapped__.
+    """
+
+    __slots__ = ("__wrapped__", "_label", "_called")
+
+    def __init__(self, original, label: str, called: list):
+        self.__wrapped__, self._label, self._called = original, label, called
+
+    def __call__(self, *args, **kwargs):
+        if self._label not in self._called:
+            self._called.append(self._label)
+        return self.__wrapped__(*args, **kwargs)
+
+    def __get__(self, instance, owner=None):
+        bind = getattr(type(self.__wrapped__), "__get__", None)
+        if bind is None:
+            return self
+        bound = bind(self.__wrapped__, instance, owner)
+        return self if bound is self.__wrapped__ else _Spy(bound, self._label, self._called)
+
+    def __eq__(self, other):
+        return self.__wrapped__ == (other.__wrapped__ if isinstance(other, _Spy) else other)
+
+    def __hash__(self):
+        return hash(self.__wrapped__)
+
+    def __getattr__(self, name):
+        if name in _Spy.__slots__:  # not set yet (a copy being made): no recursion through __wrapped__
+            raise AttributeError(name)
+        return getattr(self.__wrapped__, name)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self):
+        return repr(self.__wrapped__)
 
 
 # --- record mode -------------------------------------------------------------------------
