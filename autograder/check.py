@@ -65,16 +65,17 @@ def read_for_check(path: Path):
         raise AutograderError(f"{path} is not a .ipynb file; expected a Jupyter notebook")
     size = path.stat().st_size
     if size > MAX_READ_BYTES:
-        raise AutograderError(f"{path} is {mib(size)}: collect does not open a file over {mib(MAX_READ_BYTES)}, so it "
-                              f"would not be graded. Clear its saved outputs ({CLEAR_OUTPUTS}) and check it again")
+        raise AutograderError(f"{path} is {mib(size)}: a hand-in over {mib(MAX_READ_BYTES)} is not accepted, so it would "
+                              f"not be graded. Clear its saved outputs ({CLEAR_OUTPUTS}) or make pictures pasted into "
+                              "its text cells smaller, and check it again")
     try:
         nb, _ = read_notebook(path.read_bytes())
     except NotANotebook as exc:
         raise AutograderError(f"{path} cannot be checked: {exc}") from None
     if size > MAX_NOTEBOOK_BYTES and (left := bytes_without_outputs(nb)) > MAX_NOTEBOOK_BYTES:
-        raise AutograderError(f"{path} is {mib(size)}, and {mib(left)} without its outputs: collect does not take a "
-                              f"notebook over {mib(MAX_NOTEBOOK_BYTES)} without outputs, so it would not be graded. "
-                              "Remove large pictures pasted into its text cells and check it again")
+        raise AutograderError(f"{path} is {mib(size)}, and {mib(left)} without its outputs: a notebook over "
+                              f"{mib(MAX_NOTEBOOK_BYTES)} even without outputs is not accepted, so it would not be graded. "
+                              "Make pictures pasted into its text cells smaller, and check it again")
     return nb
 
 
@@ -86,16 +87,20 @@ def bytes_without_outputs(nb) -> int:
 
 
 def size_note(path: Path, nb) -> str | None:
-    """A note for a notebook over LARGE_NOTEBOOK_BYTES saying to clear its saved outputs before handing it in."""
+    """A note for a notebook over LARGE_NOTEBOOK_BYTES on what makes it large: saved outputs (clear them before handing
+    it in) or pictures pasted into its text cells (make them smaller)."""
     size = path.stat().st_size
     if size <= LARGE_NOTEBOOK_BYTES:
         return None
     left = bytes_without_outputs(nb)
-    filed = (f"collect files it with its outputs removed (over {mib(MAX_NOTEBOOK_BYTES)}); "
-             if size > MAX_NOTEBOOK_BYTES else "")
+    upload = "a large upload may be slow or refused by your course's site"
+    if left > size / 2:
+        return (f"note: {path.name} is {mib(size)}, {mib(left)} of it in its text and code cells (pictures pasted into "
+                f"text cells?): {upload}. Make the pictures smaller before you hand it in.")
+    accepted = (f"over {mib(MAX_NOTEBOOK_BYTES)}, it is accepted with its outputs removed; "
+                if size > MAX_NOTEBOOK_BYTES else "")
     return (f"note: {path.name} is {mib(size)}, {mib(left)} without its saved outputs. Grading runs every cell again "
-            f"and does not use them; {filed}a large upload may be slow or refused by your course's site. Clear them "
-            f"before you hand it in ({CLEAR_OUTPUTS}).")
+            f"and does not use them; {accepted}{upload}. Clear them before you hand it in ({CLEAR_OUTPUTS}).")
 
 
 def course_notebooks() -> dict:
@@ -298,16 +303,19 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     rows, heading = [], "(before the first exercise)"
     setup_failure = since_last_test = answer_cell = None
     unanswered, in_setup = False, True
-    stub_heading = None  # the exercise whose answer cell still raises NotImplementedError
+    section = 0  # counts the exercise headings passed: two exercises may have the same heading, or none
+    stub_section = None  # the section whose answer cell still raises NotImplementedError
     for number, cell in enumerate(nb.cells, start=1):
         meta = nbgrader_meta(cell)
         in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
         if in_setup and setup_failure is None:
             setup_failure = cell_error(cell, number)
+        if heading_after(cell, None) is not None:
+            section += 1
         heading = heading_after(cell, heading)  # as the feedback page's contents name it
         if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
             answer_cell = numbered_cell(cell, number)
-            stub_heading = heading if raised(cell, "NotImplementedError") else None
+            stub_section = section if raised(cell, "NotImplementedError") else None
         test = is_test_cell(cell)
         if not test and since_last_test is None:
             since_last_test = cell_error(cell, number)
@@ -322,7 +330,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
             earlier = since_last_test or setup_failure
             if raised(cell, "NotebookTimeout"):  # nothing earlier is to blame: time ran out (said below the table)
                 message = f"✘ {cell_error(cell, number).split(', NotebookTimeout: ', 1)[1]}"
-            elif (unanswered or stub_heading == heading) and answer_cell and not message.startswith("✔") and message != EDITED:
+            elif (unanswered or stub_section == section) and answer_cell and not message.startswith("✔") and message != EDITED:
                 message = (f"✘ not answered yet: {answer_cell} still raises NotImplementedError; replace "
                            "`raise NotImplementedError()` there with your answer")
             elif earlier and not message.startswith("✔") and message != EDITED:

@@ -586,6 +586,10 @@ def test_every_test_cell_of_an_unanswered_exercise_says_it_is_not_answered_yet_a
     stub = "✘ not answered yet: cell 2 (# YOUR CODE HERE) still raises NotImplementedError"
     assert rows["test_1a"].startswith(stub) and rows["test_1b"].startswith(stub), rows
     assert "not answered" not in rows["test_2"] and "total" in rows["test_2"], rows
+    # two exercises under the same heading text are two exercises (found by review)
+    nb.cells[4].source = nb.cells[0].source
+    rows = {grade_id: message for _, grade_id, _, message, _ in exercise_rows(nb)}
+    assert rows["test_1b"].startswith(stub) and "not answered" not in rows["test_2"], rows
 
 
 def test_check_says_a_pass_is_about_form_only_where_the_visible_checks_look_only_at_the_form(capsys):
@@ -792,7 +796,7 @@ def test_check_says_to_clear_saved_outputs_of_a_large_notebook_and_refuses_one_c
                     "course's site. Clear them before you hand it in (in JupyterLab, Edit › Clear Outputs of All Cells, "
                     "then save)."), note
     monkeypatch.setattr(check, "MAX_NOTEBOOK_BYTES", 10 * 2**20)  # collect files it without its outputs
-    assert "collect files it with its outputs removed (over 10.0 MiB); a large upload" in check.size_note(big, nb)
+    assert "over 10.0 MiB, it is accepted with its outputs removed; a large upload" in check.size_note(big, nb)
     assert check.size_note(REPO / "notebooks" / "part-ii" / path.name, nb) is None, "the run notebook is small"
     monkeypatch.setattr(check, "run_notebook", lambda *args, **kwargs: None)  # the note comes first, before the run
     monkeypatch.setenv("PART_II_ROOT", str(REPO))
@@ -802,16 +806,26 @@ def test_check_says_to_clear_saved_outputs_of_a_large_notebook_and_refuses_one_c
     monkeypatch.setattr(check, "MAX_READ_BYTES", 12 * 2**20)  # collect opens no file this large: never graded
     code, err, out = run(["check", str(big)], capsys)
     assert code == 2 and out == "", out
-    assert (f"{big} is {size / 2**20:.1f} MiB: collect does not open a file over 12.0 MiB, so it would not be graded. "
-            "Clear its saved outputs (in JupyterLab, Edit › Clear Outputs of All Cells, then save) and check it again") in err
+    assert (f"{big} is {size / 2**20:.1f} MiB: a hand-in over 12.0 MiB is not accepted, so it would not be graded. "
+            "Clear its saved outputs (in JupyterLab, Edit › Clear Outputs of All Cells, then save) or make pictures "
+            "pasted into its text cells smaller, and check it again") in err
     monkeypatch.setattr(check, "MAX_READ_BYTES", 512 * 2**20)
     monkeypatch.setattr(check, "MAX_NOTEBOOK_BYTES", 2**20)
     nb.cells[0].source += "\n\n![photo](data:image/png;base64," + "A" * (2 * 2**20) + ")"  # a picture pasted as text
     nbformat.write(nb, big)
     code, err, out = run(["check", str(big)], capsys)
     assert code == 2 and out == "", out
-    assert "without its outputs: collect does not take a notebook over 1.0 MiB without outputs, so it would not be " \
-           "graded. Remove large pictures pasted into its text cells and check it again" in err, err
+    assert "without its outputs: a notebook over 1.0 MiB even without outputs is not accepted, so it would not be " \
+           "graded. Make pictures pasted into its text cells smaller, and check it again" in err, err
+    # a notebook large for its pictures, not its outputs: clearing outputs would not help (found by review)
+    code_cell.outputs = []
+    nbformat.write(nb, big)
+    assert check.size_note(big, nb) is None
+    monkeypatch.setattr(check, "LARGE_NOTEBOOK_BYTES", 2**20)
+    assert check.size_note(big, nb) == (f"note: {path.name} is {big.stat().st_size / 2**20:.1f} MiB, "
+                                        f"{check.bytes_without_outputs(nb) / 2**20:.1f} MiB of it in its text and code "
+                                        "cells (pictures pasted into text cells?): a large upload may be slow or refused "
+                                        "by your course's site. Make the pictures smaller before you hand it in.")
 
 
 def test_check_given_a_folder_says_it_takes_one_notebook(tmp_path, capsys):
