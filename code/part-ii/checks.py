@@ -390,10 +390,10 @@ def _held_references_watched(user: str, namespace: dict, targets):
 
     Searched: the global `user` itself, the globals read by it and by the student's own functions it
     reaches (functions whose globals are namespace, also behind a decorator's __wrapped__), their
-    defaults and closure cells, and the attributes of the classes defined in the notebook that it reaches
-    (with their bases defined there) and of their objects. A place holding a target - directly, through a wrapper, or as an item
-    of a dict, list, tuple, set or partial held there - gets a copy that calls a spy first, and its
-    value back afterwards. Yields the labels of the targets called through them. Nothing is searched
+    defaults and closure cells, and the attributes of the classes defined in the notebook that it
+    reaches (with their bases defined there) and of their objects. A place holding a target - directly,
+    through a wrapper, or as an item of a dict, list, tuple, set or partial held there - gets a copy
+    that calls a spy first, and its value back afterwards. Yields the labels of the targets called through them. Nothing is searched
     when `user` is not a global of the namespace the guard was entered from.
     """
     # id -> (object, label); the object is kept so that no other object can take its id
