@@ -382,6 +382,14 @@ def generate_for(course: Course, student: str, mathjax_url: str | None,
     return sorted(course.step_dir("feedback", student).glob("*.html"))
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """In a feedback worker: ignore SIGINT, which Ctrl-C sends to the whole process group; `feedback` itself stops
+    the run (each worker printed a KeyboardInterrupt traceback)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _generate_safely(course: Course, student: str, mathjax_url: str | None, released_tests: dict[str, set[str]],
                      graded_from: dict[str, str] | None = None) -> tuple[list[Path], str | None]:
     """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
@@ -549,9 +557,18 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
     ctx = multiprocessing.get_context("forkserver")  # nbgrader's converters chdir: processes, not threads
     released_tests = released_test_ids(course)  # read the release once, not once per student
     n = len(graded)
-    with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx,
+                               initializer=_leave_interrupts_to_the_parent)
+    try:
         outcomes = list(pool.map(_generate_safely, [course] * n, graded, [mathjax_url] * n, [released_tests] * n,
                                  [(graded_from or {}).get(s, {}) for s in graded]))
+    except BaseException:  # Ctrl-C: stop now (a student's pages take seconds); feedback run again rewrites them all
+        workers = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in workers:
+            process.terminate()
+        raise
+    pool.shutdown()
     for student, (files, error) in zip(graded, outcomes):
         if error:
             result.errors[student] = error

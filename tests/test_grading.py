@@ -450,6 +450,39 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_ctrl_c_stops_feedback_without_a_traceback_from_its_workers(graded):
+    """Ctrl-C reaches every process of the foreground group: each feedback worker printed a KeyboardInterrupt
+    traceback under `feedback: interrupted`."""
+    from shared_builds import cli_env
+
+    build, course = copy_course(graded["course"].root)
+    shutil.rmtree(course.root / "feedback", ignore_errors=True)
+    proc = None
+    try:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal (see above)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "autograder", "feedback", "--build", str(build), "--workers",
+                                     "2"], cwd=REPO, env=cli_env(build), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline and not list(course.root.glob("feedback/*/*/*.html")):
+            time.sleep(0.05)  # the first page is written: both workers are at work
+        assert proc.poll() is None, "feedback ended before it could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)
+        begun = {p.parent.parent.name for p in course.root.glob("feedback/*/*/*.html")}
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "feedback: interrupted" in err, f"exit {proc.returncode}:\n{err[-3000:]}"
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        # it stops: at most the two students being worked on got pages after the interrupt, none of those queued
+        written = {p.parent.parent.name for p in course.root.glob("feedback/*/*/*.html")}
+        assert len(written - begun) <= 2 and written < {p.name for p in (course.root / "autograded").iterdir()}, written
+    finally:
+        end_grade_run(proc)
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def _exit_at_once() -> None:
     """A stand-in worker: ends without grading anything."""
 
