@@ -215,7 +215,7 @@ def record_failure(expected: dict, got) -> str | None:
         return checks.equal_failure(label, checks.from_plain(got.get("actual")), checks.from_plain(expected.get("expected")),
                                     reveal=False)
     if kind == "true":
-        return None if got.get("holds") is True else f"{label}: property does not hold"
+        return None if got.get("holds") is True else f"{label}: not true"
     if kind == "raises":
         ok = got.get("ok") is True and got.get("raised") == expected.get("raised")
         return None if ok else raises_failure(label, expected.get("raised"), got.get("raised"))

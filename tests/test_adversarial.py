@@ -212,7 +212,7 @@ def test_records_are_judged_against_the_instructor_not_the_kernel():
     assert cell_failure(expected, wrong) == "p: the shape differs from the expected one"
     assert "did not report" in cell_failure(expected, good[:1])
     assert "more checks" in cell_failure(expected, good + good[:1])
-    assert cell_failure([{"kind": "true", "label": "t"}], [{"kind": "true", "holds": "yes"}]) == "t: property does not hold"
+    assert cell_failure([{"kind": "true", "label": "t"}], [{"kind": "true", "holds": "yes"}]) == "t: not true"
     # every failed check of the cell is named, not only the first (the student fixed one, to learn of the next)
     both = [wrong[0], {"kind": "equal", "actual": {"tuple": [3]}}]
     assert cell_failure(expected, both) == ("p: the shape differs from the expected one; "
@@ -221,7 +221,7 @@ def test_records_are_judged_against_the_instructor_not_the_kernel():
     assert cell_failure(expected, [{"kind": "equal", "actual": 1}, good[0]]) == "p: this check did not report its result"
     many = [{"kind": "true", "label": f"property {i} of the answer"} for i in range(20)]
     verdict = cell_failure(many, [{"kind": "true", "holds": False}] * 20)
-    assert len(verdict) <= 300 and verdict.startswith("property 0 of the answer: property does not hold; ")
+    assert len(verdict) <= 300 and verdict.startswith("property 0 of the answer: not true; ")
     assert verdict.endswith(" more checks failed") and "property 19" not in verdict, verdict
     long = [{"kind": "true", "label": "x" * 400}, {"kind": "true", "label": "y"}]  # the first alone is too long
     verdict = cell_failure(long, [{"kind": "true", "holds": False}] * 2)
@@ -238,7 +238,7 @@ def test_checks_keep_their_in_process_behaviour_outside_the_grader(monkeypatch):
         checks.check_close("x", 1.0, 2.0)
     with pytest.raises(AssertionError, match="the value differs from the expected one"):
         checks.check_equal("y", (1, 2), [1, 2, 3], reveal=False)
-    with pytest.raises(AssertionError, match="z: property does not hold"):
+    with pytest.raises(AssertionError, match="z: not true"):
         checks.check_true("z", [True, False])
     assert checks.check_raises("r", ValueError, int, "x").startswith("invalid literal")
     with pytest.raises(AssertionError, match="expected ValueError to be raised"):

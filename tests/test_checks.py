@@ -28,7 +28,7 @@ def test_a_forbidden_call_fails_with_a_label_naming_the_function_and_the_caller(
         with checks.forbidden_calls("quadruple", (helpers, "double")):
             result = helpers.double(helpers.double(3))
     assert result == 12, "the spy must pass the call on, so the value checks still see the real result"
-    assert str(err.value) == "quadruple works without calling helpers.double: property does not hold (it called helpers.double)"
+    assert str(err.value) == "quadruple works without calling helpers.double: not true (it called helpers.double)"
 
 
 def test_a_block_that_calls_nothing_forbidden_passes():
@@ -136,7 +136,7 @@ def guarded_namespace(definitions: str) -> dict:
 
 GUARDED_CALL = ("with forbidden_calls('perplexity_from_loss', (pp, 'perplexity')):\n"
                 "    result = perplexity_from_loss(2.0, 'nats')\n")
-CALLED = "perplexity_from_loss works without calling pp.perplexity: property does not hold (it called pp.perplexity)"
+CALLED = "perplexity_from_loss works without calling pp.perplexity: not true (it called pp.perplexity)"
 
 
 def state_of(namespace: dict) -> dict:
@@ -490,7 +490,7 @@ def test_check_true_holds_only_for_true_or_booleans_all_true(condition, why):
     """bool(np.all(x)) is True for nan, any non-empty string, a generator and an empty list."""
     with pytest.raises(AssertionError) as err:
         checks.check_true("L", condition, "the hint")
-    assert str(err.value).startswith("L: property does not hold (") and why in str(err.value), str(err.value)
+    assert str(err.value).startswith("L: not true (") and why in str(err.value), str(err.value)
     assert "the hint" in str(err.value)
 
 
@@ -503,7 +503,7 @@ def test_check_true_holds_only_for_true_or_booleans_all_true(condition, why):
 def test_check_true_passes_true_and_arrays_of_true(make):
     condition = make()
     checks.check_true("L", condition)
-    with pytest.raises(AssertionError, match=r"^L: property does not hold$"):
+    with pytest.raises(AssertionError, match=r"^L: not true$"):
         checks.check_true("L", np.array([True, False]) if not isinstance(condition, bool) else False)
 
 

@@ -250,7 +250,7 @@ def check_true(label: str, condition, hint: str = "") -> None:
         return
     if not holds:
         notes = "; ".join(n for n in (why, hint) if n)
-        raise AssertionError(f"{label}: property does not hold" + (f" ({notes})" if notes else ""))
+        raise AssertionError(f"{label}: not true" + (f" ({notes})" if notes else ""))
 
 
 def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
