@@ -240,18 +240,29 @@ NUMBERED_CELL = re.compile(r"\bcell \d+ \(")
 NUMBERING_NOTE = "cell numbers count every cell from the top of the notebook, text cells included"
 
 
-def first_cell_not_run(nb) -> str | None:
-    """'cell N (first line)' of the first code cell left unrun because the notebook's time budget was spent."""
-    return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1)
-                 if any(o.get("ename") == "NotebookTimeout" for o in cell.get("outputs", []))), None)
+def stopped_by_budget(cell) -> bool:
+    """A cell the notebook's time budget stopped while it ran (BudgetedExecute says so in its CellTimeoutError)."""
+    return any(o.get("ename") == "CellTimeoutError" and "time budget" in str(o.get("evalue", ""))
+               for o in cell.get("outputs", []))
+
+
+def budget_spent(nb) -> tuple[str | None, str | None]:
+    """('cell N (first line)' of the cell the notebook's time budget stopped, of the first cell it left unrun); None
+    for either that is not there."""
+    cells = list(enumerate(nb.cells, 1))
+    stopped = next((numbered_cell(cell, n) for n, cell in cells if stopped_by_budget(cell)), None)
+    unrun = next((numbered_cell(cell, n) for n, cell in cells
+                  if any(o.get("ename") == "NotebookTimeout" for o in cell.get("outputs", []))), None)
+    return stopped, unrun
 
 
 def timed_out_cells(nb) -> list[str]:
-    """'cell N (first line)' for each code cell other than a test cell that was interrupted at the time limit."""
+    """'cell N (first line)' for each code cell other than a test cell that was interrupted at its own time limit."""
     out = []
     for number, cell in enumerate(nb.cells, 1):
         names = [o.get("ename") for o in cell.get("outputs", []) if o.output_type == "error"]
-        if cell.cell_type == "code" and not is_test_cell(cell) and TIMED_OUT.intersection(names):
+        if cell.cell_type == "code" and not is_test_cell(cell) and TIMED_OUT.intersection(names) \
+                and not stopped_by_budget(cell):
             out.append(numbered_cell(cell, number))
     return out
 
@@ -454,24 +465,25 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
               "your notebook with the course's own copies, so results here may differ from the grade: put the "
               "released files back (unzip the course zip again) and run the check again. (If your zip comes from "
               "another version of the course than this repository, check with a repository of that version.)")
-    unrun = first_cell_not_run(nb)
     if slow := timed_out_cells(nb):
-        limit = f"{timeout:g} s{' (or what was left of the notebook budget)' if unrun else ''}"
-        print(f"✘ did not finish within {limit} and was interrupted: {', '.join(slow)}; grading interrupts a cell "
+        print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "
               "notebook has a time budget: make it finish sooner.")
-    if unrun:
-        print(f"✘ the notebook used up its time budget of {notebook_timeout:g} s: the cells from {unrun} on were not "
-              f"run, and count as failed. Grading gives a notebook a budget too ({DEFAULT_NOTEBOOK_TIMEOUT:g} s unless "
-              "your instructor set another): make the slow cells finish sooner.")
+    stopped, unrun = budget_spent(nb)
+    if stopped or unrun:
+        what = [f"{stopped} was stopped"] if stopped else []
+        what += [f"the cells from {unrun} on were not run"] if unrun else []
+        print(f"✘ the notebook used up its time budget of {notebook_timeout:g} s: {', and '.join(what)}; that counts "
+              f"as failed. Grading gives a notebook a budget too ({DEFAULT_NOTEBOOK_TIMEOUT:g} s unless your instructor "
+              "set another): make the slow cells finish sooner.")
     if died := kernel_death(nb):
         print(f"✘ {died} stopped the Python kernel. Grading, like this check, then starts a new kernel, re-runs the "
               "cells before it and goes on without it, so nothing that cell defines exists later: remove its exit(), "
               "quit() or os._exit() call, or make it use less memory, and run the check again.")
-    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow or unrun or died:
+    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow or stopped or unrun or died:
         print(f"({NUMBERING_NOTE})")
     if problem:
         print(problem)
-    ok = all(r[4] is not False for r in rows) and not (problem or deleted or unanswerable or changed or slow or unrun
-                                                        or died)
+    failed_run = slow or stopped or unrun or died
+    ok = all(r[4] is not False for r in rows) and not (problem or deleted or unanswerable or changed or failed_run)
     return 0 if ok else 1

@@ -60,7 +60,14 @@ class BudgetedExecute(GradingExecute):
             cell.outputs = [new_output("error", ename="NotebookTimeout", evalue=message,
                                        traceback=[f"NotebookTimeout: {message}"])]
             return cell, resources
-        return super().preprocess_cell(cell, resources, index)
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if time.monotonic() >= getattr(self, "_deadline", math.inf):  # the budget, not the cell's limit, stopped it
+            message = (f"the notebook used up its time budget of {self.notebook_timeout:g} s while the cell ran, and the "
+                       "grader stopped it")
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error" and out.get("ename") == "CellTimeoutError":
+                    out["evalue"], out["traceback"] = message, [f"CellTimeoutError: {message}"]
+        return cell, resources
 
 
 class MissingAnswerCells(ValueError):

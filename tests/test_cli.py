@@ -724,13 +724,34 @@ def test_check_names_a_cell_that_ran_out_of_time_and_fails(tmp_path, monkeypatch
     # grading's notebook budget too: the loop is cut when it runs out, and the cells after it are not run and fail
     code, _, out = run(["check", str(looping), "--timeout", "60", "--notebook-timeout", "12"], capsys)
     assert code == 1 and "each interrupted after 60 s, 12 s in all)" in out, out
-    assert (f"✘ did not finish within 60 s (or what was left of the notebook budget) and was interrupted: cell {setup + 2} "
-            "(import time)") in out, out
+    assert "did not finish within 60 s" not in out, "the budget stopped the loop, not the cell's own limit"
     after = next(i for i in range(setup + 2, len(nb.cells)) if nb.cells[i].cell_type == "code")
-    assert (f"✘ the notebook used up its time budget of 12 s: the cells from cell {after + 1} (" in out
-            and "were not run, and count as failed. Grading gives a notebook a budget too (600 s unless" in out), out
+    assert (f"✘ the notebook used up its time budget of 12 s: cell {setup + 2} (import time) was stopped, and the cells "
+            f"from cell {after + 1} (" in out and "on were not run; that counts as failed. Grading gives a notebook a "
+            "budget too (600 s unless" in out), out
     tests = [line for line in out.splitlines() if line.lstrip().startswith("test_")]
     assert tests and all(line.endswith("✘ not run: the notebook used up its time budget of 12 s") for line in tests), tests
+
+
+def test_a_cell_the_notebook_budget_stops_says_so_not_its_own_limit(tmp_path):
+    """The budget running out during the last cell gave it the error of its own 60 s limit, and check then said
+    'did not finish within 60 s' about a cell stopped after seconds (found by review)."""
+    from nbformat.v4 import new_code_cell, new_notebook
+    from traitlets.config import Config
+
+    from autograder.check import budget_spent, timed_out_cells
+    from autograder.worker import BudgetedExecute
+
+    nb = new_notebook(cells=[new_code_cell("print('a')"), new_code_cell("import time\nwhile True:\n    time.sleep(0.05)")])
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    config = Config()
+    config.KernelManager.transport, config.KernelManager.ip = "ipc", str(tmp_path / "kernel")
+    BudgetedExecute(config=config, timeout=60, kernel_name="python3", interrupt_on_timeout=True,
+                    notebook_timeout=8).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    (error,) = nb.cells[1].outputs
+    assert error.ename == "CellTimeoutError" and error.evalue == ("the notebook used up its time budget of 8 s while the "
+                                                                   "cell ran, and the grader stopped it"), error
+    assert budget_spent(nb) == ("cell 2 (import time)", None) and timed_out_cells(nb) == []
 
 
 def test_a_course_folder_given_as_build_gets_a_hint_and_no_folder_is_made(tmp_path, empty_build, capsys):
