@@ -298,8 +298,13 @@ def test_a_tensor_method_taken_from_the_class_is_caught():
      "        return p(2.0, 'nats')\ndef perplexity_from_loss(loss, unit):\n    return C().value\n", np.exp(2.0)),
     ("import types\ntools = types.SimpleNamespace(ppl=pp.perplexity)\ndef perplexity_from_loss(loss, unit):\n"
      "    return tools.ppl(loss, unit)\n", np.exp(2.0)),
+    # the function referred to weakly, its attributes read and set (torch.compile reads its __dict__)
+    ("import weakref\np = pp.perplexity\nSEEN = weakref.WeakValueDictionary()\ndef perplexity_from_loss(loss, unit):\n"
+     "    SEEN['p'] = p\n    assert p.__name__ == 'perplexity' and p.__doc__ == pp.perplexity.__doc__ and p.__dict__ is not None\n"
+     "    p.last_loss = loss\n    result = p(loss, unit) * (pp.perplexity.last_loss == loss)\n    del p.last_loss\n"
+     "    return result\n", np.exp(2.0)),
 ], ids=["dataclass-equality", "frozen-dataclass-hash", "lru-cache-method", "slots", "dataclass-slots", "cached-property",
-        "simple-namespace"])
+        "simple-namespace", "weakref-and-attributes"])
 def test_calls_of_sees_a_call_held_by_an_object_and_leaves_the_answer_s_result_alone(definitions, expected):
     """Spies put into the student's objects compare, hash and bind as the function they stand for: an honest answer
     comparing two configs took its other branch while spies differed, and a cached method lost its self."""

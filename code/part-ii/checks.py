@@ -441,9 +441,9 @@ def _spy_held(user: str, namespace: dict, spied_names: set, originals: dict, cal
             spied = _with_spies(value, originals, called)
             if spied is not value:
                 placed = wrap(spied) if wrap else spied
-                put(placed)
                 original, now = (value if raw is None else raw), (current or get)
-                restore.append(lambda: put(original) if now() is placed else None)
+                restore.append(lambda: put(original) if now() is placed else None)  # first: an interrupt may come
+                put(placed)
             for item in _parts(value):
                 queue(item)
         except Exception:  # noqa: BLE001 - a value that cannot be searched (an empty cell, an odd object) holds nothing seen
@@ -605,15 +605,22 @@ class _Spy:
 
     Code that holds it behaves as with the target: it compares and hashes as the target (a dataclass instance holding
     it still equals one holding the target, and finds its dict entry), binds as the target does when it is a class
-    attribute (a function becomes a method, a builtin does not), reads the target's attributes (__name__) and is
-    copied as itself. Its __wrapped__ is the target: a student's function that kept a spy (a global cached on first
-    call) still holds the target for the next guard, which looks through __wrapped__.
+    attribute (a function becomes a method, a builtin does not), reads and sets the target's attributes (__name__,
+    __doc__, a counter the student keeps on their function), is copied as itself, and can be referred to weakly and
+    compiled (torch.compile reads a function's __dict__). Its __wrapped__ is the target: a student's function that kept
+    a spy (a global cached on first call) still holds the target for the next guard, which looks through __wrapped__.
     """
 
-    __slots__ = ("__wrapped__", "_label", "_called")
+    __slots__ = ("__wrapped__", "_label", "_called", "__dict__", "__weakref__")
 
     def __init__(self, original, label: str, called: list):
-        self.__wrapped__, self._label, self._called = original, label, called
+        for name, value in (("__wrapped__", original), ("_label", label), ("_called", called)):
+            object.__setattr__(self, name, value)
+        for name in ("__module__", "__name__", "__qualname__", "__doc__"):  # the class's own would answer first
+            try:
+                self.__dict__[name] = getattr(original, name)
+            except AttributeError:
+                pass
 
     def __call__(self, *args, **kwargs):
         if self._label not in self._called:
@@ -637,6 +644,12 @@ class _Spy:
         if name in _Spy.__slots__:  # not set yet (a copy being made): no recursion through __wrapped__
             raise AttributeError(name)
         return getattr(self.__wrapped__, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.__wrapped__, name, value)
+
+    def __delattr__(self, name):
+        delattr(self.__wrapped__, name)
 
     def __copy__(self):
         return self
