@@ -560,12 +560,14 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
     pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx,
                                initializer=_leave_interrupts_to_the_parent)
     try:
-        outcomes = list(pool.map(_generate_safely, [course] * n, graded, [mathjax_url] * n, [released_tests] * n,
-                                 [(graded_from or {}).get(s, {}) for s in graded]))
+        # submit, not map: map's iterator cancels queued futures itself on Ctrl-C, and the pool's manager thread then
+        # crashes setting their results (Python 3.11)
+        futures = [pool.submit(_generate_safely, course, student, mathjax_url, released_tests,
+                               (graded_from or {}).get(student, {})) for student in graded]
+        outcomes = [future.result() for future in futures]
     except BaseException:  # Ctrl-C: stop now (a student's pages take seconds); feedback run again rewrites them all
-        workers = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
         pool.shutdown(wait=False, cancel_futures=True)
-        for process in workers:
+        for process in multiprocessing.active_children():  # the workers, also one still starting
             process.terminate()
         raise
     pool.shutdown()
