@@ -277,32 +277,32 @@ def test_a_tensor_method_taken_from_the_class_is_caught():
 
 @pytest.mark.parametrize("definitions", [
     # two instances holding the function still compare equal, and a frozen one still finds its dict entry
-    ("import dataclasses, typing\n@dataclasses.dataclass\nclass Cfg:\n    ppl: typing.Callable = pp.perplexity\n"
-     "DEFAULT = Cfg()\ncfg = Cfg()\ndef perplexity_from_loss(loss, unit):\n"
-     "    return cfg.ppl(loss, unit) if cfg == DEFAULT else 'not the default'\n",
-    ("import dataclasses, typing\n@dataclasses.dataclass(frozen=True)\nclass Cfg:\n    ppl: typing.Callable = pp.perplexity\n"
-     "cfg = Cfg()\nMEMO = {cfg: 1.0}\ndef perplexity_from_loss(loss, unit):\n"
-     "    return MEMO.get(cfg, 'missed') * cfg.ppl(loss, unit)\n",
+    "import dataclasses, typing\n@dataclasses.dataclass\nclass Cfg:\n    ppl: typing.Callable = pp.perplexity\n"
+    "DEFAULT = Cfg()\ncfg = Cfg()\ndef perplexity_from_loss(loss, unit):\n"
+    "    return cfg.ppl(loss, unit) if cfg == DEFAULT else 'not the default'\n",
+    "import dataclasses, typing\n@dataclasses.dataclass(frozen=True)\nclass Cfg:\n    ppl: typing.Callable = pp.perplexity\n"
+    "cfg = Cfg()\nMEMO = {cfg: 1.0}\ndef perplexity_from_loss(loss, unit):\n"
+    "    return MEMO.get(cfg, 'missed') * cfg.ppl(loss, unit)\n",
     # a wrapper that binds stays a method (lru_cache), and the function's own attributes read through
-    ("import functools\ndef helper(self, loss, unit):\n    return pp.perplexity(loss, unit)\nclass C:\n"
-     "    h = functools.lru_cache(helper)\nc = C()\nname = pp.perplexity.__name__\n"
-     "def perplexity_from_loss(loss, unit):\n    assert C.ppl.__name__ == name\n    return c.h(loss, unit)\n"
-     "C.ppl = pp.perplexity\n",
+    "import functools\ndef helper(self, loss, unit):\n    return pp.perplexity(loss, unit)\nclass C:\n"
+    "    h = functools.lru_cache(helper)\nc = C()\nname = pp.perplexity.__name__\n"
+    "def perplexity_from_loss(loss, unit):\n    assert C.ppl.__name__ == name\n    return c.h(loss, unit)\n"
+    "C.ppl = pp.perplexity\n",
     # slots, a dataclass with slots, a cached_property reading an alias, a SimpleNamespace
-    ("class Box:\n    __slots__ = ('__f',)\n    def __init__(self):\n        self.__f = pp.perplexity\n"
-     "    def run(self, loss, unit):\n        return self.__f(loss, unit)\nbox = Box()\n"
-     "def perplexity_from_loss(loss, unit):\n    return box.run(loss, unit)\n",
-    ("import dataclasses, typing\n@dataclasses.dataclass(slots=True)\nclass Cfg:\n    ppl: typing.Callable\n"
-     "cfg = Cfg(pp.perplexity)\ndef perplexity_from_loss(loss, unit):\n    return cfg.ppl(loss, unit)\n",
-    ("import functools\np = pp.perplexity\nclass C:\n    @functools.cached_property\n    def value(self):\n"
-     "        return p(2.0, 'nats')\ndef perplexity_from_loss(loss, unit):\n    return C().value\n",
-    ("import types\ntools = types.SimpleNamespace(ppl=pp.perplexity)\ndef perplexity_from_loss(loss, unit):\n"
-     "    return tools.ppl(loss, unit)\n",
+    "class Box:\n    __slots__ = ('__f',)\n    def __init__(self):\n        self.__f = pp.perplexity\n"
+    "    def run(self, loss, unit):\n        return self.__f(loss, unit)\nbox = Box()\n"
+    "def perplexity_from_loss(loss, unit):\n    return box.run(loss, unit)\n",
+    "import dataclasses, typing\n@dataclasses.dataclass(slots=True)\nclass Cfg:\n    ppl: typing.Callable\n"
+    "cfg = Cfg(pp.perplexity)\ndef perplexity_from_loss(loss, unit):\n    return cfg.ppl(loss, unit)\n",
+    "import functools\np = pp.perplexity\nclass C:\n    @functools.cached_property\n    def value(self):\n"
+    "        return p(2.0, 'nats')\ndef perplexity_from_loss(loss, unit):\n    return C().value\n",
+    "import types\ntools = types.SimpleNamespace(ppl=pp.perplexity)\ndef perplexity_from_loss(loss, unit):\n"
+    "    return tools.ppl(loss, unit)\n",
     # the function referred to weakly, its attributes read and set (torch.compile reads its __dict__)
-    ("import weakref\np = pp.perplexity\nSEEN = weakref.WeakValueDictionary()\ndef perplexity_from_loss(loss, unit):\n"
-     "    SEEN['p'] = p\n    assert p.__name__ == 'perplexity' and p.__doc__ == pp.perplexity.__doc__ and p.__dict__ is not None\n"
-     "    p.last_loss = loss\n    result = p(loss, unit) * (pp.perplexity.last_loss == loss)\n    del p.last_loss\n"
-     "    return result\n",
+    "import weakref\np = pp.perplexity\nSEEN = weakref.WeakValueDictionary()\ndef perplexity_from_loss(loss, unit):\n"
+    "    SEEN['p'] = p\n    assert p.__name__ == 'perplexity' and p.__doc__ == pp.perplexity.__doc__ and p.__dict__ is not None\n"
+    "    p.last_loss = loss\n    result = p(loss, unit) * (pp.perplexity.last_loss == loss)\n    del p.last_loss\n"
+    "    return result\n",
 ], ids=["dataclass-equality", "frozen-dataclass-hash", "lru-cache-method", "slots", "dataclass-slots", "cached-property",
         "simple-namespace", "weakref-and-attributes"])
 def test_calls_of_sees_a_call_held_by_an_object_and_leaves_the_answer_s_result_alone(definitions):
