@@ -242,8 +242,10 @@ NUMBERING_NOTE = "cell numbers count every cell from the top of the notebook, te
 
 def stopped_by_budget(cell) -> bool:
     """A cell the notebook's time budget stopped while it ran (BudgetedExecute says so in its CellTimeoutError)."""
-    return any(o.get("ename") == "CellTimeoutError" and "time budget" in str(o.get("evalue", ""))
-               for o in cell.get("outputs", []))
+    from .worker import BUDGET_SPENT
+
+    error = error_named(cell, "CellTimeoutError")
+    return error is not None and str(error.get("evalue", "")).startswith(BUDGET_SPENT)
 
 
 def budget_spent(nb) -> tuple[str | None, str | None]:
@@ -251,8 +253,7 @@ def budget_spent(nb) -> tuple[str | None, str | None]:
     for either that is not there."""
     cells = list(enumerate(nb.cells, 1))
     stopped = next((numbered_cell(cell, n) for n, cell in cells if stopped_by_budget(cell)), None)
-    unrun = next((numbered_cell(cell, n) for n, cell in cells
-                  if any(o.get("ename") == "NotebookTimeout" for o in cell.get("outputs", []))), None)
+    unrun = next((numbered_cell(cell, n) for n, cell in cells if raised(cell, "NotebookTimeout")), None)
     return stopped, unrun
 
 
@@ -295,9 +296,14 @@ EDITED = ("✘ This test cell was changed: grading uses the released cell, so th
           "Undo the change (copy the cell from a fresh copy of the notebook).")
 
 
+def error_named(cell, name: str):
+    """The error output of the exception `name` the code cell's run ended with, or None."""
+    return next((o for o in cell.get("outputs", []) if o.output_type == "error" and o.get("ename") == name), None)
+
+
 def raised(cell, name: str) -> bool:
     """True when the code cell's run ended with the exception `name`."""
-    return any(o.output_type == "error" and o.get("ename") == name for o in cell.get("outputs", []))
+    return error_named(cell, name) is not None
 
 
 def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, float, str, bool | None]]:
@@ -339,8 +345,8 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
             if message == WROTE_TO_STDERR:
                 message += stderr_excerpt(cell)
             earlier = since_last_test or setup_failure
-            if raised(cell, "NotebookTimeout"):  # nothing earlier is to blame: time ran out (said below the table)
-                message = f"✘ {cell_error(cell, number).split(', NotebookTimeout: ', 1)[1]}"
+            if unrun := error_named(cell, "NotebookTimeout"):  # nothing earlier is to blame: said below the table
+                message = f"✘ {unrun.evalue}"
             elif (unanswered or stub_section == section) and answer_cell and not message.startswith("✔") and message != EDITED:
                 message = (f"✘ not answered yet: {answer_cell} still raises NotImplementedError; replace "
                            "`raise NotImplementedError()` there with your answer")
