@@ -160,10 +160,11 @@ def extensions(course: Course) -> list[Extension]:
         due = released_due_date(course, gb)
         sync_now(gb)
         known = {s.id for s in gb.students}
-        by_case: dict[str, tuple[str, ...]] = {}
+        by_case: dict[str, list[str]] = {}
         for sid in sorted(known):
-            by_case[id_key(sid)] = (*by_case.get(id_key(sid), ()), sid)
-        return [Extension(student, until, due, student in known, () if student in known else by_case.get(id_key(student), ()))
+            by_case.setdefault(id_key(sid), []).append(sid)
+        return [Extension(student, until, due, student in known,
+                          () if student in known else tuple(by_case.get(id_key(student), ())))
                 for student, until in sorted(extension_ends(gb.db).items())]
 
 
