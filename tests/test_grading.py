@@ -406,22 +406,27 @@ def test_sigkill_mid_run_then_resume_grades_every_submission_exactly_once(graded
         shutil.rmtree(build, ignore_errors=True)
 
 
+def started_as_from_a_terminal(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """argv started in a process group of its own (for os.killpg), with SIGINT at its default as a terminal's shell
+    starts it: a test run started as a background job (a CI runner, `make test &`) has SIGINT ignored, and every
+    child would inherit that."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler resets to default on exec
+    try:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_once(graded):
     """Ctrl-C in a terminal sends SIGINT to the whole foreground process group, not only to `grade`."""
     subset = ["partial", "edited-tests", "broken"]
     build, course = copy_course(graded["snapshot"])
     proc = None
     try:
-        # a terminal's shell starts `grade` with SIGINT at its default; a test run started as a background
-        # job (a CI runner, `make test &`) has SIGINT ignored, and every child would inherit that
-        previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler resets to default on exec
-        try:
-            # without $PART_II_BUILD, as from a shell that gives --build only: the advice must repeat it
-            env = {k: v for k, v in os.environ.items() if k != "PART_II_BUILD"}
-            proc = subprocess.Popen(grade_command(build, subset), cwd=REPO, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        # without $PART_II_BUILD, as from a shell that gives --build only: the advice must repeat it
+        proc = started_as_from_a_terminal(grade_command(build, subset),
+                                          {k: v for k, v in os.environ.items() if k != "PART_II_BUILD"})
         running = [r["pid"] for r in wait_for_done_and_running(course, proc).values() if r["state"] == "running"]
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -459,13 +464,8 @@ def test_ctrl_c_stops_feedback_without_a_traceback_from_its_workers(graded):
     shutil.rmtree(course.root / "feedback", ignore_errors=True)
     proc = None
     try:
-        previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal (see above)
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "autograder", "feedback", "--build", str(build), "--workers",
-                                     "2"], cwd=REPO, env=cli_env(build), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        proc = started_as_from_a_terminal([sys.executable, "-m", "autograder", "feedback", "--build", str(build),
+                                           "--workers", "2"], cli_env(build))
         deadline = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < deadline and not list(course.root.glob("feedback/*/*/*.html")):
             time.sleep(0.05)  # the first page is written: both workers are at work
