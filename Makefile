@@ -1,9 +1,9 @@
 # Two README commands: `make demo` (the grading demo) and `make test` (every test).
-# Each creates .venv from requirements.txt on first use.
+# Each creates .venv from requirements.txt (every other package pinned by constraints.txt) on first use.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt constraints.txt | cksum | cut -d' ' -f1)
 # nbgrader calls alembic from PATH; kernels must come from the venv
 RUN := PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 PYTHONHASHSEED=0
 
@@ -44,10 +44,10 @@ sysdeps-demo:
 	  fi; \
 	fi
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 

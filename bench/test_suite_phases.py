@@ -43,7 +43,8 @@ from _common import ROOT, describe, die, fmt, load, machine, save, table  # noqa
 
 PHASES = {
     "unit": ["tests/test_reference.py", "tests/test_reference_chunked.py", "tests/test_arithmetic_data.py", "tests/test_checks.py",
-             "tests/test_notebook_format.py", "tests/test_cli.py", "tests/test_collect.py", "tests/test_feedback_text.py"],
+             "tests/test_notebook_format.py", "tests/test_cli.py", "tests/test_collect.py", "tests/test_feedback_text.py",
+             "tests/test_environment.py"],
     "notebooks (nbval)": ["notebooks/part-ii"],
     "release": ["tests/test_release.py"],
     "grading": ["tests/test_grading.py", "tests/test_adversarial.py", "tests/test_sandbox.py",

@@ -1,0 +1,52 @@
+"""The environment the README commands build is the locked one: every installed distribution is pinned
+(requirements.txt or constraints.txt) at the version installed, so a grading machine set up in mid-term gets
+the packages the course was tested with."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_FROZEN = {"pip", "setuptools", "wheel", "distribute"}  # what `pip freeze` leaves out, as the lock does
+
+
+def pins(path: Path) -> dict[str, str]:
+    """{canonical name: version} of the `name==version` lines of a requirements or constraints file."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if not spec:
+            continue
+        req = Requirement(spec)
+        (op, version), = [(s.operator, s.version) for s in req.specifier]
+        assert op == "==" and not req.extras and req.marker is None, f"{path.name}: not a plain pin: {line!r}"
+        found[canonicalize_name(req.name)] = version
+    return found
+
+
+def installed() -> dict[str, str]:
+    """{canonical name: version} of every distribution in this interpreter's environment."""
+    return {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+
+
+def test_every_installed_package_is_pinned_at_its_installed_version():
+    direct, locked = pins(REPO / "requirements.txt"), pins(REPO / "constraints.txt")
+    have = installed()
+    unpinned = sorted(set(have) - set(direct) - set(locked) - NOT_FROZEN)
+    assert not unpinned, (f"installed but pinned in neither requirements.txt nor constraints.txt: {unpinned}; "
+                          "regenerate constraints.txt as its header says")
+    # the local CPU wheel reports 2.13.0+cpu for requirements.txt's torch==2.13.0 (a pin matches any local label)
+    drifted = {name: (version, have.get(name)) for name, version in {**locked, **direct}.items()
+               if have.get(name, "").split("+")[0] != version}
+    assert not drifted, f"pinned version vs installed (None: not installed): {drifted}"
+
+
+def test_the_lock_agrees_with_the_direct_pins():
+    direct, locked = pins(REPO / "requirements.txt"), pins(REPO / "constraints.txt")
+    clash = {name: (v, locked[name]) for name, v in direct.items() if name in locked and locked[name] != v}
+    assert not clash, f"requirements.txt vs constraints.txt: {clash}"
+    assert "torch" not in locked, "torch belongs to requirements.txt only (the +cpu label would not match PyPI's)"
