@@ -7,7 +7,8 @@ each notebook covers and is worth, how to set up, work and hand in), a ``require
 with the course's pins of the packages the notebooks need, and an ``nbgrader_config.py`` giving
 JupyterLab's Validate button grading's cell time limit. Nothing else goes in: no source
 notebook, no solution, no hidden test, no marking note. The same unpacked folder is what graded kernels
-see as ``PART_II_ROOT``.
+see as ``PART_II_ROOT``. For graders, release writes ``marking/<notebook>.md`` into the course folder (not the zip):
+each hand-graded question with its model answer and marking note, to read beside formgrader.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import cell_points, headings, leveled_headings, nbgrader_meta, numbered_cell
+from .cells import FENCE, HEADING, cell_points, headings, last_heading, leveled_headings, nbgrader_meta, numbered_cell
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
@@ -43,6 +44,7 @@ LEAKS = (
 )
 # marking notes quote the model answer; graders read them in the source notebooks, students never get them
 MARKING_NOTE_PREFIX = "note_"
+MARKING_GUIDES = "marking"  # <course root>/marking/<notebook>.md: the graders' guide, beside formgrader
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
 SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
 KEEP = object()  # release(due_date=KEEP): the gradebook's due date stays as it is
@@ -69,6 +71,7 @@ class Release:
     answer_points: dict[str, list[str]] = field(default_factory=dict)  # hand-graded answers whose points changed
     flagged: int = 0  # hand scores given under their old points, flagged for review
     stated_points: dict[str, list[str]] = field(default_factory=dict)  # text stating other points than the cells
+    marking_guides: Path | None = None  # the folder of the graders' guides (write_marking_guides)
 
 
 def parse_moment(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
@@ -314,6 +317,72 @@ def strip_marking_notes(notebook: Path) -> int:
     return removed
 
 
+def without_headings(markdown: str) -> str:
+    """markdown without its heading lines (outside code fences), stripped."""
+    kept, fenced = [], False
+    for line in markdown.splitlines():
+        fenced = fenced != bool(FENCE.match(line))
+        if fenced or not HEADING.match(line):
+            kept.append(line)
+    return "\n".join(kept).strip()
+
+
+def is_hand_graded(cell) -> bool:
+    """An answer graded by hand in formgrader: nbgrader's grade and solution marks together."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade") and meta.get("solution"))
+
+
+def model_answer(cell) -> str:
+    """The source notebook's answer to a hand-graded cell, without the solution markers (a code answer fenced)."""
+    text = "\n".join(ln for ln in cell.source.splitlines() if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    return f"```python\n{text.strip()}\n```" if cell.cell_type == "code" else text.strip()
+
+
+def marking_guide(nb, name: str) -> str | None:
+    """Markdown for graders of notebook name (the source notebook nb): each hand-graded answer with its question as
+    students read it, the model answer and its marking notes (note_ cells); None when nothing is graded by hand."""
+    sections, heading, question = [], name, []
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if meta.get("grade_id", "").startswith(MARKING_NOTE_PREFIX):
+            if sections:
+                sections[-1]["notes"].append(cell.source.strip())
+        elif is_hand_graded(cell):
+            sections.append({"heading": heading, "question": "\n\n".join(question), "cell": cell, "notes": []})
+            question = []
+        elif cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
+            if found := last_heading(cell.source):
+                heading, question = found, []
+            if text := without_headings(cell.source):
+                question.append(text)
+    if not sections:
+        return None
+    lines = [f"# {name}: marking guide", "",
+             f"For graders only (release writes it from the source notebook; students never get it). In formgrader: "
+             f"Manual Grading › {ASSIGNMENT} › {name}. Each hand-graded answer: the question as students read it, "
+             "the model answer and the marking note.", ""]
+    for sec in sections:
+        meta = nbgrader_meta(sec["cell"])
+        lines += [f"## {sec['heading']}", "", f"`{meta.get('grade_id')}`, {cell_points(sec['cell']):g} points", "",
+                  "### Question", "", sec["question"] or "(no text before the answer cell)", "",
+                  "### Model answer", "", model_answer(sec["cell"]), "",
+                  "### Marking note", "", "\n\n".join(sec["notes"]) or "(none in the source notebook)", ""]
+    return "\n".join(lines)
+
+
+def write_marking_guides(course: Course, sources: list[Path]) -> Path:
+    """Write <course root>/marking/<notebook>.md for each source notebook with hand-graded answers (the folder
+    rewritten, so a notebook that lost them loses its guide); return the folder."""
+    folder = course.root / MARKING_GUIDES
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for path in sources:
+        if guide := marking_guide(read_source(path), path.stem):
+            (folder / f"{path.stem}.md").write_text(guide, encoding="utf-8")
+    return folder
+
+
 def cell_leaks(cell, number: int, source: str | None = None) -> list[str]:
     """What the cell (its source, or the given text of it) shows that students must not see (LEAKS), as
     'cell N (first line): what' strings."""
@@ -534,6 +603,7 @@ def release(course: Course, due_date=KEEP) -> Release:
             set_due_date(course, due_date)
         bundle_dir, zip_path = write_bundle(course)
         write_formgrader_config(course)
+        guides = write_marking_guides(course, sorted(course.source_dir.glob("*.ipynb")))
         due = due_date_of(course)
         # a new cell counts too: students lack it, and a hidden test that uses what it defines fails for everyone
         given_changed = {nb: labels for nb, cells in given_cells(course.release_dir).items() if nb in before
@@ -541,7 +611,8 @@ def release(course: Course, due_date=KEEP) -> Release:
                                          for cell_id, (source, label) in cells.items()
                                          if cell_id not in before[nb] or before[nb][cell_id][0] != source])}
     stated = {nb.stem: notes for nb in notebooks if (notes := stated_points_drift(nbformat.read(nb, as_version=4)))}
-    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due, given_changed, repointed, flagged, stated)
+    return Release(notebooks, bundle_dir, zip_path, changed, regrade, due, given_changed, repointed, flagged, stated,
+                   guides)
 
 
 def flag_hand_scores(course: Course, answers: dict[str, list[str]]) -> int:

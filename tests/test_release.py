@@ -420,3 +420,74 @@ def test_leak_patterns_catch_marker_lines_not_words_in_code_or_prose(text, leaks
     from autograder.release import LEAKS
 
     assert any(pattern.search(text) for pattern, _ in LEAKS) == leaks
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_graders_get_each_hand_graded_question_with_its_model_answer_and_marking_note(release_dir, name):
+    """release writes <course>/marking/<notebook>.md beside formgrader: every hand-graded answer cell of the source
+    (grade and solution marks), in order, under its exercise heading, with the text students read above it, the model
+    answer between the solution markers and the note_ cells below it; none of it goes into the student zip."""
+    import zipfile
+
+    source = nbformat.read(SOURCE_DIR / name, as_version=4)
+    guide = (release_dir.parent.parent / "marking" / f"{Path(name).stem}.md").read_text(encoding="utf-8")
+    answers = [i for i, c in enumerate(source.cells) if _nbgrader(c).get("grade") and _nbgrader(c).get("solution")]
+    assert answers, f"{name}: no hand-graded answer in the source, so nothing was checked"
+    at = 0
+    for i in answers:
+        cell, grade_id = source.cells[i], _nbgrader(source.cells[i])["grade_id"]
+        question = source.cells[i - 1].source
+        title = re.search(r"^#+\s+(.+)$", question, re.M).group(1).strip()
+        asked = [ln for ln in question.splitlines() if ln.strip() and not ln.startswith("#")]
+        model = SOLUTION_BLOCK.search(cell.source).group(1).strip()
+        notes = []
+        for later in source.cells[i + 1:]:
+            if not _nbgrader(later).get("grade_id", "").startswith("note_"):
+                break
+            notes.append(later.source.strip())
+        assert notes, f"{name}: {grade_id} has no note_ cell right below it"
+        where = guide.index(f"## {title}\n", at)  # raises when missing or out of order
+        at = guide.index(f"`{grade_id}`, {_nbgrader(cell)['points']:g} points", where)
+        for text in [*asked, model, *notes]:
+            at = guide.index(text, at)
+    build = release_dir.parent.parent.parent
+    with zipfile.ZipFile(build / "course" / "student" / "part-ii.zip") as zf:
+        shipped = "\n".join(zf.read(n).decode("utf-8", "replace") for n in zf.namelist())
+    assert "marking" not in "".join(zipfile.ZipFile(build / "course" / "student" / "part-ii.zip").namelist())
+    assert "评分要点" not in shipped
+
+
+def test_a_notebook_without_hand_graded_answers_gets_no_guide_and_an_old_guide_goes(tmp_path):
+    """The marking folder is rewritten on each release: a notebook that no longer has a hand-graded answer loses its
+    guide instead of keeping a stale one; a code answer graded by hand is shown as code."""
+    from types import SimpleNamespace
+
+    from autograder.release import write_marking_guides
+
+    def cell(kind, text, **meta):
+        made = nbformat.v4.new_markdown_cell(text) if kind == "markdown" else nbformat.v4.new_code_cell(text)
+        if meta:
+            made.metadata["nbgrader"] = {"schema_version": 3, "locked": False, "task": False, **meta}
+        return made
+
+    sources = tmp_path / "source"
+    sources.mkdir()
+    auto = nbformat.v4.new_notebook(cells=[cell("markdown", "## 练习 9.1\n\n实现 f。"),
+                                           cell("code", "### BEGIN SOLUTION\nx = 1\n### END SOLUTION", grade=False,
+                                                solution=True, grade_id="f")])
+    by_hand = nbformat.v4.new_notebook(cells=[
+        cell("markdown", "## 练习 9.2（人工评分）\n\n写出 g。"),
+        cell("code", "### BEGIN SOLUTION\ndef g():\n    return 2\n### END SOLUTION", grade=True, solution=True,
+             grade_id="answer_g", points=1.5),
+        cell("markdown", "**评分要点** 返回 2 即可。", grade=False, solution=False, grade_id="note_g")])
+    nbformat.write(auto, sources / "09-auto.ipynb")
+    nbformat.write(by_hand, sources / "09-hand.ipynb")
+    course = SimpleNamespace(root=tmp_path / "course")
+    (course.root / "marking").mkdir(parents=True)
+    (course.root / "marking" / "09-auto.md").write_text("stale", encoding="utf-8")
+    folder = write_marking_guides(course, sorted(sources.glob("*.ipynb")))
+    assert sorted(p.name for p in folder.iterdir()) == ["09-hand.md"]
+    guide = (folder / "09-hand.md").read_text(encoding="utf-8")
+    assert "## 练习 9.2（人工评分）" in guide and "`answer_g`, 1.5 points" in guide
+    assert "写出 g。" in guide and "```python\ndef g():\n    return 2\n```" in guide and "返回 2 即可。" in guide
+    assert "BEGIN SOLUTION" not in guide
