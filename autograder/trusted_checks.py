@@ -62,12 +62,17 @@ Residual threats, honestly:
 from __future__ import annotations
 
 import ast
+import atexit
 import builtins
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import signal
+import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import nbformat
@@ -269,8 +274,9 @@ def joined_failures(failures: list[str], limit: int = VERDICT_CHARS) -> str:
     return ""
 
 
-async def _run_in_record_mode(path: Path, timeout: int) -> nbformat.NotebookNode:
-    """Execute a source notebook with PART_II_CHECKS=record in a fresh kernel; return the executed notebook."""
+async def _run_in_record_mode(path: Path, timeout: int, quiet_after: list | None = None) -> nbformat.NotebookNode:
+    """Execute a source notebook with PART_II_CHECKS=record in a fresh kernel; return the executed notebook. The
+    kernel's own log (its stderr) is passed on when the run ends, unless quiet_after then holds an interrupt."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
@@ -281,7 +287,15 @@ async def _run_in_record_mode(path: Path, timeout: int) -> nbformat.NotebookNode
         config.KernelManager.connection_file = str(Path(tmp) / "kernel.json")
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=config,
                                 resources={"metadata": {"path": str(path.parent)}})
-        await client.async_execute(env={**os.environ, **RECORD_ENV})
+        # a kernel stopped by Ctrl-C logs a ZMQError traceback for each message it was answering: not worth showing
+        with open(Path(tmp) / "kernel.log", "w+b") as log:
+            try:
+                await client.async_execute(env={**os.environ, **RECORD_ENV}, stderr=log)
+            finally:  # a run cancelled during nbclient's clean-up leaves its exit hook (AssertionError at exit)
+                atexit.unregister(client._cleanup_kernel)
+                if not quiet_after:
+                    log.seek(0)
+                    sys.stderr.write(log.read().decode("utf-8", "replace"))
     return nb
 
 
@@ -321,15 +335,54 @@ def record_expected(source_notebook: Path, timeout: int = 300) -> dict[str, list
     return _records_of_notebook(path, asyncio.run(_run_in_record_mode(path, timeout)))
 
 
-async def _record_many(paths: list[Path], timeout: int, parallel: int) -> list[dict[str, list]]:
-    """record_expected for several notebooks, at most `parallel` kernels at a time, results in order."""
+@contextlib.contextmanager
+def _interrupts_noted():
+    """Ctrl-C (and SIGTERM where a Python handler takes it) inside the block raise KeyboardInterrupt at once, and the
+    block ends in KeyboardInterrupt whatever else it raised or returned: asyncio's default Ctrl-C cancels the run, and
+    nbclient turned the cancelled kernels into AssertionError or DeadKernelError (the sources blamed) after running
+    on for seconds, or swallowed the cancel. Yields the list of signals noted (empty until one arrives)."""
+    noted: list[int] = []
+
+    def handler(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            current = signal.getsignal(signum)
+            if callable(current) and (signum == signal.SIGINT or current is not signal.default_int_handler):
+                previous[signum] = signal.signal(signum, handler)
+    try:
+        yield noted
+    except BaseException:
+        if noted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+    if noted:
+        raise KeyboardInterrupt
+
+
+async def _record_many(paths: list[Path], timeout: int, parallel: int, quiet_after: list | None = None
+                       ) -> list[dict[str, list]]:
+    """record_expected for several notebooks, at most `parallel` kernels at a time, results in order. Once quiet_after
+    holds anything (an interrupt), the kernels' dying words (tasks' unretrieved exceptions) are not printed."""
     import asyncio
 
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda lp, context: None if quiet_after else lp.default_exception_handler(context))
+    # nbclient puts a Ctrl-C handler of its own on the loop for each kernel it starts: it stops only the kernel started
+    # last (the others ran on), and the run then failed with AssertionError; _interrupts_noted's handler stays instead
+    loop.add_signal_handler = lambda sig, callback, *args: None
+    loop.remove_signal_handler = lambda sig: False
     gate = asyncio.Semaphore(parallel)
 
     async def one(path: Path) -> dict[str, list]:
         async with gate:
-            return _records_of_notebook(path, await _run_in_record_mode(path, timeout))
+            return _records_of_notebook(path, await _run_in_record_mode(path, timeout, quiet_after))
 
     # every notebook runs to its end: a failure raised at once cancelled the others' kernels mid-run, and their
     # deaths printed screens of ZMQ and DeadKernelError tracebacks above the one error that mattered
@@ -360,7 +413,9 @@ def record_assignment(source_dir: Path, notebooks: list[str] | None = None, time
     result = {name: json.loads(f.read_text(encoding="utf-8")) for name, f in cached.items() if f.is_file()}
     todo = [name for name in names if name not in result]
     if todo:
-        recorded = asyncio.run(_record_many([paths[n] for n in todo], timeout, parallel or os.cpu_count() or 1))
+        with _interrupts_noted() as noted:
+            recorded = asyncio.run(_record_many([paths[n] for n in todo], timeout, parallel or os.cpu_count() or 1,
+                                                noted))
         for name, records in zip(todo, recorded):
             result[name] = records
             if name in cached:

@@ -455,6 +455,38 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_ctrl_c_while_the_sources_are_recorded_stops_grade_without_blaming_them(graded, tmp_path):
+    """The first grade after a release runs the instructor notebooks to record the expected values. Ctrl-C then
+    reached only the kernel nbclient had started last: the others ran on for seconds, and grade ended with "the
+    instructor notebooks cannot be used for grading: AssertionError" and screens of ZMQ tracebacks (or graded on)."""
+    build, course = copy_course(graded["snapshot"])
+    proc = None
+    try:
+        env = {**os.environ, "PART_II_CACHE": str(tmp_path / "cache")}  # empty: the sources are recorded again
+        env.pop("PART_II_BUILD", None)
+        proc = started_as_from_a_terminal(grade_command(build, ["partial"]), env)
+        seen = []
+        while "recording the expected values" not in "".join(seen) and (line := proc.stderr.readline()):
+            seen.append(line)
+        assert proc.poll() is None, f"grade ended before recording:\n{''.join(seen)}"
+        time.sleep(3)  # the kernels are running the source notebooks' cells
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        err = "".join(seen) + err
+        assert proc.returncode == 130, f"exit {proc.returncode} after Ctrl-C:\n{err[-3000:]}"
+        assert err.rstrip().endswith("grade: interrupted"), err[-3000:]
+        assert "Traceback" not in err and "cannot be used" not in err, err[-3000:]
+        assert not list((tmp_path / "cache").glob("*.json")), "an interrupted recording was cached"
+        deadline = time.monotonic() + 30
+        while processes_of_build(build) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not processes_of_build(build), "a kernel of the interrupted recording is still running"
+        assert {r["state"] for r in job_rows(course.db_url).values()} <= {"done", "pending"}
+    finally:
+        end_grade_run(proc)
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_ctrl_c_stops_feedback_without_a_traceback_from_its_workers(graded):
     """Ctrl-C reaches every process of the foreground group: each feedback worker printed a KeyboardInterrupt
     traceback under `feedback: interrupted`."""
