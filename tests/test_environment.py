@@ -4,6 +4,7 @@ the packages the course was tested with."""
 
 from __future__ import annotations
 
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -29,8 +30,10 @@ def pins(path: Path) -> dict[str, str]:
 
 
 def installed() -> dict[str, str]:
-    """{canonical name: version} of every distribution in this interpreter's environment."""
-    return {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    """{canonical name: version} of every distribution installed in this environment's site-packages (as pip freeze
+    lists them: not what a path added at run time shows, such as setuptools' vendored packages)."""
+    folders = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    return {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=folders)}
 
 
 def test_every_installed_package_is_pinned_at_its_installed_version():
