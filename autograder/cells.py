@@ -20,6 +20,8 @@ KERNEL_DIED = "KernelDied"  # the grader's error on a cell that stopped the kern
 TOO_MANY_PROCESSES = "TooManyProcesses"  # ... on a cell whose processes the grader stopped with the kernel (fork bomb)
 NOT_RUN = "NotRun"  # ... on a cell not run because the kernel stopped too many times
 KERNEL_STOPS = (KERNEL_DIED, TOO_MANY_PROCESSES)  # the cells that stopped the kernel
+NOTEBOOK_TIMEOUT = "NotebookTimeout"  # ... on a cell not run because the notebook used up its time budget
+BUDGET_NOT_RUN = "not run: the notebook used up its time budget"  # what such a cell (or its test) says
 HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
@@ -215,6 +217,15 @@ def numbered_cell(cell, number: int) -> str:
     lets the student find it."""
     first = first_line(cell.source) or "empty"
     return f"cell {number} ({first[:60]}{'…' if len(first) > 60 else ''})"
+
+
+def not_run_for_time(nb) -> list[str]:
+    """Grade ids of the graded cells the notebook's time budget left unrun (the grader's NOTEBOOK_TIMEOUT error; a test
+    cell's failure says BUDGET_NOT_RUN), in order."""
+    return [grade_id for cell in nb.cells if (grade_id := nbgrader_meta(cell).get("grade_id"))
+            and any(o.get("output_type") == "error" and (o.get("ename") == NOTEBOOK_TIMEOUT or
+                                                         str(o.get("evalue", "")).startswith(BUDGET_NOT_RUN))
+                    for o in cell.get("outputs", []))]
 
 
 def stopped_kernel(cell) -> bool:

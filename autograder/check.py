@@ -37,7 +37,7 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, grade_ids,
+from .cells import (NOTEBOOK_TIMEOUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, grade_ids,
                     graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell, outcome_message,
                     stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
@@ -253,7 +253,7 @@ def budget_spent(nb) -> tuple[str | None, str | None]:
     for either that is not there."""
     cells = list(enumerate(nb.cells, 1))
     stopped = next((numbered_cell(cell, n) for n, cell in cells if stopped_by_budget(cell)), None)
-    unrun = next((numbered_cell(cell, n) for n, cell in cells if raised(cell, "NotebookTimeout")), None)
+    unrun = next((numbered_cell(cell, n) for n, cell in cells if raised(cell, NOTEBOOK_TIMEOUT)), None)
     return stopped, unrun
 
 

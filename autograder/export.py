@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta
+from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta, not_run_for_time
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
@@ -126,6 +126,19 @@ def tampered_cells(course: Course, student: str, released_tests: dict[str, set[s
     return tampered
 
 
+def out_of_time(course: Course, student: str) -> list[str]:
+    """Notes for the instructor naming, per graded notebook of the student, the graded cells its time budget left unrun."""
+    notes = []
+    for path in sorted(course.step_dir("autograded", student).glob("*.ipynb")):
+        try:
+            unrun = not_run_for_time(nbformat.read(path, as_version=4))
+        except Exception:  # noqa: BLE001 - a notebook grading could not write whole has its own note
+            continue
+        if unrun:
+            notes.append(f"{path.stem}: used up its time budget; not run, scored 0: {', '.join(unrun)}")
+    return notes
+
+
 def released_test_ids(course: Course) -> dict[str, set[str]]:
     """{notebook: grade ids of its autograded test cells in the release}."""
     return {stem: {g for g, test in cells.items() if test} for stem, cells in graded_cells(course.release_dir).items()}
@@ -188,6 +201,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
             if tampered := tampered_tests(course, student.id, released_tests):
                 notes += tampered
                 status = "incomplete" if status == "graded" else status
+            notes += out_of_time(course, student.id)
             row = {"assignment": ASSIGNMENT, "duedate": _fmt(assignment.duedate), "student_id": student.id,
                    "last_name": _fmt(student.last_name), "first_name": _fmt(student.first_name),
                    "email": _fmt(student.email), "max_score": _fmt(assignment.max_score)}

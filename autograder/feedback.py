@@ -48,7 +48,7 @@ from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, heading_after, hidden_line_numbers, is_test_cell,
-                    nbgrader_meta, outcome_message, stopped_kernel, visible_source)
+                    nbgrader_meta, not_run_for_time, outcome_message, stopped_kernel, visible_source)
 from .collect import load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
@@ -112,13 +112,15 @@ class GetGradesNotingPending(GetGrades):
 
     def preprocess(self, nb, resources):
         """Scores and comments from the gradebook; notes first: late, graded from which file, provisional score,
-        failed tests, kernel stops, test cells put back."""
+        failed tests, out of time, kernel stops, test cells put back."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
         if self.notebook_id in self.tampered:
             nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
+        if unrun := not_run_for_time(nb):
+            nb.cells.insert(0, new_markdown_cell(budget_note(unrun)))
         if failed_tests(nb):
             nb.cells.insert(0, new_markdown_cell(FAILED_CHECKS_NOTE))
         pending = resources["nbgrader"]["pending"]
@@ -228,6 +230,15 @@ def kernel_stops(nb) -> list[str]:
     return [markdown_literal(nbgrader_meta(cell).get("grade_id") or "") or
             f"the cell that begins {markdown_literal(quoted_line(cell))}"
             for cell in nb.cells if stopped_kernel(cell)]
+
+
+def budget_note(cells: list[str]) -> str:
+    """The note opening a page whose notebook used up its time budget: the graded cells not run -> markdown."""
+    one = len(cells) == 1
+    return ("**Out of time.** Grading gives the whole notebook a time budget, and your notebook used it up before it "
+            f"reached {'this cell' if one else 'these cells'}: {', '.join(markdown_literal(c) for c in cells)}. "
+            f"{'It was' if one else 'They were'} not run and count as failed. Find the slow cell (a loop that runs "
+            "far too often, a large array), make it faster, and run the whole notebook again before you hand in.")
 
 
 def quoted_line(cell) -> str | None:

@@ -81,7 +81,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Dict
 from traitlets.config import Config
 
-from .cells import KERNEL_DIED, NOT_RUN, TOO_MANY_PROCESSES, visible_source
+from .cells import BUDGET_NOT_RUN, KERNEL_DIED, NOT_RUN, NOTEBOOK_TIMEOUT, TOO_MANY_PROCESSES, visible_source
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS_PATH = REPO / "code" / "part-ii" / "checks.py"
@@ -96,7 +96,7 @@ GRADER_ERRORS = {  # the grader's own words for the failures it causes; shown ev
     TOO_MANY_PROCESSES: ("this cell started too many processes (a fork bomb?), so the grader stopped it together "
                          "with the kernel, then re-ran the cells before it in a new kernel and went on without it"),
     NOT_RUN: "not run: the kernel stopped too many times in this notebook",
-    "NotebookTimeout": "not run: the notebook used up its time budget",
+    NOTEBOOK_TIMEOUT: BUDGET_NOT_RUN,
 }
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME_ERROR = re.compile(rf"name '({IDENTIFIER.pattern})' is not defined")

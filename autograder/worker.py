@@ -28,7 +28,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
-from .cells import WARNING_PATTERN, nbgrader_meta
+from .cells import NOTEBOOK_TIMEOUT, WARNING_PATTERN, nbgrader_meta
 from .course import ASSIGNMENT, load_config
 from .sandbox import NO_KERNEL, GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
@@ -58,8 +58,8 @@ class BudgetedExecute(GradingExecute):
         """Run the cell, or mark it failed without running it once the budget is spent."""
         if cell.cell_type == "code" and cell.source.strip() and time.monotonic() >= getattr(self, "_deadline", math.inf):
             message = f"not run: {BUDGET_SPENT} {self.notebook_timeout:g} s"
-            cell.outputs = [new_output("error", ename="NotebookTimeout", evalue=message,
-                                       traceback=[f"NotebookTimeout: {message}"])]
+            cell.outputs = [new_output("error", ename=NOTEBOOK_TIMEOUT, evalue=message,
+                                       traceback=[f"{NOTEBOOK_TIMEOUT}: {message}"])]
             return cell, resources
         cell, resources = super().preprocess_cell(cell, resources, index)
         if time.monotonic() >= getattr(self, "_deadline", math.inf):  # the budget, not the cell's limit, stopped it

@@ -427,3 +427,45 @@ def test_the_kernel_stop_note_quoting_the_student_s_line_does_not_withhold_the_p
     page = render(shown)
     assert page_text(page.read_text(encoding="utf-8")).count(SECRET.strip()) >= 2
     assert find_leaks(page, SIGNATURES, authored_text(path)) == []
+
+
+def test_a_notebook_out_of_time_says_which_graded_cells_were_not_run_on_the_page_and_in_the_export(tmp_path):
+    """The budget's failures were only seen deep inside the cells: a correct answer's test at 0 with 'not run'.
+    The grader marks an unrun cell NotebookTimeout, and a test cell's failure repeats that it was not run."""
+    from types import SimpleNamespace
+
+    import nbformat
+
+    from autograder.export import out_of_time
+    from autograder.feedback import budget_note
+    from autograder.cells import not_run_for_time
+    from autograder.trusted_checks import GRADER_ERRORS
+
+    def graded(source, grade_id, ename, evalue, **meta):
+        cell = nbformat.v4.new_code_cell(source)
+        if grade_id:
+            cell.metadata["nbgrader"] = {"grade_id": grade_id, **meta}
+        cell.outputs = [nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[])] if ename else []
+        return cell
+
+    unrun = GRADER_ERRORS["NotebookTimeout"]
+    nb = nbformat.v4.new_notebook(cells=[
+        graded("f = 1", "ex_f", None, None, solution=True, grade=False),
+        graded("check(f)", "test_f", "AssertionError", "f: not equal", grade=True, solution=False),
+        graded("while True: pass", "ex_g", "CellTimeoutError", GRADER_ERRORS["CellTimeoutError"], solution=True),
+        graded("print(g)", None, "NotebookTimeout", unrun),
+        graded("check(g)", "test_g", "AssertionError", unrun, grade=True, solution=False),
+        graded("h = 3", "ex_h", "NotebookTimeout", unrun, solution=True, grade=False)])
+    assert not_run_for_time(nb) == ["test_g", "ex_h"]
+    note = budget_note(["test_g", "ex_h"])
+    text = paragraph_text(rendered(note))
+    assert note.startswith("**Out of time.**"), note
+    assert "before it reached these cells: test_g, ex_h. They were not run and count as failed" in text, text
+    assert "this cell: test_g. It was not run" in paragraph_text(rendered(budget_note(["test_g"])))
+    folder = tmp_path / "autograded" / "ann" / "part-ii"
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / "03-maximum-likelihood.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nb.cells[0], nb.cells[1]]), folder / "02-shapes-and-loss.ipynb")
+    course = SimpleNamespace(step_dir=lambda step, student: tmp_path / step / student / "part-ii")
+    assert out_of_time(course, "ann") == [
+        "03-maximum-likelihood: used up its time budget; not run, scored 0: test_g, ex_h"]
