@@ -496,8 +496,9 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                                   f"graded: {', '.join(graded) or 'none'}")
         known = [s for s in known if s in students]
         graded = [s for s in graded if s in students]
-    if not known:
-        raise AutograderError(f"no graded submissions; {run_first(course, 'grade')}")
+    if not known:  # nothing collected either: grade would only say to collect first
+        step = "grade" if course.submitted_students() else "collect PATH"
+        raise AutograderError(f"no graded submissions; {run_first(course, step)}")
     quiet_nbgrader_logs()
     from .extensions import synced
 
@@ -609,7 +610,8 @@ def print_feedback(result: FeedbackResult) -> None:
               f"{'student' if who == 1 else 'students'} that were not graded (not handed in, rejected or not gradable), "
               "each saying why")
     if result.provisional:
-        print(f"  {len(result.provisional)} of them show a provisional score: free-text answers not graded yet, or "
+        one = len(result.provisional) == 1
+        print(f"  {len(result.provisional)} of them {'shows' if one else 'show'} a provisional score: free-text answers not graded yet, or "
               "flagged for review by a regrade (each page says which); grade or resolve them in formgrader, "
               "then run feedback again")
     for student, reason in sorted(result.errors.items()):

@@ -38,7 +38,7 @@ from pathlib import Path
 import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
-from .collect import _digest
+from .collect import _digest, load_collect_log
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
                      build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
@@ -732,7 +732,7 @@ class Scheduler:
 
         queue = deque(todo)
         bar = tqdm(total=len(todo), unit="submission", desc=f"grading ({self.result.mode})", file=sys.stderr,
-                   disable=not self.options.progress, dynamic_ncols=True)
+                   disable=not (self.options.progress and todo), dynamic_ncols=True)  # no empty bar: nothing to do
         previous = self._note_interrupts()
         try:
             while queue or self.running:
@@ -758,7 +758,9 @@ class Scheduler:
         except KeyboardInterrupt:
             with signals_ignored(signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut this short
                 left = self.stop_all(todo)
-            raise AutograderError(f"interrupted: {len(self.result.graded)} submissions graded in this run, {left} not; "
+            done = len(self.result.graded)
+            raise AutograderError(f"interrupted: {done} {'submission' if done == 1 else 'submissions'} graded in this "
+                                  f"run, {left} not; "
                                   f"run `python -m autograder grade{build_option(self.course)}` again to resume", 130) from None
         finally:
             for signum, handler in previous.items():
@@ -809,8 +811,13 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
     if options.students:
         unknown = sorted(set(options.students) - set(students))
         if unknown:
+            rows = load_collect_log(course)["students"]
+            # collected, but no notebook of theirs was filed: say so, not that they are unknown
+            empty = [f"{s} ({rows[s].get('status')})" for s in unknown if isinstance(rows.get(s), dict)]
+            filed_none = (f"; collect filed no notebook of {', '.join(empty)}: see reports/collect.json, and collect "
+                          "their hand-in again once it is put right" if empty else "")
             raise AutograderError(f"no collected submission for student(s) {', '.join(unknown)}{case_hint(unknown, students)}; "
-                                  f"collected: {', '.join(students) or 'none'}")
+                                  f"collected: {', '.join(students) or 'none'}{filed_none}")
         students = [s for s in students if s in options.students]
     if not students:
         raise AutograderError(f"nothing to grade: no collected submissions; {run_first(course, 'collect PATH')}")

@@ -662,6 +662,9 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     code, err, out = run(["release", "--build", str(build)], capsys)  # nothing collected yet: collect comes next
     assert code == 0 and out.endswith(f"next: hand out the student zip; `python -m autograder collect PATH --build "
                                       f"{build}` files the LMS download (PATH: its folder or zip)\n"), err + out
+    code, err, out = run(["feedback", "--build", str(build)], capsys)  # grade would only say to collect first
+    assert code == 2 and err.endswith(f"no graded submissions; run `python -m autograder collect PATH --build {build}` "
+                                      "first\n"), err + out
     broken = tmp_path / "broken" / "dave"  # a download whose every file is rejected: the files are needed again
     broken.mkdir(parents=True)
     (broken / "02-shapes-and-loss.ipynb").write_text("{not json", encoding="utf-8")
@@ -669,6 +672,9 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     assert code == 1 and "rejected files (1)" in out, err + out
     assert out.endswith("next: nothing is filed yet; once the rejected files above are handed in again or put right, "
                         f"`python -m autograder collect PATH --build {build}` files them\n"), out
+    code, err, out = run(["grade", "--student", "dave", "--build", str(build)], capsys)  # collected, nothing filed
+    assert code == 2 and "no collected submission for student(s) dave; collected: none; collect filed no notebook of " \
+                         "dave (no valid notebook): see reports/collect.json" in err, err + out
     code, err, out = run(["collect", str(download.parent), "--build", str(build)], capsys)
     assert code == 0, err + out
     grade_next = f"next: `python -m autograder grade --build {build}` (1 student is collected and not graded yet)\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import dataclasses
 import html
 import json
 import os
@@ -331,11 +332,14 @@ def test_feedback_exists_and_shows_no_hidden_test_text(graded):
         assert all(line.startswith(e) for line, e in zip(listed, expected)), (name, listed)
 
 
-def test_grading_twice_changes_nothing(graded):
+def test_grading_twice_changes_nothing(graded, capsys):
     build, course = copy_course(graded["course"].root)  # the shared course stays read-only
     try:
         before = dump(course.db_url)
-        again = grade(course, options(workers=2))
+        capsys.readouterr()
+        again = grade(course, dataclasses.replace(options(workers=2), progress=True))
+        err = capsys.readouterr().err
+        assert "submission/s" not in err and "0submission" not in err, err  # no progress bar with nothing to grade
         assert again.graded == [] and sorted(again.skipped) == sorted(job_rows(course.db_url))
         assert set(SAMPLE) <= set(again.skipped)
         assert dump(course.db_url) == before
