@@ -139,6 +139,32 @@ def out_of_time(course: Course, student: str) -> list[str]:
     return notes
 
 
+def released_answer_ids(course: Course) -> dict[str, set[str]]:
+    """{notebook: grade ids of its autograded answer cells in the release}: code cells marked solution, not graded by
+    hand (grading puts a deleted hand-graded answer back, but not these: the answer may sit in a cell of the student's)."""
+    answers = {}
+    for path in sorted(course.release_dir.glob("*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        answers[path.stem] = {meta["grade_id"] for c in cells
+                              if (meta := nbgrader_meta(c)).get("solution") and not meta.get("grade") and meta.get("grade_id")}
+    return answers
+
+
+def deleted_answers(course: Course, student: str, released_answers: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{notebook: grade ids of the released answer cells (released_answer_ids) missing from the student's hand-in} for
+    the notebooks that hold some of them (one holding none is not gradable, and says so itself)."""
+    deleted = {}
+    for path in sorted(course.step_dir("submitted", student).glob("*.ipynb")):
+        try:
+            present = {nbgrader_meta(c).get("grade_id") for c in nbformat.read(path, as_version=4).cells}
+        except Exception:  # noqa: BLE001 - collect filed it as a notebook; a broken one has its own note
+            continue
+        released = released_answers.get(path.stem, set())
+        if (missing := sorted(released - present)) and len(missing) < len(released):
+            deleted[path.stem] = missing
+    return deleted
+
+
 def released_test_ids(course: Course) -> dict[str, set[str]]:
     """{notebook: grade ids of its autograded test cells in the release}."""
     return {stem: {g for g, test in cells.items() if test} for stem, cells in graded_cells(course.release_dir).items()}
@@ -194,7 +220,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
         sync_now(gb)  # the due date may have moved in formgrader since the last sync
         extended = extension_ends(gb.db)
-        released_tests = released_test_ids(course)
+        released_tests, released_answers = released_test_ids(course), released_answer_ids(course)
         for student in sorted(gb.students, key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale,
                                           f"python -m autograder grade{build_option(course)}")
@@ -202,6 +228,8 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                 notes += tampered
                 status = "incomplete" if status == "graded" else status
             notes += out_of_time(course, student.id)
+            notes += [f"{nb}: answer cells deleted by the student (not put back, so their tests ran without them): "
+                      f"{', '.join(ids)}" for nb, ids in deleted_answers(course, student.id, released_answers).items()]
             row = {"assignment": ASSIGNMENT, "duedate": _fmt(assignment.duedate), "student_id": student.id,
                    "last_name": _fmt(student.last_name), "first_name": _fmt(student.first_name),
                    "email": _fmt(student.email), "max_score": _fmt(assignment.max_score)}

@@ -52,7 +52,7 @@ from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, heading_after, hidden_
 from .collect import load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
-from .export import late_by, released_test_ids, tampered_cells
+from .export import deleted_answers, late_by, released_answer_ids, released_test_ids, tampered_cells
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
@@ -107,16 +107,20 @@ class GetGradesNotingPending(GetGrades):
 
     tampered = Dict(help="{notebook: [grade ids of test cells changed, of those deleted]} of this student"
                     ).tag(config=True)
+    deleted_answers = Dict(help="{notebook: [grade ids of answer cells the student deleted]} of this student"
+                           ).tag(config=True)
     graded_from = Dict(help="{notebook: the student's file it was graded from} where that file is named otherwise"
                        ).tag(config=True)
 
     def preprocess(self, nb, resources):
         """Scores and comments from the gradebook; notes first: late, graded from which file, provisional score,
-        failed tests, out of time, kernel stops, test cells put back."""
+        failed tests, out of time, kernel stops, answer cells deleted, test cells put back."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
         if self.notebook_id in self.tampered:
             nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
+        if self.notebook_id in self.deleted_answers:
+            nb.cells.insert(0, new_markdown_cell(deleted_answers_note(self.deleted_answers[self.notebook_id])))
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
         if unrun := not_run_for_time(nb):
@@ -209,6 +213,16 @@ def tampered_note(edited: list[str], deleted: list[str]) -> str:
         parts.append(f"You deleted the test cell{'s' if len(deleted) > 1 else ''} {', '.join(deleted)}: "
                      f"{'they were' if len(deleted) > 1 else 'it was'} put back and run for grading.")
     return f"**Test cells put back.** {' '.join(parts)} The test cells below are the released ones."
+
+
+def deleted_answers_note(deleted: list[str]) -> str:
+    """The note opening a page whose hand-in lacks answer cells of the release: grading does not put them back."""
+    one = len(deleted) == 1
+    return (f"**Answer cell{'' if one else 's'} deleted.** Your notebook has no answer cell{'' if one else 's'} "
+            f"{', '.join(markdown_literal(g) for g in deleted)}. Grading does not put a deleted answer cell back, and "
+            f"an answer written in a cell of your own is not graded, so the tests of {'that exercise' if one else 'those exercises'} "
+            "ran without your answer. Next time write each answer in the cell given for it (a fresh copy of the "
+            "notebook has it).")
 
 
 FAILED_CHECKS_NOTE = (
@@ -377,16 +391,19 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
 
 
 def generate_for(course: Course, student: str, mathjax_url: str | None,
-                 released_tests: dict[str, set[str]], graded_from: dict[str, str] | None = None) -> list[Path]:
+                 released_tests: dict[str, set[str]], graded_from: dict[str, str] | None = None,
+                 released_answers: dict[str, set[str]] | None = None) -> list[Path]:
     """Run nbgrader's GenerateFeedback for one student; return the HTML files.
-    released_tests: released_test_ids(course), read once for all the students rendered;
-    graded_from: graded_from_files() of this student."""
+    released_tests, released_answers: released_test_ids(course), released_answer_ids(course), read once for all the
+    students rendered (the latter read here when not given); graded_from: graded_from_files() of this student."""
     from nbgrader.converters import GenerateFeedback
 
     config = _feedback_config(course, mathjax_url)
     config.GetGradesNotingPending.tampered = {nb: [edited, deleted] for nb, (edited, deleted)
                                               in tampered_cells(course, student, released_tests).items()}
     config.GetGradesNotingPending.graded_from = graded_from or {}
+    config.GetGradesNotingPending.deleted_answers = deleted_answers(
+        course, student, released_answer_ids(course) if released_answers is None else released_answers)
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()
@@ -402,11 +419,12 @@ def _leave_interrupts_to_the_parent() -> None:
 
 
 def _generate_safely(course: Course, student: str, mathjax_url: str | None, released_tests: dict[str, set[str]],
-                     graded_from: dict[str, str] | None = None) -> tuple[list[Path], str | None]:
+                     graded_from: dict[str, str] | None = None, released_answers: dict[str, set[str]] | None = None
+                     ) -> tuple[list[Path], str | None]:
     """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
     quiet_nbgrader_logs()
     try:
-        return generate_for(course, student, mathjax_url, released_tests, graded_from), None
+        return generate_for(course, student, mathjax_url, released_tests, graded_from, released_answers), None
     except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
         doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
@@ -567,7 +585,7 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("forkserver")  # nbgrader's converters chdir: processes, not threads
-    released_tests = released_test_ids(course)  # read the release once, not once per student
+    released_tests, released_answers = released_test_ids(course), released_answer_ids(course)  # once, not per student
     n = len(graded)
     pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx,
                                initializer=_leave_interrupts_to_the_parent)
@@ -575,7 +593,7 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
         # submit, not map: map's iterator cancels queued futures itself on Ctrl-C, and the pool's manager thread then
         # crashes setting their results (Python 3.11)
         futures = [pool.submit(_generate_safely, course, student, mathjax_url, released_tests,
-                               (graded_from or {}).get(student, {})) for student in graded]
+                               (graded_from or {}).get(student, {}), released_answers) for student in graded]
         outcomes = [future.result() for future in futures]
     except BaseException:  # Ctrl-C: stop now (a student's pages take seconds); feedback run again rewrites them all
         pool.shutdown(wait=False, cancel_futures=True)

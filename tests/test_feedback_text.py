@@ -469,3 +469,40 @@ def test_a_notebook_out_of_time_says_which_graded_cells_were_not_run_on_the_page
     course = SimpleNamespace(step_dir=lambda step, student: tmp_path / step / student / "part-ii")
     assert out_of_time(course, "ann") == [
         "03-maximum-likelihood: used up its time budget; not run, scored 0: test_g, ex_h"]
+
+
+def test_a_deleted_answer_cell_is_named_on_the_page_and_a_notebook_without_any_is_left_to_its_own_note(tmp_path):
+    """Grading puts a deleted test cell back but not a deleted code answer, and the page only showed a NameError
+    asking whether the defining cell ran; the export said nothing. Hand-graded answers come back, so they are not named."""
+    from types import SimpleNamespace
+
+    import nbformat
+
+    from autograder.export import deleted_answers, released_answer_ids
+    from autograder.feedback import deleted_answers_note
+
+    def cell(grade_id, **meta):
+        made = nbformat.v4.new_code_cell("x = 1")
+        made.metadata["nbgrader"] = {"grade_id": grade_id, **meta}
+        return made
+
+    release = tmp_path / "release" / "part-ii"
+    release.mkdir(parents=True)
+    released = [cell("ex_a", solution=True, grade=False), cell("test_a", grade=True, solution=False),
+                cell("ex_b", solution=True, grade=False), cell("answer_c", solution=True, grade=True)]
+    nbformat.write(nbformat.v4.new_notebook(cells=released), release / "03-maximum-likelihood.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=released[:2]), release / "02-shapes-and-loss.ipynb")
+    course = SimpleNamespace(release_dir=release, step_dir=lambda step, student: tmp_path / step / student / "part-ii")
+    answers = released_answer_ids(course)
+    assert answers == {"03-maximum-likelihood": {"ex_a", "ex_b"}, "02-shapes-and-loss": {"ex_a"}}
+    handed = tmp_path / "submitted" / "ann" / "part-ii"
+    handed.mkdir(parents=True)
+    # 03 without ex_b and answer_c; 02 without its only answer (not gradable: its own note says so)
+    nbformat.write(nbformat.v4.new_notebook(cells=released[:2]), handed / "03-maximum-likelihood.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=[released[1]]), handed / "02-shapes-and-loss.ipynb")
+    assert deleted_answers(course, "ann", answers) == {"03-maximum-likelihood": ["ex_b"]}
+    text = paragraph_text(rendered(deleted_answers_note(["ex_b"])))
+    assert text.startswith("Answer cell deleted. Your notebook has no answer cell ex_b. Grading does not put a deleted "
+                           "answer cell back"), text
+    assert "so the tests of that exercise ran without your answer" in text, text
+    assert "answer cells ex_b, ex_d. " in paragraph_text(rendered(deleted_answers_note(["ex_b", "ex_d"])))
