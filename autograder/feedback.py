@@ -107,6 +107,8 @@ class GetGradesNotingPending(GetGrades):
 
     tampered = Dict(help="{notebook: [grade ids of test cells changed, of those deleted]} of this student"
                     ).tag(config=True)
+    rejected_files = Dict(help="{notebook: ['file (why it was not accepted)', ...]} of this student's rejected files"
+                          ).tag(config=True)
     deleted_answers = Dict(help="{notebook: [grade ids of answer cells the student deleted]} of this student"
                            ).tag(config=True)
     graded_from = Dict(help="{notebook: the student's file it was graded from} where that file is named otherwise"
@@ -114,11 +116,14 @@ class GetGradesNotingPending(GetGrades):
 
     def preprocess(self, nb, resources):
         """Scores and comments from the gradebook; notes first: late, graded from which file, provisional score,
-        failed tests, out of time, kernel stops, answer cells deleted, test cells put back."""
+        failed tests, out of time, kernel stops, answer cells deleted, files not accepted, test cells put back."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
         if self.notebook_id in self.tampered:
             nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
+        if self.notebook_id in self.rejected_files:
+            nb.cells.insert(0, new_markdown_cell(rejected_files_note(self.rejected_files[self.notebook_id],
+                                                                     self.notebook_id)))
         if self.notebook_id in self.deleted_answers:
             nb.cells.insert(0, new_markdown_cell(deleted_answers_note(self.deleted_answers[self.notebook_id])))
         if stopped := kernel_stops(nb):
@@ -213,6 +218,26 @@ def tampered_note(edited: list[str], deleted: list[str]) -> str:
         parts.append(f"You deleted the test cell{'s' if len(deleted) > 1 else ''} {', '.join(deleted)}: "
                      f"{'they were' if len(deleted) > 1 else 'it was'} put back and run for grading.")
     return f"**Test cells put back.** {' '.join(parts)} The test cells below are the released ones."
+
+
+def rejected_for(student: str, notebooks: list[str], collect_log: dict) -> dict[str, list[str]]:
+    """{notebook: ['file (reason)', ...]} of the student's files that collect rejected, by the notebook their names give."""
+    found: dict[str, list[str]] = {}
+    for r in collect_log["rejected"]:
+        if r.get("student") == student and (hit := match_notebook(Path(r["file"]).stem, notebooks)):
+            found.setdefault(hit[0], []).append(f"{r['file']} ({r['reason']})")
+    return found
+
+
+def rejected_files_note(files: list[str], notebook: str) -> str:
+    """The note opening a graded page when files of that notebook were not accepted: another copy was graded."""
+    one = len(files) == 1
+    return (f"**{'A file' if one else 'Files'} of yours {'was' if one else 'were'} not graded.** "
+            f"{'This file was' if one else 'These files were'} not accepted when your hand-in was collected: "
+            f"{'; '.join(markdown_literal(f) for f in files)}. This page grades the copy of "
+            f"{markdown_literal(notebook)}.ipynb that was filed for you instead (an earlier hand-in, or another file of "
+            f"the same hand-in). If {'that file' if one else 'one of them'} is the one you meant to hand in, put it right "
+            "and ask your instructor to collect it again.")
 
 
 def deleted_answers_note(deleted: list[str]) -> str:
@@ -402,6 +427,7 @@ def generate_for(course: Course, student: str, mathjax_url: str | None,
     config.GetGradesNotingPending.tampered = {nb: [edited, deleted] for nb, (edited, deleted)
                                               in tampered_cells(course, student, released_tests).items()}
     config.GetGradesNotingPending.graded_from = graded_from or {}
+    config.GetGradesNotingPending.rejected_files = rejected_for(student, course.notebook_names(), load_collect_log(course))
     config.GetGradesNotingPending.deleted_answers = deleted_answers(
         course, student, released_answer_ids(course) if released_answers is None else released_answers)
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)

@@ -506,3 +506,22 @@ def test_a_deleted_answer_cell_is_named_on_the_page_and_a_notebook_without_any_i
                            "answer cell back"), text
     assert "so the tests of that exercise ran without your answer" in text, text
     assert "answer cells ex_b, ex_d. " in paragraph_text(rendered(deleted_answers_note(["ex_b", "ex_d"])))
+
+
+def test_a_graded_page_says_which_files_of_its_notebook_collect_did_not_accept():
+    """A damaged resubmission is rejected and the earlier hand-in stays graded: grades.csv said so, the student's page
+    did not, so the student believed the new file was graded."""
+    from autograder.feedback import rejected_files_note, rejected_for
+
+    log = {"students": {}, "ignored": [], "rejected": [
+        {"student": "ann", "file": "ann/03-maximum-likelihood.ipynb", "reason": "invalid JSON"},
+        {"student": "ann", "file": "ann/notes.txt", "reason": "not a notebook"},
+        {"student": "bob", "file": "bob/03-maximum-likelihood.ipynb", "reason": "invalid JSON"}]}
+    notebooks = ["02-shapes-and-loss", "03-maximum-likelihood"]
+    assert rejected_for("ann", notebooks, log) == {"03-maximum-likelihood": ["ann/03-maximum-likelihood.ipynb (invalid JSON)"]}
+    assert rejected_for("cy", notebooks, log) == {}
+    text = paragraph_text(rendered(rejected_files_note(["ann/03-maximum-likelihood.ipynb (invalid JSON)"],
+                                                       "03-maximum-likelihood")))
+    assert text.startswith("A file of yours was not graded. This file was not accepted when your hand-in was "
+                           "collected: ann/03-maximum-likelihood.ipynb (invalid JSON). This page grades the copy of "
+                           "03-maximum-likelihood.ipynb that was filed for you instead"), text
