@@ -248,7 +248,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                 zero = "" if status in ("not graded", "error", NOT_FILED) else "0"
                 row.update(timestamp="", raw_score=zero, late_submission_penalty=zero, score=zero, needs_manual_grading="",
                            seconds_late="")
-                row.update({nb: "" for nb in notebooks})
+                row.update({nb: zero for nb in notebooks})  # as each notebook of a graded student handing in none
             else:
                 penalty = submission.late_submission_penalty or 0.0
                 if late := submission.total_seconds_late:  # a due date (or the student's extension) is set and passed

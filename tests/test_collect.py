@@ -707,6 +707,8 @@ def test_export_gives_every_student_who_handed_in_anything_a_row(course, tmp_pat
     assert rows["u14"]["status"] == "no valid notebook", rows["u14"]
     assert "ignored u14/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb: system file" in rows["u14"]["notes"]
     assert rows["ivy"]["status"] == "no valid notebook" and rows["ivy"]["score"] == "0"
+    # each notebook scores 0 as a graded student's missing one does (it was left empty: an LMS reads that as no grade)
+    assert [rows["ivy"][nb] for nb in course.notebook_names()] == ["0"] * len(course.notebook_names()), rows["ivy"]
     assert "rejected ivy_125_458_part-ii.zip: not a notebook (.zip)" in rows["ivy"]["notes"]
     assert "rename it to 02-shapes-and-loss.ipynb" in rows["jack"]["notes"]
 
