@@ -393,7 +393,8 @@ def per_notebook(notes: dict[str, list[str]]) -> str:
 
 
 def print_next_step(course: Course, rejected: bool = False, unfiled: bool = False) -> None:
-    """After release or collect: the command to run next, when there is one (grade, or collect before any hand-in);
+    """After release or collect: the command to run next (grade; collect before any hand-in; feedback and export once
+    every hand-in is graded);
     rejected: the collect just run turned files away (so a course with no hand-in yet needs them again, not a zip);
     unfiled: it could not write some (the same download, collected again, files them)."""
     from .grade import job_rows, to_grade
@@ -407,7 +408,9 @@ def print_next_step(course: Course, rejected: bool = False, unfiled: bool = Fals
             + ([f"{again} {'student is' if again == 1 else 'students are'} to be graded again"] if again else [])
         print(f"next: `python -m autograder grade{build}` ({'; '.join(parts)})")
     elif course.submitted_students():
-        return
+        print(f"next: nothing to grade (every collected hand-in is graded); `python -m autograder feedback{build}` and "
+              f"`python -m autograder export{build}` write the pages and grades.csv, `python -m autograder collect "
+              f"PATH{build}` files new hand-ins")
     elif unfiled:
         print(f"next: nothing is filed yet; once what stopped the filing (above) is put right, the same "
               f"`python -m autograder collect PATH{build}` files the download")

@@ -1442,6 +1442,11 @@ def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the
     from shared_builds import read_grades_csv
 
     build, edited = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol",))
+    code, err, out = run(["release", "--build", str(build)], capsys)  # nothing changed: it printed no next step
+    assert code == 0 and out.endswith(f"next: nothing to grade (every collected hand-in is graded); `python -m "
+                                      f"autograder feedback --build {build}` and `python -m autograder export --build "
+                                      f"{build}` write the pages and grades.csv, `python -m autograder collect PATH "
+                                      f"--build {build}` files new hand-ins\n"), err + out
     assert run(["export", "--build", str(build)], capsys)[0] == 0
     graded = read_grades_csv(build / "course" / "reports" / "grades.csv")["carol"]
     release_before = (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").read_bytes()
