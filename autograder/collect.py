@@ -865,6 +865,17 @@ def unique_cell_ids(raw: dict) -> tuple[int, int]:
 ARCHIVES = (".zip", ".rar", ".7z", ".gz", ".tgz", ".bz2", ".xz", ".tar")
 
 
+def changed_course_file_reason(path: PurePosixPath, released: dict[str, str]) -> str | None:
+    """Why a file at the place of a released course file (code/part-ii/checks.py) but with other contents is not
+    graded (released: released_files); None for any other file."""
+    text = path.as_posix()
+    same = next((rel for rel in sorted(set(released.values())) if text == rel or text.endswith("/" + rel)), None)
+    if same is None or PurePosixPath(same).name in RELEASE_WRITTEN:  # README.md and the like: their own rule below
+        return None
+    return (f"a changed copy of the course file {same}: grading runs every notebook with the course's own copy, so "
+            "the changes do not count (only .ipynb files are graded)")
+
+
 def not_a_notebook_reason(path: PurePosixPath, notebooks: list[str]) -> str:
     """Why a file that does not end in .ipynb is not graded, with a hint when its name is close to a notebook."""
     reason = f"not a notebook ({path.suffix or 'no extension'}); only .ipynb files are graded"
@@ -1018,7 +1029,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             ignored.append(Record(str(e.path), "Blackboard's receipt of the attempt: not a submission", student, source=e))
             continue
         if e.path.suffix.lower() != ".ipynb":
-            reason = not_a_notebook_reason(e.path, notebooks)
+            reason = changed_course_file_reason(e.path, released or {}) or not_a_notebook_reason(e.path, notebooks)
             rejected.append(Record(str(e.path), reason if student else f"{reason}; and cannot tell whose file it is", student, source=e))
             continue
         hit = match_notebook(e.path.stem, notebooks)

@@ -719,9 +719,16 @@ def test_a_released_course_file_handed_back_is_not_a_rejection(course, tmp_path)
     (course.bundle_dir / "code/part-ii/helpers.py").write_bytes(helper)
     download = write_tree(tmp_path / "d", {"mia/part-ii/02-shapes-and-loss.ipynb": notebook_bytes("mia"),
                                            "mia/part-ii/code/part-ii/helpers.py": helper,
-                                           "mia/part-ii/code/part-ii/mine.py": b"x = 1\n"})
+                                           "mia/part-ii/code/part-ii/mine.py": b"x = 1\n",
+                                           "kim/02-shapes-and-loss.ipynb": notebook_bytes("kim"),
+                                           "kim/code/part-ii/helpers.py": b"def softmax(x):\n    return 2 * x\n"})
     report = collect(course, download)
-    assert [r.file for r in report.rejected] == ["mia/part-ii/code/part-ii/mine.py"]
+    assert sorted((r.file, r.reason) for r in report.rejected) == [
+        # a changed copy was "not a notebook (.py)", as if the student had handed in a stray script
+        ("kim/code/part-ii/helpers.py", "a changed copy of the course file code/part-ii/helpers.py: grading runs every "
+                                        "notebook with the course's own copy, so the changes do not count (only .ipynb "
+                                        "files are graded)"),
+        ("mia/part-ii/code/part-ii/mine.py", "not a notebook (.py); only .ipynb files are graded")]
     assert [(r.file, r.reason) for r in report.ignored] == [
         ("mia/part-ii/code/part-ii/helpers.py", "unchanged copy of the released course file code/part-ii/helpers.py")]
 
