@@ -334,10 +334,10 @@ def _open_zip_member(path: Path, member: zipfile.ZipInfo):
         yield fh
 
 
-def _read_folder(path: Path) -> tuple[list[Entry], list[Record]]:
-    """Entries of a folder tree (symlinks are not followed)."""
+def _read_folder(path: Path, files: list[Path] | None = None) -> tuple[list[Entry], list[Record]]:
+    """Entries of a folder tree (symlinks are not followed), or of the given files in it."""
     entries, rejected, held = [], [], 0
-    for file in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
+    for file in files if files is not None else sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
         rel = PurePosixPath(readable_name(file.relative_to(path).as_posix()))
         if file.is_symlink():  # rejected in classify, which can still tell whose file it was from its path
             entries.append(Entry(rel, b"", dt.datetime.fromtimestamp(file.lstat().st_mtime, tz=dt.timezone.utc),
@@ -377,8 +377,9 @@ def _looks_like_zip(path: Path) -> bool:
         return fh.read(2) == b"PK"
 
 
-def read_download(path: Path) -> tuple[list[Entry], list[Record]]:
-    """All files of a folder or zip download, with unreadable members already rejected."""
+def read_download(path: Path, one_students: bool = False) -> tuple[list[Entry], list[Record]]:
+    """All files of a folder or zip download, with unreadable members already rejected; one_students: the download is
+    one student's (--student), which may also be a single notebook."""
     if not path.exists():
         raise AutograderError(f"{path} does not exist; expected a folder or a .zip of student notebooks")
     if path.is_dir():
@@ -389,9 +390,11 @@ def read_download(path: Path) -> tuple[list[Entry], list[Record]]:
         size = path.stat().st_size
         raise AutograderError(f"{path} is a damaged or incomplete zip file ({size} bytes, no zip directory at its end); "
                               "re-download it from the LMS")
+    if path.suffix.lower() == ".ipynb" and one_students:  # its file time is the hand-in time, as in a folder
+        return _read_folder(path.parent, [path])
     if path.suffix.lower() == ".ipynb":
-        raise AutograderError(f"{path} is a single notebook; collect takes a folder or a .zip: put it in a folder "
-                              "(cp -p keeps the file's time, which becomes the hand-in time) and collect that folder with --student ID")
+        raise AutograderError(f"{path} is a single notebook; collect takes a folder or a .zip of a class's hand-ins, or "
+                              "one student's notebook with --student ID (their id)")
     if path.suffix.lower() in ARCHIVES:
         raise AutograderError(f"{path} is an archive collect does not open ({path.suffix}); unpack it (e.g. tar -xf, "
                               "7z x) and collect the folder, or give the LMS download's .zip")
@@ -1599,7 +1602,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         raise AutograderError(f"--student {student}: that is the name of the assignment or of one of its notebooks, "
                               "not a student id; give the id of the student whose files these are")
     check_outside_course(course, path)
-    entries, unreadable = read_download(path)
+    entries, unreadable = read_download(path, one_students=student is not None)
     known = known_students(course)
     unwrapped = []
     released = released_files(course)

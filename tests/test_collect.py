@@ -382,6 +382,20 @@ def test_a_damaged_collect_record_stops_collect_before_it_files_anything(course,
     assert course.submitted_students() == []
 
 
+def test_one_students_single_notebook_is_collected_with_student(course, tmp_path):
+    """An instructor given one notebook by mail had to put it in a folder first; with --student it is filed as that
+    student's, its file time the hand-in time."""
+    mailed = tmp_path / "mail" / "02-shapes-and-loss.ipynb"
+    mailed.parent.mkdir()
+    mailed.write_bytes(notebook_bytes("mailed"))
+    when = dt.datetime(2026, 3, 1, 10, 0, tzinfo=dt.timezone.utc).timestamp()
+    os.utime(mailed, (when, when))
+    report = collect(course, mailed, student="lee")
+    assert course.submitted_students() == ["lee"] and report.students["lee"].status == "new"
+    assert list(report.students["lee"].notebooks) == ["02-shapes-and-loss"], report.students["lee"]
+    assert report.students["lee"].timestamp.startswith("2026-03-01 10:00:00"), report.students["lee"].timestamp
+
+
 def test_bad_paths_raise_clear_errors(course, tmp_path):
     with pytest.raises(AutograderError, match="does not exist"):
         collect(course, tmp_path / "missing")
@@ -397,8 +411,8 @@ def test_bad_paths_raise_clear_errors(course, tmp_path):
                                               r"open: unpack the download inside and collect that"):
         collect(course, tmp_path / "outer.zip")
     (tmp_path / "02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("mailed"))
-    with pytest.raises(AutograderError, match="is a single notebook; collect takes a folder or a .zip: put it in a "
-                                              r"folder \(cp -p keeps"):
+    with pytest.raises(AutograderError, match=r"is a single notebook; collect takes a folder or a .zip of a class's "
+                                              r"hand-ins, or one student's notebook with --student ID \(their id\)"):
         collect(course, tmp_path / "02-shapes-and-loss.ipynb")
     # the course's own folders would be filed as students named release, submitted, rejected ...
     (course.root / "submitted").mkdir(exist_ok=True)
