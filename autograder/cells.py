@@ -11,6 +11,7 @@ reveal no expected value) and nothing else.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 # A Python warning on stderr must not zero a test cell (nbgrader scores any stderr as failure):
@@ -231,3 +232,28 @@ def not_run_for_time(nb) -> list[str]:
 def stopped_kernel(cell) -> bool:
     """True for a cell the grader failed for stopping the kernel (KERNEL_STOPS)."""
     return any(o.get("output_type") == "error" and o.get("ename") in KERNEL_STOPS for o in cell.get("outputs", []))
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A code solution cell and the test cells that grade it (up to the next solution cell)."""
+
+    notebook: str
+    solution_id: str
+    test_ids: tuple[str, ...]
+
+
+def exercises(nb, name: str) -> list[Exercise]:
+    """The notebook's code exercises in order, each with the test cells that follow its solution."""
+    found, current, tests = [], None, []
+    for cell in nb.cells:
+        m = nbgrader_meta(cell)
+        if cell.cell_type == "code" and m.get("solution"):
+            if current and tests:
+                found.append(Exercise(name, current, tuple(tests)))
+            current, tests = m["grade_id"], []
+        elif current and is_test_cell(cell):
+            tests.append(m["grade_id"])
+    if current and tests:
+        found.append(Exercise(name, current, tuple(tests)))
+    return found

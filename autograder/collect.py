@@ -1188,7 +1188,7 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
             else:
                 why = (f"{same}kept {winner.entry.path} (the last path in name order); check by hand which one the "
                        "student meant")
-            rejected.append(Record(str(loser.entry.path), f"duplicate: {student} handed in {notebook}.ipynb more than "
+            rejected.append(Record(str(loser.entry.path), f"{DUPLICATE}{student} handed in {notebook}.ipynb more than "
                                                           f"once; {why}", student, source=loser.entry))
     return kept, rejected
 
@@ -1296,7 +1296,7 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
                 f.student))
             continue
         older.append(Record(str(f.entry.path), (
-            f"older ({f.entry.mtime:%Y-%m-%d %H:%M} UTC) than the {f.notebook}.ipynb collected before "
+            f"{OLDER}({f.entry.mtime:%Y-%m-%d %H:%M} UTC) than the {f.notebook}.ipynb collected before "
             f"({before:%Y-%m-%d %H:%M} UTC), which stays filed; to file this one instead, collect again with "
             "--replace-older"), f.student))
     return kept, older, seen_before
@@ -1661,6 +1661,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
 
 
 NOT_FILED = "not filed"
+# the reasons of a notebook rejected for a newer one of the same student: kept filed, the newer is what they meant
+DUPLICATE, OLDER = "duplicate: ", "older "
 
 
 def unfiled_text(unfiled: list[str], error: str | None) -> str:

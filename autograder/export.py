@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import graded_cells, is_edited, is_test_cell, nbgrader_meta, not_run_for_time
+from .cells import exercises, graded_cells, is_edited, is_test_cell, nbgrader_meta, not_run_for_time
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
@@ -139,30 +139,39 @@ def out_of_time(course: Course, student: str) -> list[str]:
     return notes
 
 
-def released_answer_ids(course: Course) -> dict[str, set[str]]:
-    """{notebook: grade ids of its autograded answer cells in the release}: code cells marked solution, not graded by
-    hand (grading puts a deleted hand-graded answer back, but not these: the answer may sit in a cell of the student's)."""
+def released_answers(course: Course) -> dict[str, dict[str, tuple[str, ...]]]:
+    """{notebook: {grade id of an autograded answer cell in the release: the grade ids of its test cells}}: code cells
+    marked solution, not graded by hand (grading puts a deleted hand-graded answer back, but not these: the answer may
+    sit in a cell of the student's own, which runs and defines it as well)."""
     answers = {}
     for path in sorted(course.release_dir.glob("*.ipynb")):
-        cells = nbformat.read(path, as_version=4).cells
-        answers[path.stem] = {meta["grade_id"] for c in cells
-                              if (meta := nbgrader_meta(c)).get("solution") and not meta.get("grade") and meta.get("grade_id")}
+        nb = nbformat.read(path, as_version=4)
+        by_hand = {meta.get("grade_id") for c in nb.cells if (meta := nbgrader_meta(c)).get("grade")}
+        answers[path.stem] = {ex.solution_id: ex.test_ids for ex in exercises(nb, path.stem)
+                              if ex.solution_id not in by_hand}
     return answers
 
 
-def deleted_answers(course: Course, student: str, released_answers: dict[str, set[str]]) -> dict[str, list[str]]:
-    """{notebook: grade ids of the released answer cells (released_answer_ids) missing from the student's hand-in} for
-    the notebooks that hold some of them (one holding none is not gradable, and says so itself)."""
+def deleted_answers(course: Course, student: str, released: dict[str, dict[str, tuple[str, ...]]]
+                    ) -> dict[str, dict[str, tuple[str, ...]]]:
+    """{notebook: {answer grade id: its test ids}} of the released answer cells (released_answers) missing from the
+    student's hand-in, for the notebooks that hold some of them (one holding none is not gradable, and says so)."""
     deleted = {}
     for path in sorted(course.step_dir("submitted", student).glob("*.ipynb")):
         try:
             present = {nbgrader_meta(c).get("grade_id") for c in nbformat.read(path, as_version=4).cells}
         except Exception:  # noqa: BLE001 - collect filed it as a notebook; a broken one has its own note
             continue
-        released = released_answers.get(path.stem, set())
-        if (missing := sorted(released - present)) and len(missing) < len(released):
-            deleted[path.stem] = missing
+        answers = released.get(path.stem, {})
+        if (missing := sorted(set(answers) - present)) and len(missing) < len(answers):
+            deleted[path.stem] = {answer: answers[answer] for answer in missing}
     return deleted
+
+
+def failing_without_answer(deleted: dict[str, tuple[str, ...]], failed: set[str]) -> list[str]:
+    """The deleted answer cells (deleted_answers of one notebook) whose exercise lost points in a test (failed: grade
+    ids of the test cells that did): a student's own cell may define the answer well, and then there is nothing to say."""
+    return [answer for answer, tests in deleted.items() if failed & set(tests)]
 
 
 def released_test_ids(course: Course) -> dict[str, set[str]]:
@@ -220,7 +229,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
         sync_now(gb)  # the due date may have moved in formgrader since the last sync
         extended = extension_ends(gb.db)
-        released_tests, released_answers = released_test_ids(course), released_answer_ids(course)
+        released_tests, answers = released_test_ids(course), released_answers(course)
         for student in sorted(gb.students, key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale,
                                           f"python -m autograder grade{build_option(course)}")
@@ -228,8 +237,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                 notes += tampered
                 status = "incomplete" if status == "graded" else status
             notes += out_of_time(course, student.id)
-            notes += [f"{nb}: answer cells deleted by the student (not put back, so their tests ran without them): "
-                      f"{', '.join(ids)}" for nb, ids in deleted_answers(course, student.id, released_answers).items()]
+            gone = deleted_answers(course, student.id, answers)
             row = {"assignment": ASSIGNMENT, "duedate": _fmt(assignment.duedate), "student_id": student.id,
                    "last_name": _fmt(student.last_name), "first_name": _fmt(student.first_name),
                    "email": _fmt(student.email), "max_score": _fmt(assignment.max_score)}
@@ -258,6 +266,11 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                            late_submission_penalty=_fmt(penalty), score=_fmt(max(0.0, submission.score - penalty)))
                 by_name = {nb.name: nb for nb in submission.notebooks}
                 row.update({nb: _fmt(by_name[nb].score) if nb in by_name else "" for nb in notebooks})
+                for nb, deleted in sorted(gone.items()):
+                    failed = {g.name for g in by_name[nb].grades if g.score < g.max_score} if nb in by_name else set()
+                    if lost := failing_without_answer(deleted, failed):
+                        notes.append(f"{nb}: answer cells deleted by the student, and their tests failed (grading does "
+                                     f"not put a deleted answer cell back): {', '.join(lost)}")
                 waiting = 0
                 job = jobs.get(student.id) or {}
                 statuses = {nb: r.get("status", "graded") for nb, r in json.loads(job.get("notebooks") or "{}").items()}

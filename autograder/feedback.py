@@ -49,10 +49,11 @@ from traitlets import Dict
 
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, heading_after, hidden_line_numbers, is_test_cell,
                     nbgrader_meta, not_run_for_time, outcome_message, stopped_kernel, visible_source)
-from .collect import load_collect_log, match_notebook, moved_files, unfiled_text
+from .collect import DUPLICATE, OLDER, load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
-from .export import deleted_answers, late_by, released_answer_ids, released_test_ids, tampered_cells
+from .export import (deleted_answers, failing_without_answer, late_by, released_answers, released_test_ids,
+                     tampered_cells)
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
@@ -109,8 +110,8 @@ class GetGradesNotingPending(GetGrades):
                     ).tag(config=True)
     rejected_files = Dict(help="{notebook: ['file (why it was not accepted)', ...]} of this student's rejected files"
                           ).tag(config=True)
-    deleted_answers = Dict(help="{notebook: [grade ids of answer cells the student deleted]} of this student"
-                           ).tag(config=True)
+    deleted_answers = Dict(help="{notebook: {grade id of an answer cell the student deleted: its test ids}} of this "
+                                "student").tag(config=True)
     graded_from = Dict(help="{notebook: the student's file it was graded from} where that file is named otherwise"
                        ).tag(config=True)
 
@@ -124,8 +125,8 @@ class GetGradesNotingPending(GetGrades):
         if self.notebook_id in self.rejected_files:
             nb.cells.insert(0, new_markdown_cell(rejected_files_note(self.rejected_files[self.notebook_id],
                                                                      self.notebook_id)))
-        if self.notebook_id in self.deleted_answers:
-            nb.cells.insert(0, new_markdown_cell(deleted_answers_note(self.deleted_answers[self.notebook_id])))
+        if lost := failing_without_answer(self.deleted_answers.get(self.notebook_id, {}), set(failed_tests(nb))):
+            nb.cells.insert(0, new_markdown_cell(deleted_answers_note(lost)))
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
         if unrun := not_run_for_time(nb):
@@ -221,10 +222,14 @@ def tampered_note(edited: list[str], deleted: list[str]) -> str:
 
 
 def rejected_for(student: str, notebooks: list[str], collect_log: dict) -> dict[str, list[str]]:
-    """{notebook: ['file (reason)', ...]} of the student's files that collect rejected, by the notebook their names give."""
+    """{notebook: ['file (reason)', ...]} of the student's notebooks that collect rejected (damaged, too large, ...), by
+    the notebook their names give; not an older copy or a duplicate that lost to the one filed, nor a non-notebook."""
     found: dict[str, list[str]] = {}
     for r in collect_log["rejected"]:
-        if r.get("student") == student and (hit := match_notebook(Path(r["file"]).stem, notebooks)):
+        if r.get("student") != student or Path(r["file"]).suffix.lower() != ".ipynb" \
+                or r["reason"].startswith((DUPLICATE, OLDER)):  # a copy that lost to the newer one graded here
+            continue
+        if hit := match_notebook(Path(r["file"]).stem, notebooks):
             found.setdefault(hit[0], []).append(f"{r['file']} ({r['reason']})")
     return found
 
@@ -241,13 +246,13 @@ def rejected_files_note(files: list[str], notebook: str) -> str:
 
 
 def deleted_answers_note(deleted: list[str]) -> str:
-    """The note opening a page whose hand-in lacks answer cells of the release: grading does not put them back."""
+    """The note opening a page whose hand-in lacks answer cells of the release whose tests then failed."""
     one = len(deleted) == 1
     return (f"**Answer cell{'' if one else 's'} deleted.** Your notebook has no answer cell{'' if one else 's'} "
-            f"{', '.join(markdown_literal(g) for g in deleted)}. Grading does not put a deleted answer cell back, and "
-            f"an answer written in a cell of your own is not graded, so the tests of {'that exercise' if one else 'those exercises'} "
-            "ran without your answer. Next time write each answer in the cell given for it (a fresh copy of the "
-            "notebook has it).")
+            f"{', '.join(markdown_literal(g) for g in deleted)}, and the tests of {'that exercise' if one else 'those exercises'} "
+            "failed. Grading does not put a deleted answer cell back: the tests ran with whatever your other cells "
+            "define, if anything. Write each answer in the cell given for it (a fresh copy of the notebook has it) "
+            "and run the tests after it.")
 
 
 FAILED_CHECKS_NOTE = (
@@ -417,9 +422,9 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
 
 def generate_for(course: Course, student: str, mathjax_url: str | None,
                  released_tests: dict[str, set[str]], graded_from: dict[str, str] | None = None,
-                 released_answers: dict[str, set[str]] | None = None) -> list[Path]:
+                 answers_of_release: dict[str, dict[str, tuple[str, ...]]] | None = None) -> list[Path]:
     """Run nbgrader's GenerateFeedback for one student; return the HTML files.
-    released_tests, released_answers: released_test_ids(course), released_answer_ids(course), read once for all the
+    released_tests, answers_of_release: released_test_ids(course), released_answers(course), read once for all the
     students rendered (the latter read here when not given); graded_from: graded_from_files() of this student."""
     from nbgrader.converters import GenerateFeedback
 
@@ -428,8 +433,9 @@ def generate_for(course: Course, student: str, mathjax_url: str | None,
                                               in tampered_cells(course, student, released_tests).items()}
     config.GetGradesNotingPending.graded_from = graded_from or {}
     config.GetGradesNotingPending.rejected_files = rejected_for(student, course.notebook_names(), load_collect_log(course))
-    config.GetGradesNotingPending.deleted_answers = deleted_answers(
-        course, student, released_answer_ids(course) if released_answers is None else released_answers)
+    answers = released_answers(course) if answers_of_release is None else answers_of_release
+    config.GetGradesNotingPending.deleted_answers = {nb: {a: list(t) for a, t in gone.items()}
+                                                     for nb, gone in deleted_answers(course, student, answers).items()}
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()
@@ -445,12 +451,13 @@ def _leave_interrupts_to_the_parent() -> None:
 
 
 def _generate_safely(course: Course, student: str, mathjax_url: str | None, released_tests: dict[str, set[str]],
-                     graded_from: dict[str, str] | None = None, released_answers: dict[str, set[str]] | None = None
+                     graded_from: dict[str, str] | None = None,
+                     answers_of_release: dict[str, dict[str, tuple[str, ...]]] | None = None
                      ) -> tuple[list[Path], str | None]:
     """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
     quiet_nbgrader_logs()
     try:
-        return generate_for(course, student, mathjax_url, released_tests, graded_from, released_answers), None
+        return generate_for(course, student, mathjax_url, released_tests, graded_from, answers_of_release), None
     except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
         doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
@@ -611,7 +618,7 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("forkserver")  # nbgrader's converters chdir: processes, not threads
-    released_tests, released_answers = released_test_ids(course), released_answer_ids(course)  # once, not per student
+    released_tests, answers_of_release = released_test_ids(course), released_answers(course)  # once, not per student
     n = len(graded)
     pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx,
                                initializer=_leave_interrupts_to_the_parent)
@@ -619,7 +626,7 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
         # submit, not map: map's iterator cancels queued futures itself on Ctrl-C, and the pool's manager thread then
         # crashes setting their results (Python 3.11)
         futures = [pool.submit(_generate_safely, course, student, mathjax_url, released_tests,
-                               (graded_from or {}).get(student, {}), released_answers) for student in graded]
+                               (graded_from or {}).get(student, {}), answers_of_release) for student in graded]
         outcomes = [future.result() for future in futures]
     except BaseException:  # Ctrl-C: stop now (a student's pages take seconds); feedback run again rewrites them all
         pool.shutdown(wait=False, cancel_futures=True)

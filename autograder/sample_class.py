@@ -21,22 +21,13 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import cell_points, is_test_cell, nbgrader_meta
+from .cells import Exercise, cell_points, exercises, is_test_cell, nbgrader_meta
 from .course import Course
 
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 LMS_DATE = (2026, 3, 1, 10, 0, 0)
 LOOP = "while True:  # sample class: a cell that never ends\n    pass\n"
 EDITED_TEST = '"""The student replaced this test"""\npass\n'
-
-
-@dataclass(frozen=True)
-class Exercise:
-    """A code solution cell and the test cells that grade it (up to the next solution cell)."""
-
-    notebook: str
-    solution_id: str
-    test_ids: tuple[str, ...]
 
 
 @dataclass
@@ -47,22 +38,6 @@ class SampleStudent:
     description: str
     files: dict[str, bytes] = field(default_factory=dict)
     expected_auto: float = 0.0  # autograded points it should get (test-cell points from the metadata)
-
-
-def exercises(nb: nbformat.NotebookNode, name: str) -> list[Exercise]:
-    """The notebook's code exercises in order, each with the test cells that follow its solution."""
-    found, current, tests = [], None, []
-    for cell in nb.cells:
-        m = nbgrader_meta(cell)
-        if cell.cell_type == "code" and m.get("solution"):
-            if current and tests:
-                found.append(Exercise(name, current, tuple(tests)))
-            current, tests = m["grade_id"], []
-        elif current and is_test_cell(cell):
-            tests.append(m["grade_id"])
-    if current and tests:
-        found.append(Exercise(name, current, tuple(tests)))
-    return found
 
 
 def strip_markers(source: str) -> str:

@@ -471,14 +471,15 @@ def test_a_notebook_out_of_time_says_which_graded_cells_were_not_run_on_the_page
         "03-maximum-likelihood: used up its time budget; not run, scored 0: test_g, ex_h"]
 
 
-def test_a_deleted_answer_cell_is_named_on_the_page_and_a_notebook_without_any_is_left_to_its_own_note(tmp_path):
+def test_a_deleted_answer_cell_whose_tests_failed_is_named_and_one_answered_elsewhere_is_not(tmp_path):
     """Grading puts a deleted test cell back but not a deleted code answer, and the page only showed a NameError
-    asking whether the defining cell ran; the export said nothing. Hand-graded answers come back, so they are not named."""
+    asking whether the defining cell ran; the export said nothing. A student's own cell may define the answer as well
+    (full marks: nothing to say), and hand-graded answers come back, so neither is named."""
     from types import SimpleNamespace
 
     import nbformat
 
-    from autograder.export import deleted_answers, released_answer_ids
+    from autograder.export import deleted_answers, failing_without_answer, released_answers
     from autograder.feedback import deleted_answers_note
 
     def cell(grade_id, **meta):
@@ -489,33 +490,44 @@ def test_a_deleted_answer_cell_is_named_on_the_page_and_a_notebook_without_any_i
     release = tmp_path / "release" / "part-ii"
     release.mkdir(parents=True)
     released = [cell("ex_a", solution=True, grade=False), cell("test_a", grade=True, solution=False),
-                cell("ex_b", solution=True, grade=False), cell("answer_c", solution=True, grade=True)]
+                cell("ex_b", solution=True, grade=False), cell("test_b1", grade=True, solution=False),
+                cell("test_b2", grade=True, solution=False), cell("answer_c", solution=True, grade=True)]
     nbformat.write(nbformat.v4.new_notebook(cells=released), release / "03-maximum-likelihood.ipynb")
     nbformat.write(nbformat.v4.new_notebook(cells=released[:2]), release / "02-shapes-and-loss.ipynb")
     course = SimpleNamespace(release_dir=release, step_dir=lambda step, student: tmp_path / step / student / "part-ii")
-    answers = released_answer_ids(course)
-    assert answers == {"03-maximum-likelihood": {"ex_a", "ex_b"}, "02-shapes-and-loss": {"ex_a"}}
+    answers = released_answers(course)
+    assert answers == {"03-maximum-likelihood": {"ex_a": ("test_a",), "ex_b": ("test_b1", "test_b2")},
+                       "02-shapes-and-loss": {"ex_a": ("test_a",)}}
     handed = tmp_path / "submitted" / "ann" / "part-ii"
     handed.mkdir(parents=True)
     # 03 without ex_b and answer_c; 02 without its only answer (not gradable: its own note says so)
-    nbformat.write(nbformat.v4.new_notebook(cells=released[:2]), handed / "03-maximum-likelihood.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=released[:2] + released[3:5]), handed / "03-maximum-likelihood.ipynb")
     nbformat.write(nbformat.v4.new_notebook(cells=[released[1]]), handed / "02-shapes-and-loss.ipynb")
-    assert deleted_answers(course, "ann", answers) == {"03-maximum-likelihood": ["ex_b"]}
+    gone = deleted_answers(course, "ann", answers)
+    assert gone == {"03-maximum-likelihood": {"ex_b": ("test_b1", "test_b2")}}
+    assert failing_without_answer(gone["03-maximum-likelihood"], {"test_a", "test_b2"}) == ["ex_b"]
+    assert failing_without_answer(gone["03-maximum-likelihood"], {"test_a"}) == [], "answered in a cell of their own"
     text = paragraph_text(rendered(deleted_answers_note(["ex_b"])))
-    assert text.startswith("Answer cell deleted. Your notebook has no answer cell ex_b. Grading does not put a deleted "
-                           "answer cell back"), text
-    assert "so the tests of that exercise ran without your answer" in text, text
-    assert "answer cells ex_b, ex_d. " in paragraph_text(rendered(deleted_answers_note(["ex_b", "ex_d"])))
+    assert text.startswith("Answer cell deleted. Your notebook has no answer cell ex_b, and the tests of that exercise "
+                           "failed. Grading does not put a deleted answer cell back"), text
+    assert "answer cells ex_b, ex_d, and the tests of those exercises failed" in \
+        paragraph_text(rendered(deleted_answers_note(["ex_b", "ex_d"])))
 
 
 def test_a_graded_page_says_which_files_of_its_notebook_collect_did_not_accept():
     """A damaged resubmission is rejected and the earlier hand-in stays graded: grades.csv said so, the student's page
-    did not, so the student believed the new file was graded."""
+    did not, so the student believed the new file was graded. An older copy or a duplicate that lost to the notebook
+    graded, or a PDF or HTML export of it, is no such file (found by review: the note misfired on them)."""
     from autograder.feedback import rejected_files_note, rejected_for
 
     log = {"students": {}, "ignored": [], "rejected": [
         {"student": "ann", "file": "ann/03-maximum-likelihood.ipynb", "reason": "invalid JSON"},
         {"student": "ann", "file": "ann/notes.txt", "reason": "not a notebook"},
+        {"student": "ann", "file": "ann/03-maximum-likelihood.html", "reason": "not a notebook (.html)"},
+        {"student": "ann", "file": "ann/03-maximum-likelihood (old).ipynb",
+         "reason": "duplicate: ann handed in 03-maximum-likelihood.ipynb more than once; kept the newer"},
+        {"student": "ann", "file": "ann/v0/03-maximum-likelihood.ipynb",
+         "reason": "older (2026-03-01 10:00 UTC) than the 03-maximum-likelihood.ipynb collected before"},
         {"student": "bob", "file": "bob/03-maximum-likelihood.ipynb", "reason": "invalid JSON"}]}
     notebooks = ["02-shapes-and-loss", "03-maximum-likelihood"]
     assert rejected_for("ann", notebooks, log) == {"03-maximum-likelihood": ["ann/03-maximum-likelihood.ipynb (invalid JSON)"]}
