@@ -317,55 +317,72 @@ def strip_marking_notes(notebook: Path) -> int:
     return removed
 
 
-def without_headings(markdown: str) -> str:
-    """markdown without its heading lines (outside code fences), stripped."""
-    kept, fenced = [], False
-    for line in markdown.splitlines():
+def split_at_last_heading(markdown: str) -> tuple[str | None, str]:
+    """(the text of the cell's last heading, the markdown after it) outside code fences; (None, all of it) without one.
+    What comes before the last heading belongs to the exercise before it."""
+    lines, fenced, last = markdown.splitlines(), False, None
+    for number, line in enumerate(lines):
         fenced = fenced != bool(FENCE.match(line))
-        if fenced or not HEADING.match(line):
-            kept.append(line)
-    return "\n".join(kept).strip()
+        if not fenced and HEADING.match(line):
+            last = number
+    if last is None:
+        return None, markdown.strip()
+    return last_heading(lines[last]), "\n".join(lines[last + 1:]).strip()
 
 
 def is_hand_graded(cell) -> bool:
-    """An answer graded by hand in formgrader: nbgrader's grade and solution marks together."""
+    """An answer graded by hand in formgrader: nbgrader's grade and solution marks together, or a task cell."""
     meta = nbgrader_meta(cell)
-    return bool(meta.get("grade") and meta.get("solution"))
+    return bool(meta.get("grade") and meta.get("solution")) or bool(meta.get("task"))
+
+
+def fenced_code(text: str) -> str:
+    """text as a python code block whose fence is longer than any run of backticks in it."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return f"{fence}python\n{text}\n{fence}"
 
 
 def model_answer(cell) -> str:
     """The source notebook's answer to a hand-graded cell, without the solution markers (a code answer fenced)."""
+    if nbgrader_meta(cell).get("task"):
+        return "(a task cell: graders judge the work across the notebook that the task above asks for)"
     text = "\n".join(ln for ln in cell.source.splitlines() if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
-    return f"```python\n{text.strip()}\n```" if cell.cell_type == "code" else text.strip()
+    return fenced_code(text.strip()) if cell.cell_type == "code" else text.strip()
 
 
 def marking_guide(nb, name: str) -> str | None:
     """Markdown for graders of notebook name (the source notebook nb): each hand-graded answer with its question as
-    students read it, the model answer and its marking notes (note_ cells); None when nothing is graded by hand."""
-    sections, heading, question = [], name, []
+    students read it (the text since the exercise heading, or since the last graded cell), the model answer and its
+    marking notes (note_ cells: those below an answer go with it; those above the first answer, with the first)."""
+    sections, heading, question, early_notes = [], name, [], []
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         if meta.get("grade_id", "").startswith(MARKING_NOTE_PREFIX):
-            if sections:
-                sections[-1]["notes"].append(cell.source.strip())
+            (sections[-1]["notes"] if sections else early_notes).append(cell.source.strip())
         elif is_hand_graded(cell):
-            sections.append({"heading": heading, "question": "\n\n".join(question), "cell": cell, "notes": []})
+            asked = cell.source.strip() if meta.get("task") else "\n\n".join(question)
+            sections.append({"heading": heading, "question": asked, "cell": cell, "notes": early_notes})
+            question, early_notes = [], []
+        elif meta.get("grade") or meta.get("solution"):  # an autograded exercise: its text is not the next question's
             question = []
-        elif cell.cell_type == "markdown" and not (meta.get("grade") or meta.get("solution") or meta.get("task")):
-            if found := last_heading(cell.source):
+        elif cell.cell_type == "markdown":
+            found, text = split_at_last_heading(cell.source)
+            if found:
                 heading, question = found, []
-            if text := without_headings(cell.source):
+            if text:
                 question.append(text)
     if not sections:
         return None
     lines = [f"# {name}: marking guide", "",
              f"For graders only (release writes it from the source notebook; students never get it). In formgrader: "
              f"Manual Grading › {ASSIGNMENT} › {name}. Each hand-graded answer: the question as students read it, "
-             "the model answer and the marking note.", ""]
+             "the model answer and the marking note. Each release rewrites this file: keep notes of your own elsewhere.",
+             ""]
     for sec in sections:
-        meta = nbgrader_meta(sec["cell"])
-        lines += [f"## {sec['heading']}", "", f"`{meta.get('grade_id')}`, {cell_points(sec['cell']):g} points", "",
-                  "### Question", "", sec["question"] or "(no text before the answer cell)", "",
+        meta, points = nbgrader_meta(sec["cell"]), cell_points(sec["cell"])
+        lines += [f"## {sec['heading']}", "", f"`{meta.get('grade_id')}`, {points:g} {'point' if points == 1 else 'points'}",
+                  "", "### Question", "",
+                  sec["question"] or "(no text between this answer cell and the graded cell before it: see above)", "",
                   "### Model answer", "", model_answer(sec["cell"]), "",
                   "### Marking note", "", "\n\n".join(sec["notes"]) or "(none in the source notebook)", ""]
     return "\n".join(lines)
@@ -380,6 +397,7 @@ def write_marking_guides(course: Course, sources: list[Path]) -> Path:
     for path in sources:
         if guide := marking_guide(read_source(path), path.stem):
             (folder / f"{path.stem}.md").write_text(guide, encoding="utf-8")
+            (folder / f"{path.stem}.md").chmod(0o444)  # the next release rewrites it: an editor warns before a grader's notes go
     return folder
 
 

@@ -491,3 +491,42 @@ def test_a_notebook_without_hand_graded_answers_gets_no_guide_and_an_old_guide_g
     assert "## 练习 9.2（人工评分）" in guide and "`answer_g`, 1.5 points" in guide
     assert "写出 g。" in guide and "```python\ndef g():\n    return 2\n```" in guide and "返回 2 即可。" in guide
     assert "BEGIN SOLUTION" not in guide
+
+
+def test_the_marking_guide_takes_each_question_from_its_own_exercise_and_keeps_every_note(tmp_path):
+    """Review found: a note above its answer was dropped, the text of an autograded exercise under the same heading
+    (and text before a heading in the same cell) became the next question, a code answer holding ``` broke its
+    fence, and '1 points'."""
+    from types import SimpleNamespace
+
+    from autograder.release import marking_guide, write_marking_guides
+
+    def cell(kind, text, **meta):
+        made = nbformat.v4.new_markdown_cell(text) if kind == "markdown" else nbformat.v4.new_code_cell(text)
+        if meta:
+            made.metadata["nbgrader"] = {"schema_version": 3, "locked": False, "task": False, **meta}
+        return made
+
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("markdown", "**评分要点** 先写的要点。", grade=False, solution=False, grade_id="note_first"),
+        cell("markdown", "## 练习 9.1\n\n实现 f。"),
+        cell("code", "### BEGIN SOLUTION\nf = 1\n### END SOLUTION", grade=False, solution=True, grade_id="ex_f"),
+        cell("code", "assert f == 1", grade=True, solution=False, grade_id="test_f", points=1),
+        cell("markdown", "上一题的结尾。\n\n## 练习 9.2（人工评分）\n\n写出 g，并解释。"),
+        cell("code", "### BEGIN SOLUTION\ns = '```'\n### END SOLUTION", grade=True, solution=True, grade_id="answer_g",
+             points=1),
+        cell("markdown", "**评分要点** g 的要点。", grade=False, solution=False, grade_id="note_g")])
+    guide = marking_guide(nb, "09-edge")
+    (first,) = guide.split("\n## ")[1:]  # one hand-graded answer, one section
+    assert first.startswith("练习 9.2（人工评分）\n") and "`answer_g`, 1 point\n" in first, guide
+    question = first.split("### Question\n\n")[1].split("\n\n### Model answer")[0]
+    assert question == "写出 g，并解释。", question  # not 实现 f, not 上一题的结尾
+    assert "````python\ns = '```'\n````" in first, first
+    assert "先写的要点。" in first and "g 的要点。" in first, first  # the note above the first answer is kept
+    course = SimpleNamespace(root=tmp_path / "course")
+    source = tmp_path / "09-edge.ipynb"
+    nbformat.write(nb, source)
+    folder = write_marking_guides(course, [source])
+    assert (folder / "09-edge.md").stat().st_mode & 0o222 == 0, "a grader's edits would be lost on the next release"
+    write_marking_guides(course, [source])  # a read-only guide is replaced all the same
+    assert (folder / "09-edge.md").read_text(encoding="utf-8") == guide
