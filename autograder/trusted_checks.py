@@ -345,6 +345,8 @@ def _interrupts_noted():
 
     def handler(signum, frame):
         noted.append(signum)
+        for other in previous:  # a second Ctrl-C would cut nbclient's clean-up short (tracebacks at exit)
+            signal.signal(other, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     previous = {}
