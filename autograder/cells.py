@@ -220,13 +220,29 @@ def numbered_cell(cell, number: int) -> str:
     return f"cell {number} ({first[:60]}{'…' if len(first) > 60 else ''})"
 
 
+def unrun_for_time(cell) -> bool:
+    """A cell the notebook's time budget left unrun (the grader's NOTEBOOK_TIMEOUT error; a test cell's failure says
+    BUDGET_NOT_RUN)."""
+    return any(o.get("output_type") == "error" and (o.get("ename") == NOTEBOOK_TIMEOUT or
+                                                    str(o.get("evalue", "")).startswith(BUDGET_NOT_RUN))
+               for o in cell.get("outputs", []))
+
+
 def not_run_for_time(nb) -> list[str]:
-    """Grade ids of the graded cells the notebook's time budget left unrun (the grader's NOTEBOOK_TIMEOUT error; a test
-    cell's failure says BUDGET_NOT_RUN), in order."""
-    return [grade_id for cell in nb.cells if (grade_id := nbgrader_meta(cell).get("grade_id"))
-            and any(o.get("output_type") == "error" and (o.get("ename") == NOTEBOOK_TIMEOUT or
-                                                         str(o.get("evalue", "")).startswith(BUDGET_NOT_RUN))
-                    for o in cell.get("outputs", []))]
+    """Grade ids of the test cells the notebook's time budget left unrun (they count as failed), in order."""
+    return [nbgrader_meta(cell)["grade_id"] for cell in nb.cells if is_test_cell(cell) and unrun_for_time(cell)]
+
+
+def stopped_for_time(nb):
+    """The code cell that was running when the notebook's time budget ran out (stopped at its time limit right before
+    the first cell left unrun), or None when the budget ran out between cells or was not spent."""
+    ran = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    first = next((i for i, c in enumerate(ran) if unrun_for_time(c)), None)
+    if not first:
+        return None
+    timed_out = any(o.get("output_type") == "error" and o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt")
+                    for o in ran[first - 1].get("outputs", []))
+    return ran[first - 1] if timed_out else None
 
 
 def stopped_kernel(cell) -> bool:

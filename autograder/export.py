@@ -127,7 +127,7 @@ def tampered_cells(course: Course, student: str, released_tests: dict[str, set[s
 
 
 def out_of_time(course: Course, student: str) -> list[str]:
-    """Notes for the instructor naming, per graded notebook of the student, the graded cells its time budget left unrun."""
+    """Notes for the instructor naming, per graded notebook of the student, the test cells its time budget left unrun."""
     notes = []
     for path in sorted(course.step_dir("autograded", student).glob("*.ipynb")):
         try:
@@ -135,7 +135,7 @@ def out_of_time(course: Course, student: str) -> list[str]:
         except Exception:  # noqa: BLE001 - a notebook grading could not write whole has its own note
             continue
         if unrun:
-            notes.append(f"{path.stem}: used up its time budget; not run, scored 0: {', '.join(unrun)}")
+            notes.append(f"{path.stem}: used up its time budget; tests not run (failed): {', '.join(unrun)}")
     return notes
 
 

@@ -48,7 +48,7 @@ from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, heading_after, hidden_line_numbers, is_test_cell,
-                    nbgrader_meta, not_run_for_time, outcome_message, stopped_kernel, visible_source)
+                    nbgrader_meta, not_run_for_time, outcome_message, stopped_for_time, stopped_kernel, visible_source)
 from .collect import DUPLICATE, OLDER, load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
@@ -130,7 +130,8 @@ class GetGradesNotingPending(GetGrades):
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
         if unrun := not_run_for_time(nb):
-            nb.cells.insert(0, new_markdown_cell(budget_note(unrun)))
+            stopped = stopped_for_time(nb)
+            nb.cells.insert(0, new_markdown_cell(budget_note(unrun, None if stopped is None else cell_label(stopped))))
         if failed_tests(nb):
             nb.cells.insert(0, new_markdown_cell(FAILED_CHECKS_NOTE))
         pending = resources["nbgrader"]["pending"]
@@ -271,18 +272,24 @@ def failed_tests(nb) -> list[str]:
 
 def kernel_stops(nb) -> list[str]:
     """The cells of a graded notebook that stopped the kernel: each by its grade id, else by its first line."""
-    return [markdown_literal(nbgrader_meta(cell).get("grade_id") or "") or
-            f"the cell that begins {markdown_literal(quoted_line(cell))}"
-            for cell in nb.cells if stopped_kernel(cell)]
+    return [cell_label(cell) for cell in nb.cells if stopped_kernel(cell)]
 
 
-def budget_note(cells: list[str]) -> str:
-    """The note opening a page whose notebook used up its time budget: the graded cells not run -> markdown."""
+def cell_label(cell) -> str:
+    """A cell as the notes name it (markdown): its grade id, else 'the cell that begins …' (its first line, cut at 60)."""
+    return markdown_literal(nbgrader_meta(cell).get("grade_id") or "") or \
+        f"the cell that begins {markdown_literal(first_line(cell.source)[:60])}"
+
+
+def budget_note(cells: list[str], stopped: str | None = None) -> str:
+    """The note opening a page whose notebook used up its time budget: the test cells not run (grade ids) and the
+    cell it ran out in (cell_label), if one -> markdown."""
     one = len(cells) == 1
+    during = f" It ran out while {stopped} ran, which was stopped." if stopped else ""
     return ("**Out of time.** Grading gives the whole notebook a time budget, and your notebook used it up before it "
-            f"reached {'this cell' if one else 'these cells'}: {', '.join(markdown_literal(c) for c in cells)}. "
-            f"{'It was' if one else 'They were'} not run and count as failed. Find the slow cell (a loop that runs "
-            "far too often, a large array), make it faster, and run the whole notebook again before you hand in.")
+            f"reached {'this test' if one else 'these tests'}: {', '.join(markdown_literal(c) for c in cells)}. "
+            f"{'It was' if one else 'They were'} not run and count as failed.{during} Find the slow cell (a loop that "
+            "runs far too often, a large array), make it faster, and run the whole notebook again before you hand in.")
 
 
 def quoted_line(cell) -> str | None:
@@ -356,12 +363,14 @@ def page_text(html_text: str) -> str:
 
 def authored_text(notebook: Path) -> str:
     """The sources of a graded notebook's cells the student wrote (every cell but the test cells), and once more what
-    the kernel-stop note quotes of them (kernel_stops); '' if absent."""
+    the kernel-stop and out-of-time notes quote of them (kernel_stops, stopped_for_time); '' if absent."""
     if not notebook.is_file():
         return ""
     nb = nbformat.read(notebook, as_version=4)
+    stopped = stopped_for_time(nb)
+    quoted = [] if stopped is None or nbgrader_meta(stopped).get("grade_id") else [first_line(stopped.source)[:60]]
     return "\n".join([*(cell.source for cell in nb.cells if not is_test_cell(cell)),
-                      *(q for cell in nb.cells if (q := quoted_line(cell)) is not None)])
+                      *(q for cell in nb.cells if (q := quoted_line(cell)) is not None), *quoted])
 
 
 def find_leaks(path: Path, signatures: set[str], authored: str = "") -> list[str]:

@@ -437,8 +437,8 @@ def test_a_notebook_out_of_time_says_which_graded_cells_were_not_run_on_the_page
     import nbformat
 
     from autograder.export import out_of_time
-    from autograder.feedback import budget_note
-    from autograder.cells import not_run_for_time
+    from autograder.cells import not_run_for_time, stopped_for_time
+    from autograder.feedback import budget_note, cell_label
     from autograder.trusted_checks import GRADER_ERRORS
 
     def graded(source, grade_id, ename, evalue, **meta):
@@ -456,19 +456,28 @@ def test_a_notebook_out_of_time_says_which_graded_cells_were_not_run_on_the_page
         graded("print(g)", None, "NotebookTimeout", unrun),
         graded("check(g)", "test_g", "AssertionError", unrun, grade=True, solution=False),
         graded("h = 3", "ex_h", "NotebookTimeout", unrun, solution=True, grade=False)])
-    assert not_run_for_time(nb) == ["test_g", "ex_h"]
-    note = budget_note(["test_g", "ex_h"])
+    assert not_run_for_time(nb) == ["test_g"], "answer cells carry no points: only tests are named"
+    assert stopped_for_time(nb) is nb.cells[2], "ex_g ran out of time right before the first cell not run"
+    nb.cells[2].outputs = []  # ex_g finished, and the budget ran out between it and print(g)
+    assert stopped_for_time(nb) is None
+    nb.cells[3].outputs = []  # print(g) ran too, and the budget ran out in a cell of the student's after it
+    nb.cells.insert(4, graded("while True: pass  # mine", None, "CellTimeoutError", GRADER_ERRORS["CellTimeoutError"]))
+    assert nb.cells[4] is stopped_for_time(nb)
+    stopped = paragraph_text(rendered(budget_note(["test_g"], cell_label(nb.cells[4]))))
+    assert "It was not run and count as failed. It ran out while the cell that begins while True: pass  # mine ran, " \
+           "which was stopped." in stopped, stopped
+    note = budget_note(["test_g", "test_h"])
     text = paragraph_text(rendered(note))
     assert note.startswith("**Out of time.**"), note
-    assert "before it reached these cells: test_g, ex_h. They were not run and count as failed" in text, text
-    assert "this cell: test_g. It was not run" in paragraph_text(rendered(budget_note(["test_g"])))
+    assert "before it reached these tests: test_g, test_h. They were not run and count as failed" in text, text
+    assert "this test: test_g. It was not run" in paragraph_text(rendered(budget_note(["test_g"])))
     folder = tmp_path / "autograded" / "ann" / "part-ii"
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / "03-maximum-likelihood.ipynb")
     nbformat.write(nbformat.v4.new_notebook(cells=[nb.cells[0], nb.cells[1]]), folder / "02-shapes-and-loss.ipynb")
     course = SimpleNamespace(step_dir=lambda step, student: tmp_path / step / student / "part-ii")
     assert out_of_time(course, "ann") == [
-        "03-maximum-likelihood: used up its time budget; not run, scored 0: test_g, ex_h"]
+        "03-maximum-likelihood: used up its time budget; tests not run (failed): test_g"]
 
 
 def test_a_deleted_answer_cell_whose_tests_failed_is_named_and_one_answered_elsewhere_is_not(tmp_path):
