@@ -285,11 +285,12 @@ def budget_note(cells: list[str], stopped: str | None = None) -> str:
     """The note opening a page whose notebook used up its time budget: the test cells not run (grade ids) and the
     cell it ran out in (cell_label), if one -> markdown."""
     one = len(cells) == 1
-    during = f" It ran out while {stopped} ran, which was stopped." if stopped else ""
+    fix = (f"It ran out while {stopped} ran, which was stopped: make that cell faster" if stopped else
+           "Find the slow cell and make it faster")
     return ("**Out of time.** Grading gives the whole notebook a time budget, and your notebook used it up before it "
             f"reached {'this test' if one else 'these tests'}: {', '.join(markdown_literal(c) for c in cells)}. "
-            f"{'It was' if one else 'They were'} not run and count as failed.{during} Find the slow cell (a loop that "
-            "runs far too often, a large array), make it faster, and run the whole notebook again before you hand in.")
+            f"{'It was' if one else 'They were'} not run and count as failed. {fix} (a loop that runs far too often, a "
+            "large array, a long wait), and run the whole notebook again before you hand in.")
 
 
 def quoted_line(cell) -> str | None:

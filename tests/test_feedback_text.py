@@ -465,7 +465,7 @@ def test_a_notebook_out_of_time_says_which_graded_cells_were_not_run_on_the_page
     assert nb.cells[4] is stopped_for_time(nb)
     stopped = paragraph_text(rendered(budget_note(["test_g"], cell_label(nb.cells[4]))))
     assert "It was not run and count as failed. It ran out while the cell that begins while True: pass  # mine ran, " \
-           "which was stopped." in stopped, stopped
+           "which was stopped: make that cell faster" in stopped, stopped
     note = budget_note(["test_g", "test_h"])
     text = paragraph_text(rendered(note))
     assert note.startswith("**Out of time.**"), note
