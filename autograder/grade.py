@@ -38,6 +38,7 @@ from pathlib import Path
 import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
+from .cells import ANSI
 from .collect import _digest, load_collect_log
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
                      build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
@@ -417,7 +418,8 @@ def expected_records(course: Course, notebooks: list[str], root: Path | None = N
         try:
             records = record_assignment(course.source_dir, notebooks)
         except Exception as exc:  # noqa: BLE001 - CellExecutionError, ValueError...: the sources are broken
-            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            text = ANSI.sub("", str(exc)).strip()  # nbclient's error carries the traceback's colour codes
+            first = text.splitlines()[-1] if text else type(exc).__name__
             raise AutograderError(f"the instructor notebooks cannot be used for grading: {first}") from None
         finally:
             if saved is None:

@@ -1415,6 +1415,11 @@ def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standin
     assert "Traceback" not in err and "DeadKernelError" not in err, err
     assert run(["export", "--build", str(build)], capsys)[0] == 0
     assert read_grades_csv(build / "course" / "reports" / "grades.csv") == graded
+    cell.source += "\nraise RuntimeError('boom')"  # a source cell that raises: nbclient's error carries colour codes
+    nbformat.write(nb, edited)
+    code, err, out = run(["grade", "--force", "--workers", "1", "--build", str(build)], capsys)
+    assert code == 2 and "the instructor notebooks cannot be used for grading: RuntimeError: boom" in err, err + out
+    assert "\x1b[" not in err, repr(err[-500:])
 
 
 def test_grading_with_a_released_notebooks_source_gone_says_so(tmp_path, capsys, monkeypatch):
