@@ -238,7 +238,7 @@ def stopped_for_time(nb):
     the first cell left unrun), or None when the budget ran out between cells or was not spent."""
     ran = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     first = next((i for i, c in enumerate(ran) if unrun_for_time(c)), None)
-    if not first:
+    if not first:  # nothing left unrun, or the very first cell was (nothing ran before it)
         return None
     timed_out = any(o.get("output_type") == "error" and o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt")
                     for o in ran[first - 1].get("outputs", []))

@@ -37,9 +37,9 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (NOTEBOOK_TIMEOUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line, grade_ids,
-                    graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell, outcome_message,
-                    stopped_kernel)
+from .cells import (NOTEBOOK_TIMEOUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line,
+                    grade_ids, graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell,
+                    outcome_message, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config

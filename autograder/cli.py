@@ -287,7 +287,8 @@ def _run(args: argparse.Namespace) -> int:
         n = len(result.notebooks)
         print(f"released {n} {'notebook' if n == 1 else 'notebooks'} to {course.release_dir}")
         print(f"student zip: {result.zip_path}")
-        print(f"marking guides for graders (each hand-graded question, its model answer and marking note; not in the zip): {result.marking_guides}")
+        print(f"marking guides for graders (each hand-graded question, its model answer and marking note; not in the "
+              f"zip): {result.marking_guides}")
         print(f"due date: {result.due_date:%Y-%m-%d %H:%M:%S} UTC{as_given(None if given is KEEP else given)}"
               if result.due_date else
               "no due date (release --due-date WHEN records one; export then says who handed in late)")

@@ -130,8 +130,8 @@ class GetGradesNotingPending(GetGrades):
         if stopped := kernel_stops(nb):
             nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
         if unrun := not_run_for_time(nb):
-            stopped = stopped_for_time(nb)
-            nb.cells.insert(0, new_markdown_cell(budget_note(unrun, None if stopped is None else cell_label(stopped))))
+            ran_out_in = stopped_for_time(nb)
+            nb.cells.insert(0, new_markdown_cell(budget_note(unrun, None if ran_out_in is None else cell_label(ran_out_in))))
         if failed_tests(nb):
             nb.cells.insert(0, new_markdown_cell(FAILED_CHECKS_NOTE))
         pending = resources["nbgrader"]["pending"]
