@@ -42,7 +42,8 @@ LEAKS = (
      "lines are missing or misspelt, or the check belongs inside one"),
     (re.compile(r"评分要点"), "a marking note (评分要点): release removes only cells whose grade id starts with note_"),
 )
-# marking notes quote the model answer; graders read them in the source notebooks, students never get them
+# marking notes quote the model answer; graders read them in the source notebooks and the marking guides below,
+# students never get them
 MARKING_NOTE_PREFIX = "note_"
 MARKING_GUIDES = "marking"  # <course root>/marking/<notebook>.md: the graders' guide, beside formgrader
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
