@@ -160,6 +160,7 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
     """Where everything went, and how to open formgrader on this gradebook."""
     items = [
         ("student zip", student_zip),
+        ("marking guides", course.root / "marking"),
         ("sample LMS download", lms_zip),
         ("collect report", course.reports_dir / "collect.json"),
         ("rejected files", course.rejected_dir),
@@ -178,5 +179,6 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
     as_root = " --allow-root" if os.geteuid() == 0 else ""  # JupyterLab refuses root without it
     jupyter = shlex.quote(str(REPO / ".venv" / "bin" / "jupyter"))
     print(f"\nmanual grading: cd {shlex.quote(str(course.root))} && {jupyter} lab{as_root}   "
-          f"(then Nbgrader > Formgrader > Manual Grading; afterwards run `python -m autograder export"
+          f"(then Nbgrader > Formgrader > Manual Grading, with marking/<notebook>.md open beside it; afterwards run "
+          f"`python -m autograder export"
           f"{build_option(course)}` and `... feedback{build_option(course)}`)")

@@ -1244,9 +1244,11 @@ def test_the_demos_manual_grading_command_runs_as_printed_in_a_folder_with_space
     course = Course.load(tmp_path / "term 1 & co")
     print_paths(course, *(tmp_path / name for name in ("s.zip", "l.zip", "g.csv", "c.csv", "t.png")), "sandbox",
                 "sandbox")
-    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("manual grading: "))
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("manual grading: "))
     words = shlex.split(line.removeprefix("manual grading: ").split("   (")[0])
     assert words[:4] == ["cd", str(course.root), "&&", str(REPO / ".venv" / "bin" / "jupyter")], words
+    assert f"  marking guides         {course.root / 'marking'}\n" in out and "marking/<notebook>.md open beside" in line
 
 
 @pytest.mark.parametrize("name", ["term[1]", "a*b", "a?b"])
