@@ -222,7 +222,7 @@ def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
     assert ("02-shapes-and-loss: test cells changed by the student, graded as released: test_kl_with_support, "
             "test_masked_mean_loss, test_perplexity_from_loss") in tampered, tampered
     assert "02-shapes-and-loss: test cells deleted by the student, put back for grading: test_stable_softmax" in tampered
-    flagged = {s for s, r in rows.items() if "by the student" in r["notes"]}
+    flagged = {s for s, r in rows.items() if "test cells" in r["notes"] and "by the student" in r["notes"]}
     assert flagged == {"edited-tests", "tampered-test-cells", "duplicate-grade-ids"}, flagged
     # and the student, on that notebook's feedback page only: their edits did not count, the deleted cell came back
     pages = {f.parent.parent.name + "/" + f.stem: page_text(f.read_text(encoding="utf-8"))
@@ -241,6 +241,16 @@ def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
     stopped = pages[f"kernel-death/{CATALOGUE_NOTEBOOK}"]
     assert "The kernel stopped." in stopped and "Grading started a new kernel, re-ran the cells before each" in stopped
     assert not any("The kernel stopped." in text for name, text in pages.items() if name.startswith("perfect/"))
+    # a deleted answer cell whose test failed is named on its page and in the export, and on no other page; no page of
+    # this class ran out of time or had a notebook file rejected while another copy was graded (the broken student's
+    # damaged notebook has no other copy: its page says it was not graded)
+    assert "Answer cell deleted. Your notebook has no answer cell ex_stable_softmax, and the tests of that exercise " \
+           "failed." in pages[f"deleted-answer-cell/{CATALOGUE_NOTEBOOK}"]
+    assert [name for name, text in pages.items() if "Answer cell deleted." in text] == \
+        [f"deleted-answer-cell/{CATALOGUE_NOTEBOOK}"]
+    assert f"{CATALOGUE_NOTEBOOK}: answer cells deleted by the student, and their tests failed (grading does not put " \
+           "a deleted answer cell back): ex_stable_softmax" in rows["deleted-answer-cell"]["notes"]
+    assert not [name for name, text in pages.items() if "Out of time." in text or "of yours was not graded" in text]
 
 
 def test_broken_file_is_reported_and_kept_not_lost(graded):
