@@ -318,17 +318,20 @@ def strip_marking_notes(notebook: Path) -> int:
     return removed
 
 
-def split_at_last_heading(markdown: str) -> tuple[str | None, str]:
-    """(the text of the cell's last heading, the markdown after it) outside code fences; (None, all of it) without one.
-    What comes before the last heading belongs to the exercise before it."""
-    lines, fenced, last = markdown.splitlines(), False, None
+def split_at_section_heading(markdown: str) -> tuple[str | None, str]:
+    """(the text of the cell's last heading of its highest level, the markdown after it, deeper headings included)
+    outside code fences; (None, all of it) without a heading. What comes before that heading belongs to the exercise
+    before it; a sub-heading after it ('#### 你的回答') is part of the question."""
+    lines, fenced, found = markdown.splitlines(), False, []
     for number, line in enumerate(lines):
         fenced = fenced != bool(FENCE.match(line))
         if not fenced and HEADING.match(line):
-            last = number
-    if last is None:
+            found.append((len(line.lstrip(" ")) - len(line.lstrip(" ").lstrip("#")), number))
+    if not found:
         return None, markdown.strip()
-    return last_heading(lines[last]), "\n".join(lines[last + 1:]).strip()
+    top = min(level for level, _ in found)
+    at = max(number for level, number in found if level == top)
+    return last_heading(lines[at]), "\n".join(lines[at + 1:]).strip()
 
 
 def is_hand_graded(cell) -> bool:
@@ -354,26 +357,30 @@ def model_answer(cell) -> str:
 def marking_guide(nb, name: str) -> str | None:
     """Markdown for graders of notebook name (the source notebook nb): each hand-graded answer with its question as
     students read it (the text since the exercise heading, or since the last graded cell), the model answer and its
-    marking notes (note_ cells: those below an answer go with it; those above the first answer, with the first)."""
-    sections, heading, question, early_notes = [], name, [], []
+    marking notes (note_ cells: those right below an answer go with it; any other, with the next answer)."""
+    sections, heading, question, waiting = [], name, [], []
+    below_answer = False  # nothing but notes since the last hand-graded answer: a note here is that answer's
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         if meta.get("grade_id", "").startswith(MARKING_NOTE_PREFIX):
-            (sections[-1]["notes"] if sections else early_notes).append(cell.source.strip())
-        elif is_hand_graded(cell):
+            (sections[-1]["notes"] if below_answer else waiting).append(cell.source.strip())
+            continue
+        below_answer = False
+        if is_hand_graded(cell):
             asked = cell.source.strip() if meta.get("task") else "\n\n".join(question)
-            sections.append({"heading": heading, "question": asked, "cell": cell, "notes": early_notes})
-            question, early_notes = [], []
+            sections.append({"heading": heading, "question": asked, "cell": cell, "notes": waiting})
+            question, waiting, below_answer = [], [], True
         elif meta.get("grade") or meta.get("solution"):  # an autograded exercise: its text is not the next question's
             question = []
         elif cell.cell_type == "markdown":
-            found, text = split_at_last_heading(cell.source)
+            found, text = split_at_section_heading(cell.source)
             if found:
                 heading, question = found, []
             if text:
                 question.append(text)
     if not sections:
         return None
+    sections[-1]["notes"] += waiting  # notes after the last answer: never dropped
     lines = [f"# {name}: marking guide", "",
              f"For graders only (release writes it from the source notebook; students never get it). In formgrader: "
              f"Manual Grading › {ASSIGNMENT} › {name}. Each hand-graded answer: the question as students read it, "

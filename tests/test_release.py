@@ -530,3 +530,31 @@ def test_the_marking_guide_takes_each_question_from_its_own_exercise_and_keeps_e
     assert (folder / "09-edge.md").stat().st_mode & 0o222 == 0, "a grader's edits would be lost on the next release"
     write_marking_guides(course, [source])  # a read-only guide is replaced all the same
     assert (folder / "09-edge.md").read_text(encoding="utf-8") == guide
+
+
+def test_a_note_above_a_later_answer_goes_with_it_and_a_sub_heading_stays_in_its_question():
+    """Second review: a note placed above any answer but the first went under the question before it (which then
+    showed two notes, and its own answer none); a question cell ending in a sub-heading ('#### 你的回答') lost its text
+    and was titled after the sub-heading."""
+    from autograder.release import marking_guide
+
+    def cell(kind, text, **meta):
+        made = nbformat.v4.new_markdown_cell(text) if kind == "markdown" else nbformat.v4.new_code_cell(text)
+        if meta:
+            made.metadata["nbgrader"] = {"schema_version": 3, "locked": False, "task": False, **meta}
+        return made
+
+    def answer(grade_id):
+        return cell("markdown", "### BEGIN SOLUTION\n模型答案。\n### END SOLUTION", grade=True, solution=True,
+                    grade_id=grade_id, points=2)
+
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("markdown", "### 练习 1（人工评分）\n\n第一问？\n\n#### 你的回答"), answer("answer_one"),
+        cell("markdown", "一问的要点。", grade=False, solution=False, grade_id="note_one"),
+        cell("markdown", "### 练习 2（人工评分）\n\n第二问？"),
+        cell("markdown", "二问的要点。", grade=False, solution=False, grade_id="note_two"), answer("answer_two")])
+    one, two = marking_guide(nb, "09-notes").split("\n## ")[1:]
+    assert one.startswith("练习 1（人工评分）\n"), one
+    assert one.split("### Question\n\n")[1].split("\n\n### Model answer")[0] == "第一问？\n\n#### 你的回答", one
+    assert one.split("### Marking note\n\n")[1].strip() == "一问的要点。", one
+    assert two.startswith("练习 2（人工评分）\n") and two.split("### Marking note\n\n")[1].strip() == "二问的要点。", two
