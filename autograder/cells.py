@@ -23,6 +23,7 @@ NOT_RUN = "NotRun"  # ... on a cell not run because the kernel stopped too many 
 KERNEL_STOPS = (KERNEL_DIED, TOO_MANY_PROCESSES)  # the cells that stopped the kernel
 NOTEBOOK_TIMEOUT = "NotebookTimeout"  # ... on a cell not run because the notebook used up its time budget
 BUDGET_NOT_RUN = "not run: the notebook used up its time budget"  # what such a cell (or its test) says
+TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error names of a cell stopped at the time limit
 HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
@@ -240,8 +241,7 @@ def stopped_for_time(nb):
     first = next((i for i, c in enumerate(ran) if unrun_for_time(c)), None)
     if not first:  # nothing left unrun, or the very first cell was (nothing ran before it)
         return None
-    timed_out = any(o.get("output_type") == "error" and o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt")
-                    for o in ran[first - 1].get("outputs", []))
+    timed_out = any(o.get("output_type") == "error" and o.get("ename") in TIMED_OUT for o in ran[first - 1].get("outputs", []))
     return ran[first - 1] if timed_out else None
 
 

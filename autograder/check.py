@@ -37,9 +37,9 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (NOTEBOOK_TIMEOUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only, first_line,
-                    grade_ids, graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell,
-                    outcome_message, stopped_kernel)
+from .cells import (NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only,
+                    first_line, grade_ids, graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta,
+                    numbered_cell, outcome_message, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config
@@ -233,7 +233,6 @@ def kernel_death(nb) -> str | None:
     return next((numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1) if stopped_kernel(cell)), None)
 
 
-TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error names of a cell stopped at the time limit
 
 
 NUMBERED_CELL = re.compile(r"\bcell \d+ \(")
@@ -345,7 +344,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
             if message == WROTE_TO_STDERR:
                 message += stderr_excerpt(cell)
             earlier = since_last_test or setup_failure
-            if unrun := error_named(cell, "NotebookTimeout"):  # nothing earlier is to blame: said below the table
+            if unrun := error_named(cell, NOTEBOOK_TIMEOUT):  # nothing earlier is to blame: said below the table
                 message = f"✘ {unrun.evalue}"
             elif (unanswered or stub_section == section) and answer_cell and not message.startswith("✔") and message != EDITED:
                 message = (f"✘ not answered yet: {answer_cell} still raises NotImplementedError; replace "
