@@ -275,10 +275,16 @@ def kernel_stops(nb) -> list[str]:
     return [cell_label(cell) for cell in nb.cells if stopped_kernel(cell)]
 
 
+def quoted_start(cell) -> str | None:
+    """What a note quotes of a cell without a grade id (its first line, cut at 60); None for a cell with one."""
+    return None if nbgrader_meta(cell).get("grade_id") else first_line(cell.source)[:60]
+
+
 def cell_label(cell) -> str:
-    """A cell as the notes name it (markdown): its grade id, else 'the cell that begins …' (its first line, cut at 60)."""
-    return markdown_literal(nbgrader_meta(cell).get("grade_id") or "") or \
-        f"the cell that begins {markdown_literal(first_line(cell.source)[:60])}"
+    """A cell as the notes name it (markdown): its grade id, else 'the cell that begins …' (quoted_start)."""
+    quoted = quoted_start(cell)
+    return markdown_literal(nbgrader_meta(cell)["grade_id"]) if quoted is None else \
+        f"the cell that begins {markdown_literal(quoted)}"
 
 
 def budget_note(cells: list[str], stopped: str | None = None) -> str:
@@ -291,13 +297,6 @@ def budget_note(cells: list[str], stopped: str | None = None) -> str:
             f"reached {'this test' if one else 'these tests'}: {', '.join(markdown_literal(c) for c in cells)}. "
             f"{'It was' if one else 'They were'} not run and count as failed. {fix} (a loop that runs far too often, a "
             "large array, a long wait), and run the whole notebook again before you hand in.")
-
-
-def quoted_line(cell) -> str | None:
-    """What the kernel-stop note quotes of a stopped cell without a grade id (its first line, cut at 60); else None."""
-    if not stopped_kernel(cell) or nbgrader_meta(cell).get("grade_id"):
-        return None
-    return first_line(cell.source)[:60]
 
 
 def kernel_stop_note(cells: list[str]) -> str:
@@ -368,10 +367,10 @@ def authored_text(notebook: Path) -> str:
     if not notebook.is_file():
         return ""
     nb = nbformat.read(notebook, as_version=4)
-    stopped = stopped_for_time(nb)
-    quoted = [] if stopped is None or nbgrader_meta(stopped).get("grade_id") else [first_line(stopped.source)[:60]]
+    ran_out_in = stopped_for_time(nb)
+    quoted = [cell for cell in nb.cells if stopped_kernel(cell)] + ([] if ran_out_in is None else [ran_out_in])
     return "\n".join([*(cell.source for cell in nb.cells if not is_test_cell(cell)),
-                      *(q for cell in nb.cells if (q := quoted_line(cell)) is not None), *quoted])
+                      *(q for cell in quoted if (q := quoted_start(cell)) is not None)])
 
 
 def find_leaks(path: Path, signatures: set[str], authored: str = "") -> list[str]:
