@@ -102,18 +102,27 @@ def late_by(seconds: float) -> str:
     return " ".join(p for p in parts if p)
 
 
-def tampered_cells(course: Course, student: str, released_tests: dict[str, set[str]]) -> dict[str, tuple[list, list]]:
-    """{notebook: (grade ids of test cells the student changed, of those they deleted)} for the notebooks with either.
-
-    released_tests: {notebook: grade ids of its test cells in the release}. Grading used the released cells.
-    """
-    tampered = {}
+def submitted_cells(course: Course, student: str) -> dict[str, list]:
+    """{notebook: its cells} of the student's collected notebooks, in name order (one that cannot be read is left out:
+    collect filed it as a notebook, and a broken one has its own note)."""
+    found = {}
     for path in sorted(course.step_dir("submitted", student).glob("*.ipynb")):
         try:
-            cells = nbformat.read(path, as_version=4).cells
-        except Exception:  # noqa: BLE001 - collect filed it as a notebook; a broken one has its own note
+            found[path.stem] = nbformat.read(path, as_version=4).cells
+        except Exception:  # noqa: BLE001 - see above
             continue
-        released = released_tests.get(path.stem, set())
+    return found
+
+
+def tampered_cells(submitted: dict[str, list], released_tests: dict[str, set[str]]) -> dict[str, tuple[list, list]]:
+    """{notebook: (grade ids of test cells the student changed, of those they deleted)} for the notebooks with either.
+
+    submitted: submitted_cells() of the student; released_tests: {notebook: grade ids of its test cells in the
+    release}. Grading used the released cells.
+    """
+    tampered = {}
+    for notebook, cells in submitted.items():
+        released = released_tests.get(notebook, set())
         carrying: dict[str, list] = {}  # grade id -> the cells that carry it (a copied cell repeats one)
         for c in cells:
             carrying.setdefault(nbgrader_meta(c).get("grade_id"), []).append(c)
@@ -122,7 +131,7 @@ def tampered_cells(course: Course, student: str, released_tests: dict[str, set[s
                         if any(not is_test_cell(c) or is_edited(c) for c in carrying[g]))
         deleted = sorted(released - carrying.keys())
         if edited or deleted:
-            tampered[path.stem] = (edited, deleted)
+            tampered[notebook] = (edited, deleted)
     return tampered
 
 
@@ -152,19 +161,17 @@ def released_answers(course: Course) -> dict[str, dict[str, tuple[str, ...]]]:
     return answers
 
 
-def deleted_answers(course: Course, student: str, released: dict[str, dict[str, tuple[str, ...]]]
+def deleted_answers(submitted: dict[str, list], released: dict[str, dict[str, tuple[str, ...]]]
                     ) -> dict[str, dict[str, tuple[str, ...]]]:
     """{notebook: {answer grade id: its test ids}} of the released answer cells (released_answers) missing from the
-    student's hand-in, for the notebooks that hold some of them (one holding none is not gradable, and says so)."""
+    student's hand-in (submitted_cells), for the notebooks that hold some of them (one holding none is not gradable,
+    and says so)."""
     deleted = {}
-    for path in sorted(course.step_dir("submitted", student).glob("*.ipynb")):
-        try:
-            present = {nbgrader_meta(c).get("grade_id") for c in nbformat.read(path, as_version=4).cells}
-        except Exception:  # noqa: BLE001 - collect filed it as a notebook; a broken one has its own note
-            continue
-        answers = released.get(path.stem, {})
+    for notebook, cells in submitted.items():
+        present = {nbgrader_meta(c).get("grade_id") for c in cells}
+        answers = released.get(notebook, {})
         if (missing := sorted(set(answers) - present)) and len(missing) < len(answers):
-            deleted[path.stem] = {answer: answers[answer] for answer in missing}
+            deleted[notebook] = {answer: answers[answer] for answer in missing}
     return deleted
 
 
@@ -179,10 +186,10 @@ def released_test_ids(course: Course) -> dict[str, set[str]]:
     return {stem: {g for g, test in cells.items() if test} for stem, cells in graded_cells(course.release_dir).items()}
 
 
-def tampered_tests(course: Course, student: str, released_tests: dict[str, set[str]]) -> list[str]:
-    """Notes for the instructor naming the test cells a student's hand-in changed or deleted."""
+def tampered_tests(submitted: dict[str, list], released_tests: dict[str, set[str]]) -> list[str]:
+    """Notes for the instructor naming the test cells a student's hand-in (submitted_cells) changed or deleted."""
     notes = []
-    for notebook, (edited, deleted) in tampered_cells(course, student, released_tests).items():
+    for notebook, (edited, deleted) in tampered_cells(submitted, released_tests).items():
         if edited:
             notes.append(f"{notebook}: test cells changed by the student, graded as released: {', '.join(edited)}")
         if deleted:
@@ -233,11 +240,12 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         for student in sorted(gb.students, key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale,
                                           f"python -m autograder grade{build_option(course)}")
-            if tampered := tampered_tests(course, student.id, released_tests):
+            handed_in = submitted_cells(course, student.id)
+            if tampered := tampered_tests(handed_in, released_tests):
                 notes += tampered
                 status = "incomplete" if status == "graded" else status
             notes += out_of_time(course, student.id)
-            gone = deleted_answers(course, student.id, answers)
+            gone = deleted_answers(handed_in, answers)
             row = {"assignment": ASSIGNMENT, "duedate": _fmt(assignment.duedate), "student_id": student.id,
                    "last_name": _fmt(student.last_name), "first_name": _fmt(student.first_name),
                    "email": _fmt(student.email), "max_score": _fmt(assignment.max_score)}

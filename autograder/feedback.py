@@ -53,7 +53,7 @@ from .collect import DUPLICATE, OLDER, load_collect_log, match_notebook, moved_f
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
 from .export import (deleted_answers, failing_without_answer, late_by, released_answers, released_test_ids,
-                     tampered_cells)
+                     submitted_cells, tampered_cells)
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
@@ -438,13 +438,14 @@ def generate_for(course: Course, student: str, mathjax_url: str | None,
     from nbgrader.converters import GenerateFeedback
 
     config = _feedback_config(course, mathjax_url)
+    handed_in = submitted_cells(course, student)
     config.GetGradesNotingPending.tampered = {nb: [edited, deleted] for nb, (edited, deleted)
-                                              in tampered_cells(course, student, released_tests).items()}
+                                              in tampered_cells(handed_in, released_tests).items()}
     config.GetGradesNotingPending.graded_from = graded_from or {}
     config.GetGradesNotingPending.rejected_files = rejected_for(student, course.notebook_names(), load_collect_log(course))
     answers = released_answers(course) if answers_of_release is None else answers_of_release
     config.GetGradesNotingPending.deleted_answers = {nb: {a: list(t) for a, t in gone.items()}
-                                                     for nb, gone in deleted_answers(course, student, answers).items()}
+                                                     for nb, gone in deleted_answers(handed_in, answers).items()}
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()

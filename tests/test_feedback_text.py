@@ -488,7 +488,7 @@ def test_a_deleted_answer_cell_whose_tests_failed_is_named_and_one_answered_else
 
     import nbformat
 
-    from autograder.export import deleted_answers, failing_without_answer, released_answers
+    from autograder.export import deleted_answers, failing_without_answer, released_answers, submitted_cells
     from autograder.feedback import deleted_answers_note
 
     def cell(grade_id, **meta):
@@ -512,7 +512,7 @@ def test_a_deleted_answer_cell_whose_tests_failed_is_named_and_one_answered_else
     # 03 without ex_b and answer_c; 02 without its only answer (not gradable: its own note says so)
     nbformat.write(nbformat.v4.new_notebook(cells=released[:2] + released[3:5]), handed / "03-maximum-likelihood.ipynb")
     nbformat.write(nbformat.v4.new_notebook(cells=[released[1]]), handed / "02-shapes-and-loss.ipynb")
-    gone = deleted_answers(course, "ann", answers)
+    gone = deleted_answers(submitted_cells(course, "ann"), answers)
     assert gone == {"03-maximum-likelihood": {"ex_b": ("test_b1", "test_b2")}}
     assert failing_without_answer(gone["03-maximum-likelihood"], {"test_a", "test_b2"}) == ["ex_b"]
     assert failing_without_answer(gone["03-maximum-likelihood"], {"test_a"}) == [], "answered in a cell of their own"
