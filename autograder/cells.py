@@ -168,6 +168,12 @@ def is_test_cell(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def is_hand_graded(cell) -> bool:
+    """An answer graded by hand in formgrader: nbgrader's grade and solution marks together, or a task cell."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade") and meta.get("solution")) or bool(meta.get("task"))
+
+
 def graded_cells(folder) -> dict[str, dict[str, bool]]:
     """{notebook stem: {grade id: whether it is a test cell}} for the graded cells of folder's notebooks, in order."""
     import nbformat

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import exercises, graded_cells, is_edited, is_test_cell, nbgrader_meta, not_run_for_time
+from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_cell, nbgrader_meta, not_run_for_time
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
@@ -155,7 +155,7 @@ def released_answers(course: Course) -> dict[str, dict[str, tuple[str, ...]]]:
     answers = {}
     for path in sorted(course.release_dir.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        by_hand = {meta.get("grade_id") for c in nb.cells if (meta := nbgrader_meta(c)).get("grade")}
+        by_hand = {nbgrader_meta(c).get("grade_id") for c in nb.cells if is_hand_graded(c)}
         answers[path.stem] = {ex.solution_id: ex.test_ids for ex in exercises(nb, path.stem)
                               if ex.solution_id not in by_hand}
     return answers

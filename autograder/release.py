@@ -25,7 +25,8 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import FENCE, HEADING, cell_points, headings, last_heading, leveled_headings, nbgrader_meta, numbered_cell
+from .cells import (FENCE, HEADING, cell_points, headings, is_hand_graded, last_heading, leveled_headings, nbgrader_meta,
+                    numbered_cell)
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
@@ -332,12 +333,6 @@ def split_at_section_heading(markdown: str) -> tuple[str | None, str]:
     top = min(level for level, _ in found)
     at = max(number for level, number in found if level == top)
     return last_heading(lines[at]), "\n".join(lines[at + 1:]).strip()
-
-
-def is_hand_graded(cell) -> bool:
-    """An answer graded by hand in formgrader: nbgrader's grade and solution marks together, or a task cell."""
-    meta = nbgrader_meta(cell)
-    return bool(meta.get("grade") and meta.get("solution")) or bool(meta.get("task"))
 
 
 def fenced_code(text: str) -> str:
