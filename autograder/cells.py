@@ -45,14 +45,21 @@ def plain_heading(text: str) -> str:
     return re.sub(r"\s+", " ", "".join(parts)).strip()
 
 
-def leveled_headings(markdown: str):
-    """(level 1-6, text) of a markdown cell's headings (outside code fences), in order, as plain_heading reads them."""
+def numbered_headings(markdown: str):
+    """(line index, level 1-6, text) of a markdown cell's headings (outside code fences), in order, as plain_heading
+    reads them."""
     fenced = False
-    for line in markdown.splitlines():
+    for number, line in enumerate(markdown.splitlines()):
         if FENCE.match(line):
             fenced = not fenced
         elif not fenced and (m := HEADING.match(line)) and (text := plain_heading(m.group(1))):
-            yield len(line.lstrip(" ")) - len(line.lstrip(" ").lstrip("#")), text
+            yield number, len(line.lstrip(" ")) - len(line.lstrip(" ").lstrip("#")), text
+
+
+def leveled_headings(markdown: str):
+    """(level 1-6, text) of a markdown cell's headings (outside code fences), in order, as plain_heading reads them."""
+    for _, level, text in numbered_headings(markdown):
+        yield level, text
 
 
 def headings(markdown: str):

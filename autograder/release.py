@@ -25,8 +25,8 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import (FENCE, HEADING, cell_points, headings, is_hand_graded, last_heading, leveled_headings, nbgrader_meta,
-                    numbered_cell)
+from .cells import (cell_points, headings, is_hand_graded, leveled_headings, nbgrader_meta, numbered_cell,
+                    numbered_headings)
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
@@ -323,16 +323,12 @@ def split_at_section_heading(markdown: str) -> tuple[str | None, str]:
     """(the text of the cell's last heading of its highest level, the markdown after it, deeper headings included)
     outside code fences; (None, all of it) without a heading. What comes before that heading belongs to the exercise
     before it; a sub-heading after it ('#### 你的回答') is part of the question."""
-    lines, fenced, found = markdown.splitlines(), False, []
-    for number, line in enumerate(lines):
-        fenced = fenced != bool(FENCE.match(line))
-        if not fenced and HEADING.match(line):
-            found.append((len(line.lstrip(" ")) - len(line.lstrip(" ").lstrip("#")), number))
+    found = list(numbered_headings(markdown))
     if not found:
         return None, markdown.strip()
-    top = min(level for level, _ in found)
-    at = max(number for level, number in found if level == top)
-    return last_heading(lines[at]), "\n".join(lines[at + 1:]).strip()
+    top = min(level for _, level, _ in found)
+    at, _, text = [heading for heading in found if heading[1] == top][-1]
+    return text, "\n".join(markdown.splitlines()[at + 1:]).strip()
 
 
 def fenced_code(text: str) -> str:
@@ -399,8 +395,9 @@ def write_marking_guides(course: Course, sources: list[Path]) -> Path:
     folder.mkdir(parents=True)
     for path in sources:
         if guide := marking_guide(read_source(path), path.stem):
-            (folder / f"{path.stem}.md").write_text(guide, encoding="utf-8")
-            (folder / f"{path.stem}.md").chmod(0o444)  # the next release rewrites it: an editor warns before a grader's notes go
+            written = folder / f"{path.stem}.md"
+            written.write_text(guide, encoding="utf-8")
+            written.chmod(0o444)  # the next release rewrites it: an editor warns before a grader's notes go
     return folder
 
 
