@@ -381,7 +381,8 @@ def read_download(path: Path, one_students: bool = False) -> tuple[list[Entry], 
     """All files of a folder or zip download, with unreadable members already rejected; one_students: the download is
     one student's (--student), which may also be a single notebook."""
     if not path.exists():
-        raise AutograderError(f"{path} does not exist; expected a folder or a .zip of student notebooks")
+        raise AutograderError(f"{path} does not exist; expected a folder or a .zip of student notebooks, or one student's "
+                              "notebook with --student ID")
     if path.is_dir():
         return _read_folder(path)
     if zipfile.is_zipfile(path):

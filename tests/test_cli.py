@@ -58,7 +58,7 @@ def empty_build(tmp_path, monkeypatch):
                                               "(--y.ipynb left over)"),  # no option after --
     (["export", "--", "-5"], "export: error: unrecognized arguments: -- -5"),
     (["collect"], "required: path"),
-    (["collect", "/no/such/download.zip", "--build", "{build}"], "does not exist"),
+    (["collect", "/no/such/download.zip", "--build", "{build}"], "there is no course in {build}"),  # checked first
     (["grade", "--workers", "0", "--build", "{build}"], "whole number >= 1"),
     (["grade", "--workers", "two", "--build", "{build}"], "whole number >= 1"),
     (["grade", "--cell-timeout", "-1", "--build", "{build}"], "seconds > 0"),

@@ -397,7 +397,9 @@ def test_one_students_single_notebook_is_collected_with_student(course, tmp_path
 
 
 def test_bad_paths_raise_clear_errors(course, tmp_path):
-    with pytest.raises(AutograderError, match="does not exist"):
+    with pytest.raises(AutograderError, match=re.escape(f"{tmp_path / 'missing'} does not exist; expected a folder or a "
+                                                        ".zip of student notebooks, or one student's notebook with "
+                                                        "--student ID")):
         collect(course, tmp_path / "missing")
     (tmp_path / "plain.txt").write_text("x")
     with pytest.raises(AutograderError, match="neither a folder nor a zip"):
