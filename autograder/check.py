@@ -37,9 +37,9 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points, checks_format_only,
-                    first_line, grade_ids, graded_cells_of, heading_after, is_edited, is_test_cell, nbgrader_meta,
-                    numbered_cell, outcome_message, stopped_kernel)
+from .cells import (BUDGET_SPENT, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
+                    checks_format_only, first_line, grade_ids, graded_cells_of, heading_after, is_edited, is_test_cell,
+                    nbgrader_meta, numbered_cell, outcome_message, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config
@@ -241,8 +241,6 @@ NUMBERING_NOTE = "cell numbers count every cell from the top of the notebook, te
 
 def stopped_by_budget(cell) -> bool:
     """A cell the notebook's time budget stopped while it ran (BudgetedExecute says so in its CellTimeoutError)."""
-    from .worker import BUDGET_SPENT
-
     error = error_named(cell, "CellTimeoutError")
     return error is not None and str(error.get("evalue", "")).startswith(BUDGET_SPENT)
 
@@ -478,7 +476,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     if stopped or unrun:
         what = [f"{stopped} was stopped"] if stopped else []
         what += [f"the cells from {unrun} on were not run"] if unrun else []
-        print(f"✘ the notebook used up its time budget of {notebook_timeout:g} s: {', and '.join(what)}; that counts "
+        print(f"✘ {BUDGET_SPENT} of {notebook_timeout:g} s: {', and '.join(what)}; that counts "
               f"as failed. Grading gives a notebook a budget too ({DEFAULT_NOTEBOOK_TIMEOUT:g} s unless your instructor "
               "set another): make the slow cells finish sooner.")
     if died := kernel_death(nb):

@@ -28,12 +28,11 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
-from .cells import NOTEBOOK_TIMEOUT, WARNING_PATTERN, nbgrader_meta
+from .cells import BUDGET_NOT_RUN, BUDGET_SPENT, NOTEBOOK_TIMEOUT, WARNING_PATTERN, nbgrader_meta
 from .course import ASSIGNMENT, load_config
 from .sandbox import NO_KERNEL, GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
 PR_SET_PDEATHSIG = 1
-BUDGET_SPENT = "the notebook used up its time budget of"  # begins the error of a cell the budget stopped (check reads it)
 
 
 class BudgetedExecute(GradingExecute):
@@ -57,13 +56,13 @@ class BudgetedExecute(GradingExecute):
     def preprocess_cell(self, cell, resources, index):
         """Run the cell, or mark it failed without running it once the budget is spent."""
         if cell.cell_type == "code" and cell.source.strip() and time.monotonic() >= getattr(self, "_deadline", math.inf):
-            message = f"not run: {BUDGET_SPENT} {self.notebook_timeout:g} s"
+            message = f"{BUDGET_NOT_RUN} of {self.notebook_timeout:g} s"
             cell.outputs = [new_output("error", ename=NOTEBOOK_TIMEOUT, evalue=message,
                                        traceback=[f"{NOTEBOOK_TIMEOUT}: {message}"])]
             return cell, resources
         cell, resources = super().preprocess_cell(cell, resources, index)
         if time.monotonic() >= getattr(self, "_deadline", math.inf):  # the budget, not the cell's limit, stopped it
-            message = f"{BUDGET_SPENT} {self.notebook_timeout:g} s while the cell ran, and the grader stopped it"
+            message = f"{BUDGET_SPENT} of {self.notebook_timeout:g} s while the cell ran, and the grader stopped it"
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error" and out.get("ename") == "CellTimeoutError":
                     out["evalue"], out["traceback"] = message, [f"CellTimeoutError: {message}"]
