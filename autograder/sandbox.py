@@ -897,6 +897,20 @@ class GradingExecute(Execute):
         if self.sandboxed:
             self.kernel_manager_class = SandboxedKernelManager
 
+    @default("store_widget_state")
+    def _store_widget_state_default(self):
+        """Keep no widget state in the graded notebook: a student's comm messages would put any text there, of any
+        size (hidden test sources a hook saw, say), with no output budget counting it."""
+        return False
+
+    def _update_display_id(self, display_id, msg):
+        """Apply no display update: nbclient would rewrite every earlier output with that display id, in cells the
+        output budget has already counted and the hiding of outputs after test cells never looks at again, so an
+        update sent from a test cell could carry its hidden inputs into a cell the feedback shows, and many outputs
+        sharing one id could each receive a large update. A display with an id is kept as first shown; a new
+        display_data reusing the id is still added (and counted) as an output of the cell that sent it."""
+        self.log.debug("display update of %r not applied", display_id)
+
     @default("shutdown_kernel")
     def _shutdown_kernel_default(self):
         """Kill a notebook's kernel once its cells are done ('immediate'): a graded kernel has nothing to save, and

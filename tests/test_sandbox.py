@@ -639,6 +639,30 @@ def test_zombies_a_cell_left_do_not_count_as_a_fork_bomb(tmp_path, mode):
     assert cell_texts(nb) == ["forked", "zombies 8", "same kernel True"], cell_texts(nb)
 
 
+def test_a_display_update_cannot_rewrite_an_earlier_cell_or_grow_past_the_output_budget(tmp_path):
+    """A later cell (a test cell, say) updating a display an earlier cell showed must not write into that cell: the
+    feedback shows the earlier cell's outputs, and the budget counted them when they were shown. Nor do many
+    outputs sharing one display id each take a large update; widget messages leave nothing in the notebook."""
+    first = ("from IPython.display import display\n"
+             "handle = display({'text/plain': 'shown first'}, raw=True, display_id=True)\n"
+             "for _ in range(50):\n"
+             "    display({'text/plain': 'x'}, raw=True, display_id='many')")
+    later = ("handle.update({'text/plain': 'hidden input 123'}, raw=True)\n"
+             "display({'text/plain': 'y' * 100_000}, raw=True, display_id='many', update=True)\n"
+             "from comm import create_comm\n"
+             "create_comm(target_name='jupyter.widget', data={'state': {'_model_module': 'x', '_model_name': 'y', "
+             "'leak': 'hidden input 456'}})\n"
+             "print('done')")
+    nb = new_notebook(cells=[new_code_cell(first), new_code_cell(later)],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb, _ = GradingExecute(timeout=60, preload_modules=[]).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    texts = [o.get("data", {}).get("text/plain") for o in nb.cells[0].outputs]
+    assert texts == ["shown first"] + ["x"] * 50, texts[:3]
+    assert [o.get("text") for o in nb.cells[1].outputs] == ["done\n"], nb.cells[1].outputs
+    kept = json.dumps([nb.metadata] + [cell.outputs for cell in nb.cells])
+    assert "hidden input" not in kept and len(kept) < 20_000, kept[:2000]
+
+
 def test_a_cell_that_ends_its_kernel_only_on_replay_costs_no_other_cell(tmp_path):
     """After a kernel death, a replayed cell that ends the new kernel is skipped from then on: the kernel is
     restarted again, and the next cell runs in it instead of being failed for a death it did not cause."""
