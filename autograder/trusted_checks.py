@@ -139,6 +139,38 @@ def _loaded_names(node) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def _assigned_names(targets: list) -> list[str]:
+    """The names an assignment binds when its targets are plain names, or one (nested) tuple/list of them, else []."""
+    if len(targets) > 1 and any(isinstance(t, (ast.Tuple, ast.List)) for t in targets):
+        return []  # a = b, c = value: not worth the case
+    names = []
+    for target in targets:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)) and target.elts:
+            inner = [_assigned_names([part]) for part in target.elts]
+            if not all(inner):
+                return []
+            names += [name for part in inner for name in part]
+        else:
+            return []  # an attribute, a subscript or a starred name: not blinded
+    return names
+
+
+def _nones_like(target) -> ast.expr:
+    """None for a name; for a tuple/list target, a tuple of the same shape holding Nones (the unpacking still works)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return ast.Tuple(elts=[_nones_like(part) for part in target.elts], ctx=ast.Load())
+    return ast.Constant(value=None)
+
+
+def _is_blinded(value: ast.expr) -> bool:
+    """The value blind_source puts in: None, or a (nested) tuple of Nones."""
+    if isinstance(value, ast.Tuple):
+        return all(_is_blinded(part) for part in value.elts)
+    return isinstance(value, ast.Constant) and value.value is None
+
+
 def blind_source(source: str) -> str:
     """Replace expected values of check_close/check_equal calls (and variables used only there) by None."""
     try:
@@ -165,12 +197,11 @@ def blind_source(source: str) -> str:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names = [t.id for t in targets if isinstance(t, ast.Name)]
-                if (len(names) == len(targets) and names and all(n in candidates for n in names)
-                        and not any(n in used_elsewhere for n in names)
-                        and not (isinstance(node.value, ast.Constant) and node.value.value is None)):
+                names = _assigned_names(targets)
+                if (names and all(n in candidates for n in names) and not any(n in used_elsewhere for n in names)
+                        and not _is_blinded(node.value)):
                     candidates |= _loaded_names(node.value)
-                    node.value = none
+                    node.value = _nones_like(targets[0])
                     blinded.append(node)
         if not blinded:
             break

@@ -177,6 +177,31 @@ def test_blinding_removes_expected_values_and_variables_used_only_for_them():
     assert blind_source("def broken(:\n") == "def broken(:\n"
 
 
+def test_blinding_reaches_references_unpacked_from_one_call():
+    """References computed together (a, b = reference(...)) and used only as expected values are blinded too: a
+    patched check could otherwise read them from the kernel and pass them off as the student's results."""
+    from autograder.trusted_checks import blind_source
+
+    source = (
+        "_x, _W = rng.normal(size=3), rng.normal(size=(3, 3))\n"
+        "_t_skip, [_t_layer] = reference_grads(_x, _W)\n"
+        "_skip, _layer = student_grads(_x, _W)\n"
+        "check_close('skip', _skip, _t_skip)\n"
+        "check_close('layer', _layer, _t_layer)\n"
+    )
+    blinded = blind_source(source)
+    assert "reference_grads" not in blinded and "_t_skip, [_t_layer] = (None, (None,))" in blinded, blinded
+    spaces = {"rng": __import__("numpy").random.default_rng(0), "student_grads": lambda x, W: (x, W),
+              "reference_grads": lambda x, W: (x, [W]), "check_close": lambda *args: None}
+    exec(compile(blinded, "<cell>", "exec"), spaces)  # the blinded cell still runs
+    assert spaces["_skip"] is not None and spaces["_t_skip"] is None and spaces["_t_layer"] is None
+    flat = blind_source("_a, _b = ref(_x)\ncheck_close('a', f(_x), _a)\ncheck_close('b', g(_x), _b)\n")
+    assert "_a, _b = (None, None)" in flat and "ref(" not in flat, flat
+    # a name also used elsewhere keeps its value (the student's call may need it)
+    kept = blind_source("_a, _b = ref(_x)\ncheck_close('a', f(_b), _a)\n")
+    assert "ref(_x)" in kept, kept
+
+
 def test_plain_values_round_trip_and_reject_objects():
     """Numbers, arrays, tensors, tuples and non-finite floats cross as JSON; other objects do not."""
     import numpy as np
