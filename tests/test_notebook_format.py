@@ -266,6 +266,34 @@ def test_every_guard_names_a_function_its_exercise_defines_and_calls_it(name):
         assert user in called, f"{name}: {grade_id} guards {user!r} but its guarded block never calls it"
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_no_reference_gradient_is_left_in_the_graded_kernel(name):
+    """Grading blinds the expected values (the grader records them from the instructor's run), but a reference
+    computed by a statement of its own stays in the student's kernel, where a patched check_close could read it and
+    pass it off as the student's result (review of test_residual_grad). So a test cell's top-level backward() may only
+    run on what a solution's function returned; autograd references go inside the expected argument."""
+    from autograder.trusted_checks import blind_source
+
+    nb = _read(name)
+    solutions = {node.name for cell in nb.cells if cell.cell_type == "code"
+                 and cell.metadata.get("nbgrader", {}).get("solution")
+                 for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.FunctionDef)}
+    bad = []
+    for _i, cell, meta in _graded_cells(nb):
+        if _role(cell, meta) != "test":
+            continue
+        tree = ast.parse(blind_source(cell.source))
+        inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.Lambda)) for n in ast.walk(f)}
+        students = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name) and node.value.func.id in solutions
+                    for t in node.targets if isinstance(t, ast.Name)}
+        for call in _calls_named(tree, "backward"):
+            receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+            if id(call) not in inside and not (isinstance(receiver, ast.Name) and receiver.id in students):
+                bad.append(f"{meta['grade_id']}: {ast.unparse(call)[:100]}")
+    assert not bad, f"{name}: reference gradients computed in the student's kernel after blinding: {bad}"
+
+
 def _calls_named(tree, name: str):
     """Call nodes of `name(...)` or `anything.name(...)` in tree."""
     for node in ast.walk(tree):
