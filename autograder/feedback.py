@@ -45,7 +45,10 @@ from nbconvert.exporters import HTMLExporter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
+from jinja2 import pass_context
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from traitlets import Dict
+from traitlets.config import LoggingConfigurable
 
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, heading_after, hidden_line_numbers, is_test_cell,
                     nbgrader_meta, not_run_for_time, outcome_message, stopped_for_time, stopped_kernel, visible_source)
@@ -62,6 +65,33 @@ TEMPLATE = "feedback_part_ii"  # nbgrader's feedback template with a table of co
 TEMPLATE_FILE = "page.html.j2"
 NBGRADER_NO_RESPONSE = "No response."  # nbgrader's automatic comment on an answer cell left as released
 UNANSWERED = "No answer: you handed this cell in as it was released."
+
+
+class EscapedMarkdown(LoggingConfigurable):
+    """HTMLExporter's markdown2html filter with the markdown's raw HTML shown as text and javascript: links dropped.
+
+    Formgrader and the feedback pages render what a student wrote: an answer cell, or any
+    markdown cell of the hand-in (the course text is not locked). Raw HTML there (<script>,
+    <img onerror=...>) would run in the grader's Jupyter session. nbconvert's sanitize_html does
+    not reach markdown cells in nbgrader's templates, and its cleaner would also escape the
+    paragraphs and headings markdown makes, so the markdown is rendered escaping its raw HTML.
+    Math is untouched: the renderer keeps it apart from the HTML it escapes.
+    """
+
+    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg  # Jinja passes the template context first
+
+    def __call__(self, context, source: str) -> str:
+        """The HTML of markdown `source` (a cell's or a text/markdown output's), as the exporter would render it."""
+        exporter = self.parent
+        renderer = IPythonRenderer(
+            escape=True, allow_harmful_protocols=False,
+            attachments=context.get("cell", {}).get("attachments", {}),
+            embed_images=getattr(exporter, "embed_images", False),
+            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            anchor_link_text=getattr(exporter, "anchor_link_text", "¶"),
+            exclude_anchor_links=getattr(exporter, "exclude_anchor_links", False),
+            **getattr(exporter, "lexer_options", {}))
+        return MarkdownWithMath(renderer=renderer).render(source)
 
 
 class HideHiddenTests(NbGraderPreprocessor):

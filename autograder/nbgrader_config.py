@@ -27,5 +27,10 @@ c.CourseDirectory.db_url = os.environ.get("PART_II_DB_URL",
 c.CourseDirectory.course_id = "llm-probability-part-ii"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*"]
 
+# formgrader and the feedback pages show what students wrote: its HTML and JavaScript are shown as text, not run in
+# the grader's browser session (raw HTML in markdown cells; text/html, JavaScript and widget outputs)
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.EscapedMarkdown"}
+
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "在此写下你的回答。"

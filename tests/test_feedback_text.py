@@ -546,3 +546,80 @@ def test_a_graded_page_says_which_files_of_its_notebook_collect_did_not_accept()
     assert text.startswith("A file of yours was not graded. This file was not accepted when your hand-in was "
                            "collected: ann/03-maximum-likelihood.ipynb (invalid JSON). This page grades the copy of "
                            "03-maximum-likelihood.ipynb that was filed for you instead"), text
+
+
+HOSTILE = "window.__hostile_ran = 1"
+
+
+def _live_script(page: str) -> list[str]:
+    """Places where the hostile marker would run in a browser: inside a <script> element or an attribute (an event
+    handler, a javascript: address), rather than as text."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Scan(HTMLParser):
+        in_script = False
+
+        def handle_starttag(self, tag, attrs):
+            self.in_script = tag == "script"
+            found.extend(f"<{tag} {name}=...>" for name, value in attrs if value and ("__hostile" in value or
+                                                                                       "javascript:" in value.lower()))
+
+        def handle_endtag(self, tag):
+            self.in_script = False
+
+        def handle_data(self, data):
+            if self.in_script and "__hostile" in data:
+                found.append("<script>")
+
+    Scan().feed(page)
+    return found
+
+
+def hostile_notebook() -> nbformat.NotebookNode:
+    """An autograded hand-in whose answer, course text and outputs carry HTML and JavaScript, beside math with '<'."""
+    answer = new_markdown_cell(f"## 我的回答\n\n$p(x_t\\mid x_{{<t}})$ 与 $0<k<n$。<img src=x onerror=\"{HOSTILE}\">"
+                               f"<script>{HOSTILE}</script> [link](javascript:{HOSTILE})\n\n"
+                               f"<div onmouseover=\"{HOSTILE}\">block</div>")
+    answer.metadata["nbgrader"] = {"grade": True, "solution": True, "locked": False, "points": 2,
+                                   "grade_id": "answer_x", "schema_version": 3, "score": 1.0}
+    text = new_markdown_cell(f"course text the student edited <svg onload=\"{HOSTILE}\"></svg>")
+    outputs = [new_output("display_data", data={"text/html": f"<b>bold</b><img src=x onerror=\"{HOSTILE}\">",
+                                                "text/plain": "bold"}),
+               new_output("display_data", data={"application/javascript": HOSTILE}),
+               new_output("display_data", data={"text/markdown": f"<script>{HOSTILE}</script> *md*"}),
+               new_output("display_data", data={"image/svg+xml": f"<svg onload=\"{HOSTILE}\"></svg>"})]
+    code = new_code_cell("show()", outputs=outputs, execution_count=1)
+    return nbformat.v4.new_notebook(cells=[text, answer, code])
+
+
+def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_page(tmp_path, monkeypatch):
+    """Formgrader (the grader's Jupyter session) and the feedback pages render a hand-in's markdown and outputs:
+    its HTML and JavaScript must arrive as text (review: <img onerror> in a written answer ran in formgrader),
+    while markdown's own headings and the math, '<' included, still render."""
+    monkeypatch.setenv("PART_II_BUILD", str(tmp_path / "build"))
+    from autograder.course import load_config
+
+    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+    css = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]  # what the pages inline
+    pages = {}
+    config = load_config()  # the course config, which formgrader's config file loads too
+    config.HTMLExporter.extra_template_paths = css
+    config.HTMLExporter.template_name = "formgrade"  # as formgrader builds its exporter
+    config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
+    pages["formgrader"], _ = HTMLExporter(config=config).from_notebook_node(
+        hostile_notebook(), resources={"base_url": "/", "mathjax_url": "", "index": 0, "total": 1, "notebook_id": "nb",
+                                       "assignment_id": "part-ii", "student": "s"})
+    config = load_config()
+    template_config(config)
+    config.HTMLExporter.extra_template_paths = css
+    exporter = HTMLExporter(config=config)
+    exporter.register_preprocessor(LabelGradedCells(), enabled=True)
+    pages["feedback"], _ = exporter.from_notebook_node(
+        hostile_notebook(), resources={"nbgrader": {"notebook": "nb", "score": 0.0, "max_score": 2.0, "late_penalty": 0.0}})
+    for where, page in pages.items():
+        assert _live_script(page) == [], (where, _live_script(page))
+        text = page_text(page)
+        assert f'<img src=x onerror="{HOSTILE}">' in text, where  # the grader reads what the student wrote
+        assert "x_{<t}" in text and "0<k<n" in text and re.search(r"<h2[^>]*>我的回答", page), where
