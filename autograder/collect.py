@@ -1141,9 +1141,9 @@ def split_shared_ids(filed: list[Filed], seen: dict[str, set[str]]) -> tuple[lis
 
 def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None = None, notebooks: list[str] = ()
                     ) -> tuple[list[Filed], list[Record]]:
-    """Keep one file per (student, notebook): a file named after it over one named after another of the notebooks
-    but filed there for its exercises (exercises_notebook; a name of the student's own, '02 v2', does not lose so),
-    then the newest; at equal times (an LMS often gives every file of a hand-in one time)
+    """Keep one file per (student, notebook): one with an answer filled in over one as released, then a file named
+    after it over one named after another of the notebooks but filed there for its exercises (exercises_notebook; a
+    name of the student's own, '02 v2', does not lose so), then the newest; at equal times (an LMS often gives every file of a hand-in one time)
     the one with more answers filled in (stubs: notebook -> grade id -> released source), then the
     highest-numbered copy, then a file named '-final', then the one in the fewest folders, then the last name."""
     stubs = stubs or {}
@@ -1153,9 +1153,11 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
 
     def key(f: Filed) -> tuple:
         path = f.entry.path
-        # the file named after its notebook first; a browser names a later download of the same file 'NAME (1)',
+        # an untouched copy of the release never beats work (a stale 02 beside 02's work saved under 06's name);
+        # then the file named after its notebook; a browser names a later download of the same file 'NAME (1)',
         # an LMS resubmission 'NAME-1'
-        return (f.named not in notebooks, f.entry.mtime, answers_given(f.nb, stubs.get(f.notebook, {})), copy_number(path.stem),
+        answers = answers_given(f.nb, stubs.get(f.notebook, {}))
+        return (answers > 0, f.named not in notebooks, f.entry.mtime, answers, copy_number(path.stem),
                 is_final(path.stem), -len(path.parts), str(path))
 
     kept, rejected = [], []
@@ -1167,23 +1169,29 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
         for loser in group[:-1]:
             lo = key(loser)
             same = "both have the same time; "
-            if loser.named in notebooks and winner.named not in notebooks:
+            if lo[0] < w[0]:
+                why = f"kept {winner.entry.path}, which has answers filled in; this one has none (it is as released)"
+            elif loser.named in notebooks and winner.named not in notebooks:
                 why = (f"kept {winner.entry.path}, the file named after it; this one is named {loser.named}.ipynb"
                        if winner.named is None else
                        f"kept {winner.entry.path}; this one is named {loser.named}.ipynb, after another notebook")
-            elif lo[1] < w[1]:
+                better = (["is newer"] if lo[2] > w[2] else []) + (
+                    [f"has more answers filled in ({lo[3]} against {w[3]})"] if lo[3] > w[3] else [])
+                if better:
+                    why += f"; this one {' and '.join(better)}: check by hand which one the student meant"
+            elif lo[2] < w[2]:
                 why = (f"kept the newer {winner.entry.path}" if loser.entry.path != winner.entry.path else
                        f"kept the newer of the files both named {winner.entry.path} (the zip holds that name more than "
                        "once); the copy kept is this older one")
-            elif lo[2] < w[2]:
-                why = (f"{same}kept {winner.entry.path}, which has more answers filled in ({w[2]} of its answer cells "
-                       f"differ from the release, {lo[2]} here)")
             elif lo[3] < w[3]:
+                why = (f"{same}kept {winner.entry.path}, which has more answers filled in ({w[3]} of its answer cells "
+                       f"differ from the release, {lo[3]} here)")
+            elif lo[4] < w[4]:
                 why = (f"{same}kept {winner.entry.path}, the higher-numbered copy (a browser numbers the later "
                        "download); check by hand if that is wrong")
-            elif lo[4] < w[4]:
-                why = f"{same}kept {winner.entry.path}, the file named final; check by hand if that is wrong"
             elif lo[5] < w[5]:
+                why = f"{same}kept {winner.entry.path}, the file named final; check by hand if that is wrong"
+            elif lo[6] < w[6]:
                 why = (f"{same}kept {winner.entry.path}, the one in fewer folders; check by hand which one the "
                        "student meant")
             else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import os
@@ -810,9 +811,10 @@ def test_at_equal_times_the_file_with_answers_then_final_then_fewer_folders_wins
         assert submitted(course, student) == {"02-shapes-and-loss.ipynb": solved}, student
     reasons = {r.file: r.reason for r in report.rejected}
     assert len(reasons) == 4, reasons
-    assert ("same time; kept ann/02-shapes-and-loss-final.ipynb, which has more answers filled in (1 of its answer "
-            "cells differ from the release, 0 here)") in reasons["ann/02-shapes-and-loss.ipynb"]
-    assert "which has more answers filled in" in reasons["bob/backup/02-shapes-and-loss.ipynb"]
+    assert reasons["ann/02-shapes-and-loss.ipynb"].endswith(
+        "kept ann/02-shapes-and-loss-final.ipynb, which has answers filled in; this one has none (it is as released)")
+    assert reasons["bob/backup/02-shapes-and-loss.ipynb"].endswith(
+        "kept bob/02-shapes-and-loss.ipynb, which has answers filled in; this one has none (it is as released)")
     assert "kept cyd/02-shapes-and-loss.ipynb, the one in fewer folders" in reasons["cyd/old/02-shapes-and-loss.ipynb"]
     assert "kept dee/02-shapes-and-loss-final.ipynb, the file named final" in reasons["dee/02-shapes-and-loss.ipynb"]
 
@@ -1603,12 +1605,55 @@ def test_a_misnamed_copy_losing_to_a_file_of_the_student_s_own_name_is_told_so(c
     for name, nb in releases.items():
         nbformat.write(nb, course.release_dir / f"{name}.ipynb")
     holds_02 = nbformat.writes(releases["02-shapes-and-loss"]).encode()
-    report = collect(course, write_tree(tmp_path / "d", {"alice/mywork.ipynb": holds_02,
-                                                         "alice/00-vectors-shapes-and-gradients.ipynb": holds_02}))
+    download = write_tree(tmp_path / "d", {"alice/mywork.ipynb": holds_02,
+                                           "alice/00-vectors-shapes-and-gradients.ipynb": holds_02})
+    for path in download.rglob("*.ipynb"):
+        os.utime(path, (1_700_000_000, 1_700_000_000))  # as an LMS download: neither is newer
+    report = collect(course, download)
     assert [(r.file, r.reason) for r in report.rejected] == [(
         "alice/00-vectors-shapes-and-gradients.ipynb",
         "duplicate: alice handed in 02-shapes-and-loss.ipynb more than once; kept alice/mywork.ipynb; this one is "
         "named 00-vectors-shapes-and-gradients.ipynb, after another notebook")]
+
+
+def test_work_saved_under_another_notebook_s_name_beats_an_untouched_copy_named_after_its_own(course, tmp_path):
+    """A stale release copy 02-shapes-and-loss.ipynb beside 02's work saved as 06-...ipynb: the work is filed, not the
+    blank (review: 02 scored 0 while the work was listed as a duplicate). When both hold answers, the file named after
+    the notebook is still kept, and the note says to check by hand if the other is newer or fuller."""
+    releases = {name: graded_notebook([(f"ex_{i}", "answer"), (f"more_{i}", "answer"), (f"test_{i}", "test")])
+                for i, name in enumerate(NOTEBOOKS)}
+    for name, nb in releases.items():
+        nbformat.write(nb, course.release_dir / f"{name}.ipynb")
+
+    def holding_02(answers: int) -> bytes:
+        nb = copy.deepcopy(releases["02-shapes-and-loss"])
+        for cell in [c for c in nb.cells if c.metadata["nbgrader"]["solution"]][:answers]:
+            cell.source = "x = 1  # my answer"
+        return nbformat.writes(nb).encode()
+
+    other = "00-vectors-shapes-and-gradients"
+    download = write_tree(tmp_path / "d", {
+        "ann/02-shapes-and-loss.ipynb": holding_02(0), f"ann/{other}.ipynb": holding_02(2),
+        "bo/02-shapes-and-loss.ipynb": holding_02(1), f"bo/{other}.ipynb": holding_02(2),
+        "cy/02-shapes-and-loss.ipynb": holding_02(2), "cy/02-shapes-and-loss (1).ipynb": holding_02(1)})
+    for name in ("ann/02-shapes-and-loss.ipynb", "bo/02-shapes-and-loss.ipynb", "cy/02-shapes-and-loss.ipynb",
+                 "cy/02-shapes-and-loss (1).ipynb"):
+        os.utime(download / name, (1.7e9, 1.7e9))  # the older file (cy's two: the same time)
+    report = collect(course, download)
+    assert submitted(course, "ann") == {"02-shapes-and-loss.ipynb": holding_02(2)}
+    assert submitted(course, "bo") == {"02-shapes-and-loss.ipynb": holding_02(1)}
+    reasons = {r.file: r.reason for r in report.rejected}
+    assert reasons["ann/02-shapes-and-loss.ipynb"] == (
+        f"duplicate: ann handed in 02-shapes-and-loss.ipynb more than once; kept ann/{other}.ipynb, which has answers "
+        "filled in; this one has none (it is as released)")
+    assert reasons[f"bo/{other}.ipynb"] == (
+        "duplicate: bo handed in 02-shapes-and-loss.ipynb more than once; kept bo/02-shapes-and-loss.ipynb, the file "
+        f"named after it; this one is named {other}.ipynb; this one is newer and has more answers filled in (2 against "
+        "1): check by hand which one the student meant")
+    assert submitted(course, "cy") == {"02-shapes-and-loss.ipynb": holding_02(2)}
+    assert reasons["cy/02-shapes-and-loss (1).ipynb"].endswith(
+        "both have the same time; kept cy/02-shapes-and-loss.ipynb, which has more answers filled in (2 of its answer "
+        "cells differ from the release, 1 here)")
 
 
 # --- one student's odd file or failed write never stops the class's collect ---------------------------------------
