@@ -168,6 +168,7 @@ class Record:
     copy: str | None = None
     # the very file, when its path may name another one too (a zip can hold one name twice); not saved
     source: Entry | None = field(default=None, repr=False, compare=False)
+    damaged: bool = field(default=False, repr=False, compare=False)  # a notebook's name, but its bytes do not read
 
     def saved(self) -> dict:
         """The record as reports/collect.json keeps it."""
@@ -1012,7 +1013,8 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             seen.setdefault(student, set()).update({origin} - {None})
         if e.unreadable is not None:
             rejected.append(Record(str(e.path), e.unreadable if student else f"{e.unreadable}; and cannot tell whose "
-                                                                             "file it is", student, source=e))
+                                                                             "file it is", student, source=e,
+                                   damaged=True))
             continue
         if e.opener is not None and e.path.suffix.lower() == ".ipynb":  # others are rejected by name below, unread
             reason = (f"too large to open ({mib(e.size)}; files over {mib(MAX_READ_BYTES)} are not read)"
@@ -1069,12 +1071,13 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                          "release (the editor dropped it; matched by cell id)")
                 note = f"{note}; {again}" if note else again
         except NotANotebook as exc:
-            rejected.append(Record(str(e.path), wrong_name or str(exc), student, source=e))
+            rejected.append(Record(str(e.path), wrong_name or str(exc), student, source=e, damaged=wrong_name is None))
             continue
         except Exception as exc:  # noqa: BLE001 - one student's odd file must not stop the class's collect
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             rejected.append(Record(str(e.path), f"could not be read as a notebook ({type(exc).__name__}"
-                                                 f"{': ' + first if first else ''}); {DAMAGED}", student, source=e))
+                                                 f"{': ' + first if first else ''}); {DAMAGED}", student, source=e,
+                                   damaged=True))
             continue
         when = Entry(e.path, e.data, timestamp or e.mtime, wall_clock=e.wall_clock or timestamp is not None)
         filed.append(Filed(when, student, notebook, nb, note, named))
@@ -1309,6 +1312,25 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
             f"({before:%Y-%m-%d %H:%M} UTC), which stays filed; to file this one instead, collect again with "
             "--replace-older"), f.student))
     return kept, older, seen_before
+
+
+def older_damaged(course: Course, rejected: list[Record], earlier: dict, notebooks: list[str],
+                  replace_older: bool = False) -> tuple[list[Record], list[Record]]:
+    """Split off each damaged file older than the file of the notebook its name gives, collected before: an older
+    download collected again must not bring back a rejection the student has since put right (their page would say
+    a file of theirs was not graded). Return (rejected, ignored). replace_older: keep every rejection."""
+    kept, ignored = [], []
+    for r in rejected:
+        hit = match_notebook(PurePosixPath(r.file).stem, notebooks) if r.damaged and r.student else None
+        before = parse_time(earlier.get(r.student, {}).get("file_times", {}).get(hit[0], "")) if hit else None
+        filed = hit is not None and (course.step_dir("submitted", r.student) / f"{hit[0]}.ipynb").is_file()
+        if replace_older or before is None or not filed or r.source is None or r.source.mtime >= before:
+            kept.append(r)
+            continue
+        ignored.append(Record(r.file, (
+            f"{r.reason.rstrip('.')}; but older ({r.source.mtime:%Y-%m-%d %H:%M} UTC) than the {hit[0]}.ipynb "
+            f"collected before ({before:%Y-%m-%d %H:%M} UTC), which stays filed"), r.student, source=r.source))
+    return kept, ignored
 
 
 def replaced_copy(course: Course, f: Filed) -> Path | None:
@@ -1647,8 +1669,9 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     with course.lock("collect"):
         earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
         filed, older, seen_before = older_than_filed(course, filed, earlier, replace_older)
+        rejected[:], superseded = older_damaged(course, rejected, earlier, notebooks, replace_older)
         rejected += older  # report.rejected is this list
-        ignored += seen_before  # and report.ignored this one
+        ignored += seen_before + superseded  # and report.ignored this one
         keep_rejected_copies(course, entries, rejected)
         report.wall_clock = sum(f.entry.wall_clock for f in filed)
         report.zone = local_zone() if report.wall_clock else None

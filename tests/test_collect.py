@@ -1523,9 +1523,22 @@ def test_a_later_download_keeps_the_record_of_a_rejected_notebook_it_does_not_fi
     assert any(n.startswith("rejected alice/02-shapes-and-loss.ipynb: invalid JSON") for n in notes), notes
     collect(course, write_tree(tmp_path / "a2", {"alice/02-shapes-and-loss.ipynb": b'{"cells": ['}))  # the same again
     assert alice_rejections() == ["alice/02-shapes-and-loss.ipynb"], "recorded once, not twice"
+    os.utime(tmp_path / "a" / "alice/02-shapes-and-loss.ipynb", (1.7e9, 1.7e9))
     collect(course, write_tree(tmp_path / "c", {"alice/02-shapes-and-loss (1).ipynb": notebook_bytes("a 02")}))
     assert alice_rejections() == [], "her 02 is filed now: the old rejection no longer applies"
     assert sorted(submitted(course, "alice")) == [f"{n}.ipynb" for n in NOTEBOOKS]
+    # the first download collected again (review): its damaged 02 is older than the 02 filed since, so it does not
+    # come back as a rejection (her page would say a file of hers was not graded); a newer damaged one would
+    report = collect(course, tmp_path / "a")
+    assert alice_rejections() == [] and [r.file for r in report.rejected] == [], report.rejected
+    [reason] = [r.reason for r in report.ignored if r.student == "alice"]
+    assert re.fullmatch(r"invalid JSON \(.*\); the file is damaged; but older \(2023-11-14 22:13 UTC\) than the "
+                        r"02-shapes-and-loss.ipynb collected before \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\), which stays filed",
+                        reason), reason
+    assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("a 02")
+    os.utime(tmp_path / "a" / "alice/02-shapes-and-loss.ipynb")  # now: newer than the filed 02
+    collect(course, tmp_path / "a")
+    assert alice_rejections() == ["alice/02-shapes-and-loss.ipynb"]
 
 
 def test_symbolic_links_in_a_folder_or_a_zip_are_rejected_for_their_student_with_their_target(course, tmp_path):
