@@ -37,6 +37,7 @@ import html
 import json
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +68,16 @@ NBGRADER_NO_RESPONSE = "No response."  # nbgrader's automatic comment on an answ
 UNANSWERED = "No answer: you handed this cell in as it was released."
 
 
+NOTE_KEY = "autograder_note"  # metadata of the notes feedback puts atop a page, and the render's token in resources
+
+
+def note_cell(resources: dict, text: str):
+    """A note of the grader's atop a feedback page (markdown whose HTML EscapedMarkdown keeps: markdown_literal's
+    span). It carries this render's random token, so no cell of a hand-in can pass for one."""
+    token = resources.setdefault(NOTE_KEY, secrets.token_hex(16))
+    return new_markdown_cell(text, metadata={NOTE_KEY: token})
+
+
 class EscapedMarkdown(LoggingConfigurable):
     """HTMLExporter's markdown2html filter with the markdown's raw HTML shown as text and javascript: links dropped.
 
@@ -75,7 +86,8 @@ class EscapedMarkdown(LoggingConfigurable):
     <img onerror=...>) would run in the grader's Jupyter session. nbconvert's sanitize_html does
     not reach markdown cells in nbgrader's templates, and its cleaner would also escape the
     paragraphs and headings markdown makes, so the markdown is rendered escaping its raw HTML.
-    Math is untouched: the renderer keeps it apart from the HTML it escapes.
+    Math is untouched: the renderer keeps it apart from the HTML it escapes. The grader's own
+    notes (note_cell) keep their HTML.
     """
 
     jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg  # Jinja passes the template context first
@@ -83,9 +95,12 @@ class EscapedMarkdown(LoggingConfigurable):
     def __call__(self, context, source: str) -> str:
         """The HTML of markdown `source` (a cell's or a text/markdown output's), as the exporter would render it."""
         exporter = self.parent
+        cell = context.get("cell", {})
+        token = context.get("resources", {}).get(NOTE_KEY)
+        ours = bool(token) and cell.get("metadata", {}).get(NOTE_KEY) == token
         renderer = IPythonRenderer(
-            escape=True, allow_harmful_protocols=False,
-            attachments=context.get("cell", {}).get("attachments", {}),
+            escape=not ours, allow_harmful_protocols=False,
+            attachments=cell.get("attachments", {}),
             embed_images=getattr(exporter, "embed_images", False),
             path=context.get("resources", {}).get("metadata", {}).get("path", ""),
             anchor_link_text=getattr(exporter, "anchor_link_text", "¶"),
@@ -151,32 +166,34 @@ class GetGradesNotingPending(GetGrades):
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
         if self.notebook_id in self.tampered:
-            nb.cells.insert(0, new_markdown_cell(tampered_note(*self.tampered[self.notebook_id])))
+            nb.cells.insert(0, note_cell(resources, tampered_note(*self.tampered[self.notebook_id])))
         if self.notebook_id in self.rejected_files:
-            nb.cells.insert(0, new_markdown_cell(rejected_files_note(self.rejected_files[self.notebook_id],
-                                                                     self.notebook_id)))
+            nb.cells.insert(0, note_cell(resources, rejected_files_note(self.rejected_files[self.notebook_id],
+                                                                        self.notebook_id)))
         if lost := failing_without_answer(self.deleted_answers.get(self.notebook_id, {}), set(failed_tests(nb))):
-            nb.cells.insert(0, new_markdown_cell(deleted_answers_note(lost)))
+            nb.cells.insert(0, note_cell(resources, deleted_answers_note(lost)))
         if stopped := kernel_stops(nb):
-            nb.cells.insert(0, new_markdown_cell(kernel_stop_note(stopped)))
+            nb.cells.insert(0, note_cell(resources, kernel_stop_note(stopped)))
         if unrun := not_run_for_time(nb):
             ran_out_in = stopped_for_time(nb)
-            nb.cells.insert(0, new_markdown_cell(budget_note(unrun, None if ran_out_in is None else cell_label(ran_out_in))))
+            where = None if ran_out_in is None else cell_label(ran_out_in)
+            nb.cells.insert(0, note_cell(resources, budget_note(unrun, where)))
         if failed_tests(nb):
-            nb.cells.insert(0, new_markdown_cell(FAILED_CHECKS_NOTE))
+            nb.cells.insert(0, note_cell(resources, FAILED_CHECKS_NOTE))
         pending = resources["nbgrader"]["pending"]
         if pending:
-            nb.cells.insert(0, new_markdown_cell(provisional_note(pending)))
+            nb.cells.insert(0, note_cell(resources, provisional_note(pending)))
         if self.notebook_id in self.graded_from:  # which file this page grades comes first, after lateness
-            nb.cells.insert(0, new_markdown_cell(graded_from_note(self.graded_from[self.notebook_id], self.notebook_id)))
+            nb.cells.insert(0, note_cell(resources, graded_from_note(self.graded_from[self.notebook_id],
+                                                                     self.notebook_id)))
         from nbgrader.api import Gradebook
 
         with Gradebook(self.db_url) as gb:
             submission = gb.find_submission(self.assignment_id, self.student_id)
             if late := submission.total_seconds_late:
                 penalty = resources["nbgrader"].get("late_penalty") or 0
-                nb.cells.insert(0, new_markdown_cell(late_note(submission.timestamp, submission.duedate, late, penalty,
-                                                               extended=submission.extension is not None)))
+                nb.cells.insert(0, note_cell(resources, late_note(submission.timestamp, submission.duedate, late,
+                                                                  penalty, extended=submission.extension is not None)))
         return nb, resources
 
     def _get_comment(self, cell, resources):

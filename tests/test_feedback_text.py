@@ -21,6 +21,7 @@ from traitlets.config import Config
 import feedback_pages
 import nbgrader
 from autograder.cells import last_heading
+from autograder.course import load_config
 from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, checked_mathjax_url, find_leaks,
                                  page_text, template_config)
 
@@ -56,7 +57,7 @@ def graded_notebook(folder: Path, answer: str, test_outputs: list, later_outputs
 def render(notebook: Path, mathjax_url: str | None = None, pending: dict | None = None) -> Path:
     """The feedback page the course's template makes of the notebook, hidden tests filtered out, cells labelled
     (MathJax loaded from mathjax_url, as `feedback --mathjax-url` sets it, or from nbconvert's default)."""
-    config = Config()
+    config = load_config()  # the course's, as `feedback` reads it: its HTML settings included
     template_config(config)
     if mathjax_url is not None:
         config.HTMLExporter.mathjax_url = mathjax_url
@@ -386,10 +387,12 @@ def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monke
                                   "`code` [link](http://x) &amp; \\\\ #1.ipynb", "my$work$v2 \\(x\\).ipynb"])
 def test_the_file_a_page_was_graded_from_is_named_verbatim_without_markup_or_html(name):
     """A student chooses the file name: the note must show it as typed, never as markdown or HTML."""
-    from autograder.feedback import graded_from_note
+    from autograder.feedback import graded_from_note, note_cell
 
-    note = nbformat.v4.new_markdown_cell(graded_from_note(name, "02-shapes-and-loss"))
-    body, _ = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[note]))
+    resources = {}
+    note = note_cell(resources, graded_from_note(name, "02-shapes-and-loss"))  # rendered with the course's settings
+    body, _ = HTMLExporter(config=load_config()).from_notebook_node(nbformat.v4.new_notebook(cells=[note]),
+                                                                    resources=resources)
     text = page_text(body)
     assert f"Graded from your file {name}. It is named otherwise, but it holds the exercises of 02-shapes-and-loss" \
            in text, text[-600:]
@@ -585,13 +588,15 @@ def hostile_notebook() -> nbformat.NotebookNode:
     answer.metadata["nbgrader"] = {"grade": True, "solution": True, "locked": False, "points": 2,
                                    "grade_id": "answer_x", "schema_version": 3, "score": 1.0}
     text = new_markdown_cell(f"course text the student edited <svg onload=\"{HOSTILE}\"></svg>")
+    forged = new_markdown_cell(f"a note of the grader's? <img src=y onerror=\"{HOSTILE}\">",
+                               metadata={"autograder_note": "a guess at the token"})
     outputs = [new_output("display_data", data={"text/html": f"<b>bold</b><img src=x onerror=\"{HOSTILE}\">",
                                                 "text/plain": "bold"}),
                new_output("display_data", data={"application/javascript": HOSTILE}),
                new_output("display_data", data={"text/markdown": f"<script>{HOSTILE}</script> *md*"}),
                new_output("display_data", data={"image/svg+xml": f"<svg onload=\"{HOSTILE}\"></svg>"})]
     code = new_code_cell("show()", outputs=outputs, execution_count=1)
-    return nbformat.v4.new_notebook(cells=[text, answer, code])
+    return nbformat.v4.new_notebook(cells=[text, forged, answer, code])
 
 
 def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_page(tmp_path, monkeypatch):
@@ -599,8 +604,6 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
     its HTML and JavaScript must arrive as text (review: <img onerror> in a written answer ran in formgrader),
     while markdown's own headings and the math, '<' included, still render."""
     monkeypatch.setenv("PART_II_BUILD", str(tmp_path / "build"))
-    from autograder.course import load_config
-
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
     css = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]  # what the pages inline
     pages = {}
@@ -617,7 +620,8 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
     exporter = HTMLExporter(config=config)
     exporter.register_preprocessor(LabelGradedCells(), enabled=True)
     pages["feedback"], _ = exporter.from_notebook_node(
-        hostile_notebook(), resources={"nbgrader": {"notebook": "nb", "score": 0.0, "max_score": 2.0, "late_penalty": 0.0}})
+        hostile_notebook(), resources={"nbgrader": {"notebook": "nb", "score": 0.0, "max_score": 2.0, "late_penalty": 0.0},
+                                       "autograder_note": "this render's token"})
     for where, page in pages.items():
         assert _live_script(page) == [], (where, _live_script(page))
         text = page_text(page)
