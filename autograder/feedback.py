@@ -47,7 +47,9 @@ from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from jinja2 import pass_context
-from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from mistune import HTMLRenderer
+from mistune.util import striptags
+from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer, MarkdownWithMath
 from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
@@ -78,6 +80,26 @@ def note_cell(resources: dict, text: str):
     return new_markdown_cell(text, metadata={NOTE_KEY: token})
 
 
+class EscapingRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer for what a student wrote: raw HTML escaped and javascript: links dropped (the
+    arguments EscapedMarkdown gives), and three of nbconvert's ways round that closed."""
+
+    def block_mermaidjs(self, code: str) -> str:
+        """A ```mermaid fence as the code it is: nbconvert puts its text into the page unescaped, as HTML."""
+        return HTMLRenderer.block_code(self, code)
+
+    def image(self, text: str, url: str, title: str | None = None) -> str:
+        """An image; an SVG one kept (mistune drops an SVG data URL, which as an <img> runs no script), and an
+        attachment the cell does not hold named in the text (nbconvert fails the whole page)."""
+        try:
+            src = self._embed_image_or_attachment(url)
+        except InvalidNotebook:
+            return self.codespan(f"[missing attachment: {url}]")
+        if not src.startswith("data:image/svg+xml;"):
+            return HTMLRenderer.image(self, text, src, title)
+        return "<img" + self.render_attrs({"src": src, "alt": striptags(text), "title": title or None}) + " />"
+
+
 class EscapedMarkdown(LoggingConfigurable):
     """HTMLExporter's markdown2html filter with the markdown's raw HTML shown as text and javascript: links dropped.
 
@@ -98,7 +120,7 @@ class EscapedMarkdown(LoggingConfigurable):
         cell = context.get("cell", {})
         token = context.get("resources", {}).get(NOTE_KEY)
         ours = bool(token) and cell.get("metadata", {}).get(NOTE_KEY) == token
-        renderer = IPythonRenderer(
+        renderer = EscapingRenderer(
             escape=not ours, allow_harmful_protocols=False,
             attachments=cell.get("attachments", {}),
             embed_images=getattr(exporter, "embed_images", False),

@@ -584,7 +584,10 @@ def hostile_notebook() -> nbformat.NotebookNode:
     """An autograded hand-in whose answer, course text and outputs carry HTML and JavaScript, beside math with '<'."""
     answer = new_markdown_cell(f"## 我的回答\n\n$p(x_t\\mid x_{{<t}})$ 与 $0<k<n$。<img src=x onerror=\"{HOSTILE}\">"
                                f"<script>{HOSTILE}</script> [link](javascript:{HOSTILE})\n\n"
-                               f"<div onmouseover=\"{HOSTILE}\">block</div>")
+                               f"<div onmouseover=\"{HOSTILE}\">block</div>\n\n"
+                               f"```mermaid\n<img src=x onerror=\"{HOSTILE}\">\n```\n\n"
+                               "![a figure](attachment:fig.svg) ![lost](attachment:missing.png)")
+    answer.attachments = {"fig.svg": {"image/svg+xml": "PHN2Zy8+"}}  # an SVG drawing: shown, as an <img>
     answer.metadata["nbgrader"] = {"grade": True, "solution": True, "locked": False, "points": 2,
                                    "grade_id": "answer_x", "schema_version": 3, "score": 1.0}
     text = new_markdown_cell(f"course text the student edited <svg onload=\"{HOSTILE}\"></svg>")
@@ -627,3 +630,6 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
         text = page_text(page)
         assert f'<img src=x onerror="{HOSTILE}">' in text, where  # the grader reads what the student wrote
         assert "x_{<t}" in text and "0<k<n" in text and re.search(r"<h2[^>]*>我的回答", page), where
+        assert '<img alt="a figure" src="data:image/svg+xml;base64,PHN2Zy8+"' in page.replace(' />', '/>') or \
+            'src="data:image/svg+xml;base64,PHN2Zy8+" alt="a figure"' in page, where
+        assert "[missing attachment: attachment:missing.png]" in text, where  # the page is still made
