@@ -903,6 +903,12 @@ class GradingExecute(Execute):
         size (hidden test sources a hook saw, say), with no output budget counting it."""
         return False
 
+    def on_comm_open_jupyter_widget(self, msg):
+        """Mimic no widget: nbclient's stand-in for an ipywidgets Output takes the outputs of the cells it captures
+        into widget state (which is not kept, and it then fails with KeyError, read as a kernel death), so
+        `with out: print(...)` leaves its outputs in the cell that printed them, counted by the output budget."""
+        return None
+
     def _update_display_id(self, display_id, msg):
         """Apply no display update: nbclient would rewrite every earlier output with that display id, in cells the
         output budget has already counted and the hiding of outputs after test cells never looks at again, so an

@@ -663,6 +663,19 @@ def test_a_display_update_cannot_rewrite_an_earlier_cell_or_grow_past_the_output
     assert "hidden input" not in kept and len(kept) < 20_000, kept[:2000]
 
 
+def test_an_ipywidgets_output_leaves_its_outputs_in_the_cell_that_printed_them(tmp_path):
+    """`with out: print(...)` of an ipywidgets Output: the text stays in its cell (counted by the output budget), and
+    the cell is not taken for a kernel death, as it was once widget state was no longer kept (review)."""
+    cells = ["import ipywidgets as w\nfrom IPython.display import display\nout = w.Output()\ndisplay(out)",
+             "with out:\n    print('inside the widget')\nprint('after')", "print('next cell')"]
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb, _ = GradingExecute(timeout=60, preload_modules=[]).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert [o.get("text") for o in nb.cells[1].outputs] == ["inside the widget\n", "after\n"], nb.cells[1].outputs
+    assert [o.get("text") for o in nb.cells[2].outputs] == ["next cell\n"], nb.cells[2].outputs
+    assert "widgets" not in nb.metadata
+
+
 def test_a_cell_that_ends_its_kernel_only_on_replay_costs_no_other_cell(tmp_path):
     """After a kernel death, a replayed cell that ends the new kernel is skipped from then on: the kernel is
     restarted again, and the next cell runs in it instead of being failed for a death it did not cause."""
