@@ -169,6 +169,7 @@ class Record:
     # the very file, when its path may name another one too (a zip can hold one name twice); not saved
     source: Entry | None = field(default=None, repr=False, compare=False)
     damaged: bool = field(default=False, repr=False, compare=False)  # a notebook's name, but its bytes do not read
+    time: dt.datetime | None = field(default=None, repr=False, compare=False)  # a damaged file's hand-in time
 
     def saved(self) -> dict:
         """The record as reports/collect.json keeps it."""
@@ -1014,7 +1015,7 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
         if e.unreadable is not None:
             rejected.append(Record(str(e.path), e.unreadable if student else f"{e.unreadable}; and cannot tell whose "
                                                                              "file it is", student, source=e,
-                                   damaged=True))
+                                   damaged=True, time=timestamp or e.mtime))
             continue
         if e.opener is not None and e.path.suffix.lower() == ".ipynb":  # others are rejected by name below, unread
             reason = (f"too large to open ({mib(e.size)}; files over {mib(MAX_READ_BYTES)} are not read)"
@@ -1071,13 +1072,14 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                          "release (the editor dropped it; matched by cell id)")
                 note = f"{note}; {again}" if note else again
         except NotANotebook as exc:
-            rejected.append(Record(str(e.path), wrong_name or str(exc), student, source=e, damaged=wrong_name is None))
+            rejected.append(Record(str(e.path), wrong_name or str(exc), student, source=e, damaged=wrong_name is None,
+                                   time=timestamp or e.mtime))
             continue
         except Exception as exc:  # noqa: BLE001 - one student's odd file must not stop the class's collect
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             rejected.append(Record(str(e.path), f"could not be read as a notebook ({type(exc).__name__}"
                                                  f"{': ' + first if first else ''}); {DAMAGED}", student, source=e,
-                                   damaged=True))
+                                   damaged=True, time=timestamp or e.mtime))
             continue
         when = Entry(e.path, e.data, timestamp or e.mtime, wall_clock=e.wall_clock or timestamp is not None)
         filed.append(Filed(when, student, notebook, nb, note, named))
@@ -1314,23 +1316,41 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
     return kept, older, seen_before
 
 
-def older_damaged(course: Course, rejected: list[Record], earlier: dict, notebooks: list[str],
+def older_damaged(course: Course, rejected: list[Record], filed: list[Filed], earlier: dict, notebooks: list[str],
                   replace_older: bool = False) -> tuple[list[Record], list[Record]]:
-    """Split off each damaged file older than the file of the notebook its name gives, collected before: an older
-    download collected again must not bring back a rejection the student has since put right (their page would say
-    a file of theirs was not graded). Return (rejected, ignored). replace_older: keep every rejection."""
+    """Damaged files a newer notebook of the same name supersedes, so the student's page does not say a file of theirs
+    was not graded. One older than a notebook this run files becomes a duplicate that lost (collect still lists it);
+    the very file rejected by an earlier collect (its copy is in <course>/rejected/), older than the notebook filed
+    since, is ignored, so collecting an old download again does not bring its rejection back. Return (rejected,
+    ignored). replace_older: leave every rejection as it is."""
+    filing = {(f.student, f.notebook): f.entry for f in filed}  # one each, after drop_duplicates
     kept, ignored = [], []
     for r in rejected:
-        hit = match_notebook(PurePosixPath(r.file).stem, notebooks) if r.damaged and r.student else None
-        before = parse_time(earlier.get(r.student, {}).get("file_times", {}).get(hit[0], "")) if hit else None
-        filed = hit is not None and (course.step_dir("submitted", r.student) / f"{hit[0]}.ipynb").is_file()
-        if replace_older or before is None or not filed or r.source is None or r.source.mtime >= before:
+        hit = match_notebook(PurePosixPath(r.file).stem, notebooks) if r.damaged and r.student and r.time else None
+        if replace_older or hit is None:
+            kept.append(r)
+            continue
+        notebook = hit[0]
+        if (newer := filing.get((r.student, notebook))) and r.time < newer.mtime:
+            kept.append(replace(r, reason=f"{DUPLICATE}{r.student} handed in {notebook}.ipynb more than once; kept the "
+                                          f"newer {newer.path}; this one is damaged: {r.reason}"))
+            continue
+        before = parse_time(earlier.get(r.student, {}).get("file_times", {}).get(notebook, ""))
+        on_file = (course.step_dir("submitted", r.student) / f"{notebook}.ipynb").is_file()
+        if before is None or not on_file or r.time >= before or not rejected_before(course, r):
             kept.append(r)
             continue
         ignored.append(Record(r.file, (
-            f"{r.reason.rstrip('.')}; but older ({r.source.mtime:%Y-%m-%d %H:%M} UTC) than the {hit[0]}.ipynb "
-            f"collected before ({before:%Y-%m-%d %H:%M} UTC), which stays filed"), r.student, source=r.source))
+            f"rejected before ({r.reason}) and since replaced by a newer {notebook}.ipynb ({before:%Y-%m-%d %H:%M} "
+            "UTC, which stays filed)"), r.student, source=r.source))
     return kept, ignored
+
+
+def rejected_before(course: Course, r: Record) -> bool:
+    """True when an earlier collect rejected these very bytes at r's path (it kept a copy in <course>/rejected/)."""
+    if r.source is None or r.source.unreadable is not None:
+        return False
+    return free_copy_path(course.rejected_dir.joinpath(*map(fitting_name, r.source.path.parts)), r.source).exists()
 
 
 def replaced_copy(course: Course, f: Filed) -> Path | None:
@@ -1669,7 +1689,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     with course.lock("collect"):
         earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
         filed, older, seen_before = older_than_filed(course, filed, earlier, replace_older)
-        rejected[:], superseded = older_damaged(course, rejected, earlier, notebooks, replace_older)
+        rejected[:], superseded = older_damaged(course, rejected, filed, earlier, notebooks, replace_older)
         rejected += older  # report.rejected is this list
         ignored += seen_before + superseded  # and report.ignored this one
         keep_rejected_copies(course, entries, rejected)

@@ -1527,18 +1527,38 @@ def test_a_later_download_keeps_the_record_of_a_rejected_notebook_it_does_not_fi
     collect(course, write_tree(tmp_path / "c", {"alice/02-shapes-and-loss (1).ipynb": notebook_bytes("a 02")}))
     assert alice_rejections() == [], "her 02 is filed now: the old rejection no longer applies"
     assert sorted(submitted(course, "alice")) == [f"{n}.ipynb" for n in NOTEBOOKS]
-    # the first download collected again (review): its damaged 02 is older than the 02 filed since, so it does not
-    # come back as a rejection (her page would say a file of hers was not graded); a newer damaged one would
+    # the first download collected again (review): its damaged 02, rejected before and older than the 02 filed since,
+    # does not come back as a rejection (her page would say a file of hers was not graded)
     report = collect(course, tmp_path / "a")
     assert alice_rejections() == [] and [r.file for r in report.rejected] == [], report.rejected
     [reason] = [r.reason for r in report.ignored if r.student == "alice"]
-    assert re.fullmatch(r"invalid JSON \(.*\); the file is damaged; but older \(2023-11-14 22:13 UTC\) than the "
-                        r"02-shapes-and-loss.ipynb collected before \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\), which stays filed",
-                        reason), reason
+    assert re.fullmatch(r"rejected before \(invalid JSON .*; the file is damaged\) and since replaced by a newer "
+                        r"02-shapes-and-loss.ipynb \(\d{4}-\d\d-\d\d \d\d:\d\d UTC, which stays filed\)", reason), reason
     assert submitted(course, "alice")["02-shapes-and-loss.ipynb"] == notebook_bytes("a 02")
+    # another damaged file, old too, was never seen: it is rejected, as is the first one once it is newer
+    old_other = write_tree(tmp_path / "e", {"alice/02-shapes-and-loss.ipynb": b'{"cells": [1'})
+    os.utime(old_other / "alice/02-shapes-and-loss.ipynb", (1.7e9, 1.7e9))
+    collect(course, old_other)
+    assert alice_rejections() == ["alice/02-shapes-and-loss.ipynb"]
     os.utime(tmp_path / "a" / "alice/02-shapes-and-loss.ipynb")  # now: newer than the filed 02
     collect(course, tmp_path / "a")
     assert alice_rejections() == ["alice/02-shapes-and-loss.ipynb"]
+
+
+def test_a_damaged_file_beside_a_newer_good_one_is_a_duplicate_that_lost(course, tmp_path):
+    """A damaged 02 and a newer good '02 (1)' in one download: the good one is filed and the damaged one listed as a
+    duplicate that lost (collect names it; the student's page does not say a file was not graded), the same on the
+    first collect as on the next (review: the first rejected it, the second ignored it)."""
+    download = write_tree(tmp_path / "d", {"alice/02-shapes-and-loss.ipynb": b'{"cells": [',
+                                           "alice/02-shapes-and-loss (1).ipynb": notebook_bytes("a 02")})
+    os.utime(download / "alice/02-shapes-and-loss.ipynb", (1.7e9, 1.7e9))
+    for _ in range(2):
+        report = collect(course, download)
+        assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": notebook_bytes("a 02")}
+        [record] = report.rejected
+        assert record.reason.startswith("duplicate: alice handed in 02-shapes-and-loss.ipynb more than once; kept the "
+                                        "newer alice/02-shapes-and-loss (1).ipynb; this one is damaged: invalid JSON"), \
+            record.reason
 
 
 def test_symbolic_links_in_a_folder_or_a_zip_are_rejected_for_their_student_with_their_target(course, tmp_path):
