@@ -1175,7 +1175,8 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
             lo = key(loser)
             same = "both have the same time; "
             if lo[0] < w[0]:
-                why = f"kept {winner.entry.path}, which has answers filled in; this one has none (it is as released)"
+                why = (f"kept {winner.entry.path}, which has answers filled in; none of this one's answer cells differs "
+                       "from the release")
             elif loser.named in notebooks and winner.named not in notebooks:
                 why = (f"kept {winner.entry.path}, the file named after it; this one is named {loser.named}.ipynb"
                        if winner.named is None else

@@ -812,9 +812,11 @@ def test_at_equal_times_the_file_with_answers_then_final_then_fewer_folders_wins
     reasons = {r.file: r.reason for r in report.rejected}
     assert len(reasons) == 4, reasons
     assert reasons["ann/02-shapes-and-loss.ipynb"].endswith(
-        "kept ann/02-shapes-and-loss-final.ipynb, which has answers filled in; this one has none (it is as released)")
+        "kept ann/02-shapes-and-loss-final.ipynb, which has answers filled in; none of this one's answer cells differs "
+        "from the release")
     assert reasons["bob/backup/02-shapes-and-loss.ipynb"].endswith(
-        "kept bob/02-shapes-and-loss.ipynb, which has answers filled in; this one has none (it is as released)")
+        "kept bob/02-shapes-and-loss.ipynb, which has answers filled in; none of this one's answer cells differs from "
+        "the release")
     assert "kept cyd/02-shapes-and-loss.ipynb, the one in fewer folders" in reasons["cyd/old/02-shapes-and-loss.ipynb"]
     assert "kept dee/02-shapes-and-loss-final.ipynb, the file named final" in reasons["dee/02-shapes-and-loss.ipynb"]
 
@@ -1678,7 +1680,7 @@ def test_work_saved_under_another_notebook_s_name_beats_an_untouched_copy_named_
     reasons = {r.file: r.reason for r in report.rejected}
     assert reasons["ann/02-shapes-and-loss.ipynb"] == (
         f"duplicate: ann handed in 02-shapes-and-loss.ipynb more than once; kept ann/{other}.ipynb, which has answers "
-        "filled in; this one has none (it is as released)")
+        "filled in; none of this one's answer cells differs from the release")
     assert reasons[f"bo/{other}.ipynb"] == (
         "duplicate: bo handed in 02-shapes-and-loss.ipynb more than once; kept bo/02-shapes-and-loss.ipynb, the file "
         f"named after it; this one is named {other}.ipynb; this one is newer and has more answers filled in (2 against "
