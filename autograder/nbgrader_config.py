@@ -31,6 +31,10 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 # the grader's browser session (raw HTML in markdown cells; text/html, JavaScript and widget outputs)
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.EscapedMarkdown"}
+# an output's plain text before its HTML, which the sanitizer would show as escaped tags (a pandas table's <thead>)
+c.NbConvertBase.display_data_priority = ["image/png", "image/jpeg", "image/svg+xml", "text/plain", "text/html",
+                                         "text/markdown", "text/latex", "application/javascript",
+                                         "application/vnd.jupyter.widget-view+json", "text/vnd.mermaid"]
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "在此写下你的回答。"

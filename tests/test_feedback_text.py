@@ -597,7 +597,10 @@ def hostile_notebook() -> nbformat.NotebookNode:
                                                 "text/plain": "bold"}),
                new_output("display_data", data={"application/javascript": HOSTILE}),
                new_output("display_data", data={"text/markdown": f"<script>{HOSTILE}</script> *md*"}),
-               new_output("display_data", data={"image/svg+xml": f"<svg onload=\"{HOSTILE}\"></svg>"})]
+               new_output("display_data", data={"image/svg+xml": f"<svg onload=\"{HOSTILE}\"></svg>"}),
+               new_output("execute_result", execution_count=1, data={  # a pandas DataFrame
+                   "text/html": "<table><thead><tr><th>loss</th></tr></thead><tbody><tr><td>0.25</td></tr></tbody></table>",
+                   "text/plain": "   loss\n0  0.25"})]
     code = new_code_cell("show()", outputs=outputs, execution_count=1)
     return nbformat.v4.new_notebook(cells=[text, forged, answer, code])
 
@@ -633,3 +636,4 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
         assert '<img alt="a figure" src="data:image/svg+xml;base64,PHN2Zy8+"' in page.replace(' />', '/>') or \
             'src="data:image/svg+xml;base64,PHN2Zy8+" alt="a figure"' in page, where
         assert "[missing attachment: attachment:missing.png]" in text, where  # the page is still made
+        assert "0  0.25" in text and "<thead>" not in text, where  # a table's plain text, not its escaped HTML
