@@ -460,10 +460,13 @@ class FeedbackResult:
 
 def checked_mathjax_url(url: str) -> str:
     """url, if the pages can load MathJax from it: an http(s) address, or a path (relative to the pages or to a web
-    server's root), nothing that would end the script tag's attribute; else ValueError saying what is expected."""
+    server's root), nothing that would end the script tag's attribute, and MathJax's Safe extension in its config
+    (a student's formula, \\href{javascript:...}, would otherwise be a live link); else ValueError saying what is
+    expected."""
     if not isinstance(url, str):
         raise TypeError(f"the MathJax address must be a str, got {type(url).__name__}")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
+    config = re.search(r"[?&]config=([^&#]*)", url)
     bad = sorted({ch for ch in url if ch in "\"'<>`\\" or ch.isspace() or not ch.isprintable()})
     if bad:
         why = f"it holds {' '.join(repr(ch) for ch in bad)}"
@@ -477,11 +480,14 @@ def checked_mathjax_url(url: str) -> str:
         why = f"{scheme.group(0)} is not followed by //"
     elif scheme and not re.match(r"//[^/?#]+", url[scheme.end():]):
         why = f"it names no host after {scheme.group(0)}//"
+    elif config is None or "Safe" not in config.group(1).split(","):
+        why = ("it does not load MathJax's Safe extension (',Safe' at the end of its config=), which keeps a formula "
+               "a student wrote from holding a link or a script")
     else:
         return url
     raise ValueError(f"cannot load MathJax from {url!r}: {why}; expected an http:// or https:// address of MathJax "
-                     f"2.7's script (as nbconvert's default, {DEFAULT_MATHJAX_URL}) or a path to it, relative to "
-                     "the feedback pages or to the root of the web server that serves them")
+                     f"2.7's script with the Safe extension (as nbconvert's default, {DEFAULT_MATHJAX_URL}) or a "
+                     "path to it, relative to the feedback pages or to the root of the web server that serves them")
 
 
 def _feedback_config(course: Course, mathjax_url: str | None = None):

@@ -345,6 +345,10 @@ def test_the_page_loads_mathjax_from_the_address_it_is_given_and_is_otherwise_th
     assert page.read_text(encoding="utf-8").replace(url, CDNJS) == default
 
 
+NO_SAFE = ("it does not load MathJax's Safe extension (',Safe' at the end of its config=), which keeps a formula a "
+           "student wrote from holding a link or a script")
+
+
 @pytest.mark.parametrize("url, words", [
     ("", "it is empty"),
     ("javascript:alert(1)", "its scheme is 'javascript'"),
@@ -353,6 +357,8 @@ def test_the_page_loads_mathjax_from_the_address_it_is_given_and_is_otherwise_th
     ("x.js'><script>", "it holds \"'\" '<' '>'"),
     ("//cdn.example.cn/MathJax.js", "it starts with //"),
     ("https:mirror.example.cn/MathJax.js", "https: is not followed by //"),
+    ("https://mirror.example.cn/MathJax.js?config=TeX-AMS_CHTML-full", NO_SAFE),
+    ("mathjax/MathJax.js", NO_SAFE),
 ])
 def test_a_mathjax_address_that_could_not_load_or_would_break_the_page_is_refused(url, words):
     with pytest.raises(ValueError) as caught:
