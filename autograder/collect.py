@@ -1148,8 +1148,8 @@ def drop_duplicates(filed: list[Filed], stubs: dict[str, dict[str, str]] | None 
                     ) -> tuple[list[Filed], list[Record]]:
     """Keep one file per (student, notebook): one with an answer filled in over one as released, then a file named
     after it over one named after another of the notebooks but filed there for its exercises (exercises_notebook; a
-    name of the student's own, '02 v2', does not lose so), then the newest; at equal times (an LMS often gives every file of a hand-in one time)
-    the one with more answers filled in (stubs: notebook -> grade id -> released source), then the
+    name of the student's own, '02 v2', does not lose so), then the newest; at equal times (an LMS often gives every
+    file of a hand-in one time) the one with more answers filled in (stubs: notebook -> grade id -> released source), then the
     highest-numbered copy, then a file named '-final', then the one in the fewest folders, then the last name."""
     stubs = stubs or {}
     groups: dict[tuple[str, str], list[Filed]] = {}
@@ -1323,18 +1323,21 @@ def older_damaged(course: Course, rejected: list[Record], filed: list[Filed], ea
     was not graded. One older than a notebook this run files becomes a duplicate that lost (collect still lists it);
     the very file rejected by an earlier collect (its copy is in <course>/rejected/), older than the notebook filed
     since, is ignored, so collecting an old download again does not bring its rejection back. Return (rejected,
-    ignored). replace_older: leave every rejection as it is."""
+    ignored). replace_older: no rejection of an earlier collect is ignored."""
     filing = {(f.student, f.notebook): f.entry for f in filed}  # one each, after drop_duplicates
     kept, ignored = [], []
     for r in rejected:
         hit = match_notebook(PurePosixPath(r.file).stem, notebooks) if r.damaged and r.student and r.time else None
-        if replace_older or hit is None:
+        if hit is None:
             kept.append(r)
             continue
         notebook = hit[0]
         if (newer := filing.get((r.student, notebook))) and r.time < newer.mtime:
             kept.append(replace(r, reason=f"{DUPLICATE}{r.student} handed in {notebook}.ipynb more than once; kept the "
                                           f"newer {newer.path}; this one is damaged: {r.reason}"))
+            continue
+        if replace_older:
+            kept.append(r)
             continue
         before = parse_time(earlier.get(r.student, {}).get("file_times", {}).get(notebook, ""))
         on_file = (course.step_dir("submitted", r.student) / f"{notebook}.ipynb").is_file()

@@ -1554,8 +1554,8 @@ def test_a_damaged_file_beside_a_newer_good_one_is_a_duplicate_that_lost(course,
     download = write_tree(tmp_path / "d", {"alice/02-shapes-and-loss.ipynb": b'{"cells": [',
                                            "alice/02-shapes-and-loss (1).ipynb": notebook_bytes("a 02")})
     os.utime(download / "alice/02-shapes-and-loss.ipynb", (1.7e9, 1.7e9))
-    for _ in range(2):
-        report = collect(course, download)
+    for replace_older in (False, False, True):  # --replace-older is about earlier collects: the same here
+        report = collect(course, download, replace_older=replace_older)
         assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": notebook_bytes("a 02")}
         [record] = report.rejected
         assert record.reason.startswith("duplicate: alice handed in 02-shapes-and-loss.ipynb more than once; kept the "
