@@ -96,7 +96,8 @@ CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
 # Canvas with more of the student's own file name after it: ids of 3+ digits and a letter in the rest, so that an
 # id-prefixed name of digit groups (CS_2023_01_07_02-...) is not read as one
 CANVAS_PREFIX_OWN_NAME = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d{3,})_\d{3,}(?=_[^_]*[^\W\d_])")
-BLACKBOARD_PREFIX = re.compile(r"(?P<head>.*_(?P<id>[^_]+))_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
+# the first _attempt_TIME: Blackboard puts the student's own file name after it, which may hold another
+BLACKBOARD_PREFIX = re.compile(r"(?P<head>.*?_(?P<id>[^_]+))_attempt_(?P<ts>\d{4}(?:-\d\d){5})")
 BLACKBOARD_RECEIPT = re.compile(rf"(?P<prefix>{BLACKBOARD_PREFIX.pattern})\.txt", re.IGNORECASE)  # an attempt's receipt
 BLACKBOARD_RECEIPT_USER = re.compile(r"^Name:.*\((?P<user>[^()\s]+)\)\s*$", re.MULTILINE)  # 'Name: Zhang San (zhang_san)'
 COPY_FORMS = r"\s*\(\d+\)|-\d+|-copy\d*"  # a browser's 'NAME (1)', an LMS resubmission's 'NAME-1', Jupyter's 'NAME-Copy1'

@@ -107,6 +107,24 @@ def test_ids_in_file_names_canvas_blackboard_and_plain(course, tmp_path):
     assert stamp_of(course, "jsmith") == "2026-03-01 10:00:00.000000 UTC"  # this test's clock: UTC
 
 
+def test_a_blackboard_file_named_like_another_student_s_attempt_stays_its_uploader_s(course, tmp_path):
+    """Blackboard appends the name the student gave the file: mallory uploading 'y_bob_attempt_<later time>_02...'
+    must not replace bob's 02 (review: the last _attempt_ won, so bob was 'updated' with mallory's blank file), nor
+    make the download's ids clash ('z_Bob' stopped the whole collect)."""
+    bob = "Part II_bob_attempt_2026-03-01-09-00-00_02-shapes-and-loss.ipynb"
+    collect(course, write_tree(tmp_path / "a", {bob: notebook_bytes("bob's work")}))
+    report = collect(course, write_tree(tmp_path / "b", {
+        bob: notebook_bytes("bob's work"),
+        "Part II_mallory_attempt_2026-03-02-10-00-00_y_bob_attempt_2026-03-09-10-00-00_02-shapes-and-loss.ipynb":
+            notebook_bytes("mallory"),
+        "Part II_carol_attempt_2026-03-02-10-00-00_z_Bob_attempt_2026-03-09-10-00-00_02-shapes-and-loss.ipynb":
+            notebook_bytes("carol")}))
+    assert submitted(course, "bob") == {"02-shapes-and-loss.ipynb": notebook_bytes("bob's work")}
+    assert submitted(course, "mallory") == {"02-shapes-and-loss.ipynb": notebook_bytes("mallory")}
+    assert submitted(course, "carol") == {"02-shapes-and-loss.ipynb": notebook_bytes("carol")}
+    assert report.students["bob"].status != "updated" and stamp_of(course, "bob") == "2026-03-01 09:00:00.000000 UTC"
+
+
 def test_a_blackboard_name_s_time_is_the_server_s_wall_clock(course, tmp_path, monkeypatch):
     """Blackboard writes its local time into the name: in Beijing, 10:00 there is 02:00 UTC."""
     set_time_zone(monkeypatch, "Asia/Shanghai")
