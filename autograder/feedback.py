@@ -43,7 +43,7 @@ from pathlib import Path
 
 import nbformat
 from nbconvert.exporters import HTMLExporter
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, Preprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from jinja2 import pass_context
@@ -78,6 +78,37 @@ def note_cell(resources: dict, text: str):
     span). It carries this render's random token, so no cell of a hand-in can pass for one."""
     token = resources.setdefault(NOTE_KEY, secrets.token_hex(16))
     return new_markdown_cell(text, metadata={NOTE_KEY: token})
+
+
+IMAGE_SIZES = ("width", "height")  # the output metadata an image keeps on a page
+
+
+class SafeOutputMetadata(Preprocessor):
+    """Keep of each output's metadata only an image's numeric width and height.
+
+    nbconvert's templates write those into the <img> tag unquoted (a width of '1 onload=...' adds
+    an attribute that runs script in formgrader), 'filenames' into its src, and the sanitizer
+    never looks at metadata; every other key only changes how an output is shown.
+    """
+
+    def preprocess_cell(self, cell, resources, index):
+        """Replace the metadata of the cell's outputs by what is safe of it."""
+        for output in cell.get("outputs", []):
+            if "metadata" in output:
+                output["metadata"] = safe_output_metadata(output["metadata"])
+        return cell, resources
+
+
+def safe_output_metadata(metadata) -> dict:
+    """{width, height, <mimetype>: {width, height}} of metadata, numbers only (bools are not sizes)."""
+    def sizes(d) -> dict:
+        return {k: v for k, v in d.items() if k in IMAGE_SIZES and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    if not isinstance(metadata, dict):
+        return {}
+    kept = sizes(metadata)
+    kept.update({mime: s for mime, d in metadata.items() if "/" in mime and isinstance(d, dict) and (s := sizes(d))})
+    return kept
 
 
 class EscapingRenderer(IPythonRenderer):

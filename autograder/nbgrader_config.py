@@ -31,6 +31,7 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 # the grader's browser session (raw HTML in markdown cells; text/html, JavaScript and widget outputs)
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.EscapedMarkdown"}
+c.HTMLExporter.preprocessors = ["autograder.feedback.SafeOutputMetadata"]  # image sizes are written in unquoted
 # an output's plain text before its HTML, which the sanitizer would show as escaped tags (a pandas table's <thead>)
 c.NbConvertBase.display_data_priority = ["image/png", "image/jpeg", "image/svg+xml", "text/plain", "text/html",
                                          "text/markdown", "text/latex", "application/javascript",

@@ -604,6 +604,10 @@ def hostile_notebook() -> nbformat.NotebookNode:
                new_output("display_data", data={"application/javascript": HOSTILE}),
                new_output("display_data", data={"text/markdown": f"<script>{HOSTILE}</script> *md*"}),
                new_output("display_data", data={"image/svg+xml": f"<svg onload=\"{HOSTILE}\"></svg>"}),
+               new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "fig"},
+                          metadata={"image/png": {"width": f"1 onload={HOSTILE}//", "height": 240}}),
+               new_output("display_data", data={"image/jpeg": "AAAA"},
+                          metadata={"height": f"5 onerror={HOSTILE}", "filenames": {"image/jpeg": "https://x.example/"}}),
                new_output("execute_result", execution_count=1, data={  # a pandas DataFrame
                    "text/html": "<table><thead><tr><th>loss</th></tr></thead><tbody><tr><td>0.25</td></tr></tbody></table>",
                    "text/plain": "   loss\n0  0.25"})]
