@@ -60,6 +60,7 @@ from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option,
                      run_first)
 from .export import (deleted_answers, failing_without_answer, late_by, released_answers, released_test_ids,
                      submitted_cells, tampered_cells)
+from .trusted_checks import hidden_outputs
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
 MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean anything
@@ -171,6 +172,24 @@ class HideHiddenTests(NbGraderPreprocessor):
             message = outcome_message(cell)
             cell.source = visible_source(cell.source)
             cell.outputs = [new_output("stream", name="stdout", text=message + "\n")]
+        return cell, resources
+
+
+ON_THE_PAGE = ("feedback pages show no output of your cells, which could carry another notebook's hidden tests; "
+               "run the notebook to see it")
+
+
+class HideCellOutputs(NbGraderPreprocessor):
+    """Show no code cell's own outputs on a feedback page, only that a cell failed and how (test cells keep their
+    outcome). A submission's notebooks run one after another in one sandbox (one /tmp, one user), so a cell of a
+    later notebook could print what an earlier notebook's hidden test cells were, which that notebook's kernel saw
+    (review: a pre_run_cell hook wrote them to /tmp, the next notebook printed them encoded). The student's own
+    notebook has the outputs; formgrader still shows them to graders."""
+
+    def preprocess_cell(self, cell, resources, index):
+        """Replace the outputs of a code cell that is not a test cell by what hidden_outputs keeps."""
+        if cell.get("cell_type") == "code" and not is_test_cell(cell) and cell.get("outputs"):
+            cell.outputs = hidden_outputs(cell.outputs, cell.source, why=ON_THE_PAGE)
         return cell, resources
 
 
@@ -525,7 +544,7 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
     """The course config with the hidden-test filter and the contents labels in GenerateFeedback, and the course's
     template (loading MathJax from mathjax_url, or nbconvert's default address)."""
     config = course.config.copy()
-    config.GenerateFeedback.preprocessors = [GetGradesNotingPending, HideHiddenTests, LabelGradedCells,
+    config.GenerateFeedback.preprocessors = [GetGradesNotingPending, HideHiddenTests, HideCellOutputs, LabelGradedCells,
                                              CSSHTMLHeaderPreprocessor]
     template_config(config)
     if mathjax_url is not None:

@@ -101,7 +101,7 @@ GRADER_ERRORS = {  # the grader's own words for the failures it causes; shown ev
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME_ERROR = re.compile(rf"name '({IDENTIFIER.pattern})' is not defined")
 
-__all__ = ["record_expected", "record_assignment", "configure_trusted_checks", "weak_cells",
+__all__ = ["record_expected", "record_assignment", "configure_trusted_checks", "weak_cells", "hidden_outputs",
            "blind_source", "BlindExpectedValues", "TrustedChecks", "DropEmptyGradeMetadata", "RECORD_ENV"]
 
 
@@ -516,7 +516,7 @@ class TrustedChecks(NbGraderPreprocessor):
             elif cell.get("cell_type") == "code":
                 strip_records(cell)
                 if seen_test and self.hide_outputs_after_tests and cell.outputs:
-                    cell.outputs = _hidden_outputs(cell.outputs, cell.source)
+                    cell.outputs = hidden_outputs(cell.outputs, cell.source)
         return nb, resources
 
     def _verdict(self, cell, expected: list | None, names: frozenset = frozenset()) -> list:
@@ -547,8 +547,12 @@ class DropEmptyGradeMetadata(NbGraderPreprocessor):
         return cell, resources
 
 
-def _hidden_outputs(outputs: list, source: str = "") -> list:
-    """What is kept of a cell that ran after a test cell: that it failed (and how), or a note.
+AFTER_TEST = "cells that run after a test cell could display its hidden inputs"  # why their outputs are hidden
+
+
+def hidden_outputs(outputs: list, source: str = "", why: str = AFTER_TEST) -> list:
+    """What is kept of a cell that ran after a test cell (or, why saying so, of any cell on a feedback page): that it
+    failed (and how), or a note.
 
     A syntax error is described from the cell's source, compiled here (it never ran, so it could
     not have seen a hidden input): the student learns the line and what the compiler expected.
@@ -558,11 +562,9 @@ def _hidden_outputs(outputs: list, source: str = "") -> list:
             name = output.get("ename", "")
             name = name if name in SAFE_ENAMES or name in GRADER_ERRORS else "Exception"
             # a grader error's fixed wording, never the output's own (a student may raise an exception of that name)
-            message = GRADER_ERRORS.get(name) or syntax_error(source, name) or (
-                "details not shown: cells that run after a test cell could display its hidden inputs")
+            message = GRADER_ERRORS.get(name) or syntax_error(source, name) or f"details not shown: {why}"
             return [new_output("error", ename=name, evalue=message, traceback=[f"{name}: {message}"])]
-    return [new_output("stream", name="stdout",
-                       text="[output not shown: cells that run after a test cell could display its hidden inputs]\n")]
+    return [new_output("stream", name="stdout", text=f"[output not shown: {why}]\n")]
 
 
 IPYTHON_SYNTAX = re.compile(r"^\s*[%!]", re.MULTILINE)  # a magic or shell line: IPython compiles what Python cannot

@@ -647,3 +647,40 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
             'src="data:image/svg+xml;base64,PHN2Zy8+" alt="a figure"' in page, where
         assert "[missing attachment: attachment:missing.png]" in text, where  # the page is still made
         assert "0  0.25" in text and "<thead>" not in text, where  # a table's plain text, not its escaped HTML
+
+
+def test_a_feedback_page_shows_no_output_of_the_students_cells_only_that_a_cell_failed(tmp_path):
+    """A later notebook's cell could print what an earlier notebook's hidden tests were (they share a sandbox; review:
+    encoded in a cell before the first test cell): no cell output reaches the page, only errors' names and the
+    grader's own words; the test cell keeps its outcome."""
+    from autograder.feedback import HideCellOutputs
+    from autograder.trusted_checks import GRADER_ERRORS
+
+    leak = "eJzLSM3JyQcABiwCFQ=="  # what a cell printed
+    notebook = graded_notebook(tmp_path, ANSWER, [hidden_failure("hidden kl: values differ")],
+                               later_outputs=[new_output("stream", name="stdout", text=leak),
+                                              new_output("display_data", data={"image/png": "iVBORw0KGgo=",
+                                                                               "text/plain": leak})])
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells[1].outputs = [new_output("error", ename="ValueError", evalue=leak, traceback=[leak])]
+    nb.cells.append(new_code_cell("import os\nos._exit(1)", execution_count=4, outputs=[
+        new_output("error", ename="KernelDied", evalue=leak, traceback=[leak])]))
+    nb.cells.append(new_code_cell("x = (", execution_count=5, outputs=[
+        new_output("error", ename="SyntaxError", evalue=leak, traceback=[leak])]))
+    nbformat.write(nb, notebook)
+    config = load_config()
+    template_config(config)
+    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+    config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
+    exporter = HTMLExporter(config=config)
+    for preprocessor in (HideHiddenTests(), HideCellOutputs(), LabelGradedCells()):
+        exporter.register_preprocessor(preprocessor, enabled=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"nbgrader": {"notebook": "nb", "score": 0.0, "max_score": 1.0,
+                                                                        "late_penalty": 0.0}})
+    text = page_text(body)
+    assert leak not in body and "iVBORw0KGgo=" not in body
+    assert "[output not shown: feedback pages show no output of your cells" in text
+    assert "ValueError: details not shown: feedback pages show no output of your cells" in text
+    assert f"KernelDied: {GRADER_ERRORS['KernelDied']}" in text
+    assert "SyntaxError: '(' was never closed (line 1 of the cell)" in text
+    assert "A hidden check failed: hidden kl: values differ" in text  # the test cell's outcome stays

@@ -238,12 +238,12 @@ def test_a_grader_error_after_a_test_cell_keeps_the_grader_s_words_and_any_other
     """Cells after a test cell hide their outputs (they could print its hidden inputs), but a time-out says so."""
     from nbformat.v4 import new_output
 
-    from autograder.trusted_checks import GRADER_ERRORS, _hidden_outputs
+    from autograder.trusted_checks import GRADER_ERRORS, hidden_outputs
 
-    timeout = _hidden_outputs([new_output("error", ename="CellTimeoutError", evalue="hidden _q = [0.1, 0.9]",
+    timeout = hidden_outputs([new_output("error", ename="CellTimeoutError", evalue="hidden _q = [0.1, 0.9]",
                                           traceback=[])])
     assert (timeout[0].ename, timeout[0].evalue) == ("CellTimeoutError", GRADER_ERRORS["CellTimeoutError"])
-    own = _hidden_outputs([new_output("error", ename="MyError", evalue="hidden _q = [0.1, 0.9]", traceback=[])])
+    own = hidden_outputs([new_output("error", ename="MyError", evalue="hidden _q = [0.1, 0.9]", traceback=[])])
     assert own[0].ename == "Exception" and "details not shown" in own[0].evalue and "_q" not in own[0].evalue
 
 
@@ -261,9 +261,9 @@ def test_each_grader_error_after_a_test_cell_says_what_the_grader_did(ename, wor
     not what happened, nor that grading went on without the cell."""
     from nbformat.v4 import new_output
 
-    from autograder.trusted_checks import _hidden_outputs
+    from autograder.trusted_checks import hidden_outputs
 
-    (shown,) = _hidden_outputs([new_output("error", ename=ename, evalue="student text _q = [0.1]", traceback=[])])
+    (shown,) = hidden_outputs([new_output("error", ename=ename, evalue="student text _q = [0.1]", traceback=[])])
     assert shown.ename == ename and shown.evalue.startswith(words) and "_q" not in shown.evalue, shown
 
 
@@ -292,9 +292,9 @@ def test_a_syntax_error_after_a_test_cell_is_described_from_the_cell_s_own_sourc
     that never ran cannot, and the student needs the line (found by a feedback review)."""
     from nbformat.v4 import new_output
 
-    from autograder.trusted_checks import _hidden_outputs
+    from autograder.trusted_checks import hidden_outputs
 
-    (out,) = _hidden_outputs([new_output("error", ename=ename, evalue="from the kernel: _q = [0.1]", traceback=[])],
+    (out,) = hidden_outputs([new_output("error", ename=ename, evalue="from the kernel: _q = [0.1]", traceback=[])],
                              source)
     assert out.ename == ename and out.evalue.startswith(shown) and "_q" not in out.evalue, out
 
