@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbconvert.exporters import HTMLExporter
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, Preprocessor
-from nbformat.v4 import new_markdown_cell, new_output
-from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from jinja2 import pass_context
 from mistune import HTMLRenderer
 from mistune.util import striptags
+from nbconvert.exporters import HTMLExporter
 from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer, MarkdownWithMath
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, Preprocessor
+from nbformat.v4 import new_markdown_cell, new_output
+from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
