@@ -175,8 +175,7 @@ class HideHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
-ON_THE_PAGE = ("feedback pages show no output of your cells, which could carry another notebook's hidden tests; "
-               "run the notebook to see it")
+ON_THE_PAGE = "feedback pages show no cell output; run the notebook to see it"  # HideCellOutputs says why
 
 
 class HideCellOutputs(NbGraderPreprocessor):

@@ -679,8 +679,8 @@ def test_a_feedback_page_shows_no_output_of_the_students_cells_only_that_a_cell_
                                                                         "late_penalty": 0.0}})
     text = page_text(body)
     assert leak not in body and "iVBORw0KGgo=" not in body
-    assert "[output not shown: feedback pages show no output of your cells" in text
-    assert "ValueError: details not shown: feedback pages show no output of your cells" in text
+    assert "[output not shown: feedback pages show no cell output; run the notebook to see it]" in text
+    assert "ValueError: details not shown: feedback pages show no cell output; run the notebook to see it" in text
     assert f"KernelDied: {GRADER_ERRORS['KernelDied']}" in text
     assert "SyntaxError: '(' was never closed (line 1 of the cell)" in text
     assert "A hidden check failed: hidden kl: values differ" in text  # the test cell's outcome stays
