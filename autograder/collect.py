@@ -205,6 +205,7 @@ class CollectReport:
     unwrapped: list[str] = field(default_factory=list)  # folders above the student level that were dropped
     wall_clock: int = 0  # filed files whose time is a wall-clock time (a zip's DOS time, a Blackboard name's) ...
     zone: str | None = None  # ... read in this zone (local_zone())
+    zone_before: str | None = None  # the other zone the last collect that read wall-clock times read them in
 
 
 # --- reading the download -------------------------------------------------------------
@@ -1486,6 +1487,8 @@ def save_report(course: Course, report: CollectReport, entries: list[Entry] | No
     merged["rejected"] += [r.saved() for r in report.rejected]
     merged["ignored"] += [r.saved() for r in report.ignored]
     merged["last_source"] = report.source
+    if report.zone:
+        merged["zone"] = report.zone  # the next collect warns when it reads wall-clock times in another
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(merged, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
@@ -1692,7 +1695,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         raise AutograderError(f"nothing was collected: {'; '.join(clashes)}; {fix}, and collect again")
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
-        earlier = load_collect_log(course)["students"]  # first: a damaged record stops collect before it files anything
+        log = load_collect_log(course)  # first: a damaged record stops collect before it files anything
+        earlier = log["students"]
         filed, older, seen_before = older_than_filed(course, filed, earlier, replace_older)
         rejected[:], superseded = older_damaged(course, rejected, filed, earlier, notebooks, replace_older)
         rejected += older  # report.rejected is this list
@@ -1700,6 +1704,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         keep_rejected_copies(course, entries, rejected)
         report.wall_clock = sum(f.entry.wall_clock for f in filed)
         report.zone = local_zone() if report.wall_clock else None
+        if report.zone and (last := log.get("zone")) and zone_name(last) != zone_name(report.zone):
+            report.zone_before = last  # the same files would now get other hand-in times
         with course.gradebook() as gb:
             for sid in sorted(seen):
                 gb.update_or_create_student(sid)
@@ -1747,6 +1753,11 @@ def not_filed(course: Course, student: str, files: list[Filed], notes: list[str]
     rec.timestamp = earlier.get("timestamp")
     rec.file_times = {nb: t for nb, t in earlier.get("file_times", {}).items() if nb in rec.notebooks}
     return rec
+
+
+def zone_name(zone: str) -> str:
+    """'Asia/Shanghai' of local_zone()'s 'Asia/Shanghai (UTC+0800)' (a summer offset is the same zone)."""
+    return str(zone).split(" (")[0]
 
 
 def local_zone() -> str:
@@ -1856,9 +1867,14 @@ def print_report(report: CollectReport) -> None:
         for s, where in replaced:
             print(f"  {s}: {where}")
     if n := report.wall_clock:
+        example = "UTC" if zone_name(report.zone) == "Asia/Shanghai" else "Asia/Shanghai"
         print(f"hand-in times: {n} {'file carries' if n == 1 else 'files carry'} only a wall-clock time (a zip's DOS "
               f"time, or a Blackboard file name's), read in this machine's time zone, {report.zone}; if the LMS "
-              "server's zone differs, collect again with TZ set to it, e.g. TZ=Asia/Shanghai")
+              f"server's zone differs, collect again with TZ set to it, e.g. TZ={example}")
+    if report.zone_before:
+        print(f"warning: the collect before read such times in {report.zone_before}, this one in {report.zone}, so "
+              f"files collected then get other hand-in times now; if {zone_name(report.zone_before)} is the LMS "
+              f"server's zone, collect again with TZ={zone_name(report.zone_before)}")
     if report.rejected:
         print(f"rejected files ({len(report.rejected)}), copies kept in the course's rejected/ folder:")
         for line in per_student_lines(report.rejected, lambda r: f"{shown(r.file)}: {shown(r.reason)}"

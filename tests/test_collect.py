@@ -202,7 +202,21 @@ def test_zip_times_are_read_in_utc_when_the_zip_says_so_else_as_local_time(cours
     print_report(report)
     assert ("hand-in times: 1 file carries only a wall-clock time (a zip's DOS time, or a Blackboard file name's), "
             "read in this machine's time zone, Asia/Shanghai (UTC+0800); if the LMS server's zone differs, collect "
-            "again with TZ set to it") in capsys.readouterr().out
+            "again with TZ set to it, e.g. TZ=UTC") in capsys.readouterr().out  # not the zone it already is
+    assert report.zone_before is None
+    # the same download collected again without TZ (review): its DOS time moves by 8 h, and collect says so
+    set_time_zone(monkeypatch, "UTC")
+    again = collect(course, zpath)
+    assert stamp_of(course, "dos") == "2026-03-01 10:00:00.000000 UTC"
+    assert again.zone_before == "Asia/Shanghai (UTC+0800)"
+    print_report(again)
+    assert ("warning: the collect before read such times in Asia/Shanghai (UTC+0800), this one in UTC (UTC+0000), so "
+            "files collected then get other hand-in times now; if Asia/Shanghai is the LMS server's zone, collect "
+            "again with TZ=Asia/Shanghai") in capsys.readouterr().out
+    set_time_zone(monkeypatch, "Asia/Shanghai")  # put right: the times come back, and the switch is named again
+    assert collect(course, zpath).zone_before == "UTC (UTC+0000)"
+    assert stamp_of(course, "dos") == "2026-03-01 02:00:00.000000 UTC"
+    assert collect(course, zpath).zone_before is None  # the same zone as the collect before: nothing to say
 
 
 def test_a_zip_member_without_a_valid_date_gets_the_zip_s_time(course, tmp_path):
