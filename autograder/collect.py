@@ -1319,6 +1319,34 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
     return kept, older, seen_before
 
 
+def untouched_over_work(course: Course, filed: list[Filed], stubs: dict[str, dict[str, str]],
+                        replace_older: bool = False) -> tuple[list[Filed], list[Record]]:
+    """Split off each file none of whose answer cells differs from the release when the notebook filed before has
+    answers: an untouched copy never replaces work, as within one download (drop_duplicates). Return (files to file,
+    rejected). replace_older: file them all."""
+    if replace_older:
+        return list(filed), []
+    kept, rejected = [], []
+    for f in filed:
+        on_file = course.step_dir("submitted", f.student) / f"{f.notebook}.ipynb"
+        if (answers_given(f.nb, stubs.get(f.notebook, {})) or not stubs.get(f.notebook) or not on_file.is_file()
+                or filed_bytes(f) == on_file.read_bytes()):
+            kept.append(f)
+            continue
+        try:
+            before = answers_given(nbformat.reads(on_file.read_text(encoding="utf-8"), as_version=4), stubs[f.notebook])
+        except Exception:  # noqa: BLE001 - a filed copy that does not read: let the new file replace it
+            before = 0
+        if not before:
+            kept.append(f)
+            continue
+        rejected.append(Record(str(f.entry.path), (
+            f"{DUPLICATE}{f.student} handed in {f.notebook}.ipynb more than once; kept the one collected before, "
+            f"which has answers filled in ({before}); none of this one's answer cells differs from the release; to "
+            "file it instead, collect again with --replace-older"), f.student, source=f.entry))
+    return kept, rejected
+
+
 def older_damaged(course: Course, rejected: list[Record], filed: list[Filed], earlier: dict, notebooks: list[str],
                   replace_older: bool = False) -> tuple[list[Record], list[Record]]:
     """Damaged files a newer notebook of the same name supersedes, so the student's page does not say a file of theirs
@@ -1684,7 +1712,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
                                               release_cells=graded_release_cells(release), known=known)
     filed, shared = split_shared_ids(filed, seen)
-    filed, duplicates = drop_duplicates(filed, released_answers(release), notebooks)
+    stubs = released_answers(release)
+    filed, duplicates = drop_duplicates(filed, stubs, notebooks)
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
@@ -1698,6 +1727,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         log = load_collect_log(course)  # first: a damaged record stops collect before it files anything
         earlier = log["students"]
         filed, older, seen_before = older_than_filed(course, filed, earlier, replace_older)
+        filed, untouched = untouched_over_work(course, filed, stubs, replace_older)
+        older += untouched
         rejected[:], superseded = older_damaged(course, rejected, filed, earlier, notebooks, replace_older)
         rejected += older  # report.rejected is this list
         ignored += seen_before + superseded  # and report.ignored this one

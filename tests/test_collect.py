@@ -2100,3 +2100,22 @@ def test_large_notebooks_are_read_only_while_the_download_s_memory_budget_lasts(
     assert "collect this student's files on their own" in reason and Path(copy).read_bytes() == data
     assert list(collect(course, write_tree(tmp_path / "cy", {"cy/02-shapes-and-loss.ipynb": data})).students["cy"]
                 .notebooks) == ["02-shapes-and-loss"]  # alone, it is read
+
+
+def test_a_later_untouched_copy_does_not_replace_work_collected_before(course, tmp_path):
+    """A later download holding a student's untouched release copy replaced the work filed from the first one, the
+    very case an untouched copy loses within one download (review). It is listed as a duplicate that lost;
+    --replace-older files it anyway."""
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()"
+    nbformat.write(nbformat.reads(answer_notebook(stub).decode(), 4), course.release_dir / "02-shapes-and-loss.ipynb")
+    collect(course, write_tree(tmp_path / "a", {"ann/02-shapes-and-loss.ipynb": answer_notebook("x = 1")}))
+    later = write_tree(tmp_path / "b", {"ann/02-shapes-and-loss.ipynb": answer_notebook(stub)})
+    report = collect(course, later)
+    assert submitted(course, "ann") == {"02-shapes-and-loss.ipynb": answer_notebook("x = 1")}
+    [record] = report.rejected
+    assert record.reason == (
+        "duplicate: ann handed in 02-shapes-and-loss.ipynb more than once; kept the one collected before, which has "
+        "answers filled in (1); none of this one's answer cells differs from the release; to file it instead, collect "
+        "again with --replace-older"), record.reason
+    collect(course, later, replace_older=True)
+    assert submitted(course, "ann") == {"02-shapes-and-loss.ipynb": answer_notebook(stub)}
