@@ -60,6 +60,7 @@ from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option,
                      run_first)
 from .export import (deleted_answers, failing_without_answer, late_by, released_answers, released_test_ids,
                      submitted_cells, tampered_cells)
+from .sandbox import NO_KERNEL
 from .trusted_checks import hidden_outputs
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -179,17 +180,25 @@ ON_THE_PAGE = "feedback pages show no cell output; run the notebook to see it"  
 
 
 class HideCellOutputs(NbGraderPreprocessor):
-    """Show no code cell's own outputs on a feedback page, only that a cell failed and how (test cells keep their
-    outcome). A submission's notebooks run one after another in one sandbox (one /tmp, one user), so a cell of a
-    later notebook could print what an earlier notebook's hidden test cells were, which that notebook's kernel saw
-    (review: a pre_run_cell hook wrote them to /tmp, the next notebook printed them encoded). The student's own
-    notebook has the outputs; formgrader still shows them to graders."""
+    """Show nothing on a feedback page that a student's kernel chose: no code cell's own outputs, only that a cell
+    failed and how (test cells keep their outcome); prompt numbers counted here, not the kernel's. A submission's notebooks run one after another in one sandbox (one /tmp, one user), so a cell
+    of a later notebook could print what an earlier notebook's hidden test cells were, which that notebook's
+    kernel saw (review: a pre_run_cell hook wrote them to /tmp, the next notebook printed them encoded; a kernel
+    also sets its own execution count, 3,854 digits of it). The student's own notebook has the outputs; formgrader
+    still shows them to graders. (A kernel's language_info never reaches the notebook: GradingExecute.)"""
 
-    def preprocess_cell(self, cell, resources, index):
-        """Replace the outputs of a code cell that is not a test cell by what hidden_outputs keeps."""
-        if cell.get("cell_type") == "code" and not is_test_cell(cell) and cell.get("outputs"):
-            cell.outputs = hidden_outputs(cell.outputs, cell.source, why=ON_THE_PAGE)
-        return cell, resources
+    def preprocess(self, nb, resources):
+        """Every code cell: outputs replaced by what hidden_outputs keeps, prompts renumbered."""
+        count = 0
+        for cell in nb.cells:
+            if cell.get("cell_type") != "code":
+                continue
+            if cell.get("execution_count") is not None:
+                count += 1
+                cell.execution_count = count
+            if not is_test_cell(cell) and cell.get("outputs"):
+                cell.outputs = hidden_outputs(cell.outputs, cell.source, why=ON_THE_PAGE)
+        return nb, resources
 
 
 class LabelGradedCells(NbGraderPreprocessor):
@@ -626,8 +635,23 @@ def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, jo
         reasons = {nb: why + also if why.startswith("Not handed in") else why for nb, why in reasons.items()}
     for nb, r in sorted(json.loads((job or {}).get("notebooks") or "{}").items()):
         if r.get("status") == "error":
-            reasons[nb] = f"Handed in, but it could not be graded, so it scored 0: {r.get('error')}"
+            reasons[nb] = f"Handed in, but it could not be graded, so it scored 0: {error_for_the_page(r.get('error'))}"
     return reasons
+
+
+LOST_CELLS = "the notebook lacks "  # begins worker.lost_cells_reason's words
+
+
+def error_for_the_page(error) -> str:
+    """What a student's page says of a grading error: the harness's own words (no kernel could start; answer cells
+    missing), else a fixed phrase. nbgrader's own errors may quote what the student's kernel sent (a forged
+    execution count's text, in a validation error), which could carry another notebook's hidden tests."""
+    error = str(error or "")
+    if re.match(rf"(RuntimeError: )?{NO_KERNEL} \(\d+ tries\)", error):  # then jupyter_client's words
+        return error
+    if error.startswith(LOST_CELLS):
+        return error.split(" (nbgrader: ", 1)[0]
+    return "grading it stopped with an error (your instructor has the details and can grade it again)"
 
 
 def explain_not_graded(course: Course, student: str, reasons: dict[str, str]) -> list[Path]:

@@ -1088,9 +1088,9 @@ class GradingExecute(Execute):
         while position < len(cells):
             try:
                 with self.setup_kernel():
-                    info = self.wait_for_reply(self.kc.kernel_info())
-                    if info:
-                        self.nb.metadata["language_info"] = info["content"]["language_info"]
+                    # asked (nbclient waits for this reply), not recorded: a kernel chooses its language_info, whose
+                    # lexer names a CSS class of every cell on a page (a restarted kernel's could carry hidden tests)
+                    self.wait_for_reply(self.kc.kernel_info())
                     if self._replay(cells[:position], failed):
                         position = self._run_from(position, resources, failed)
             except Exception as exc:  # noqa: BLE001 - e.g. "Kernel died before replying to kernel_info"

@@ -40,9 +40,13 @@ Residual threats, honestly:
   ``check_true(label, np.allclose(p.sum(-1), 1))``).
 - Hidden inputs are necessarily in the student's process (the student's function receives
   them), and so is the (blinded) hidden-test source. Student code can copy them into a later
-  cell's output, which ends up in its own feedback; ``TrustedChecks.hide_outputs_after_tests``
-  (on by default) replaces the outputs of ordinary code cells that run after the first
-  autograded test cell with a note, which closes that channel in the feedback.
+  cell's output, or into a file a later notebook of the submission reads (they share a
+  sandbox); ``TrustedChecks.hide_outputs_after_tests`` (on by default) replaces the outputs of
+  ordinary code cells that run after the first autograded test cell with a note, and the
+  feedback pages show no cell output at all, prompt numbers counted on the page and
+  nbgrader's own error texts replaced (``feedback.HideCellOutputs``, ``error_for_the_page``).
+  What remains is about 6 bits a cell: which built-in exception it raised, whether it printed,
+  whether each test passed.
 - An expected value computed in a variable that is also used for something else
   (e.g. in an ``actual`` expression or a label) cannot be blinded; such a check still
   compares outside the process, but a patched helper could read the variable.

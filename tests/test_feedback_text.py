@@ -215,19 +215,30 @@ def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
 
     from autograder.feedback import not_graded_reasons
 
-    notebooks = ["00-vectors-shapes-and-gradients", "01-probability-and-bayes", "02-shapes-and-loss", "03-maximum-likelihood"]
+    notebooks = ["00-vectors-shapes-and-gradients", "01-probability-and-bayes", "02-shapes-and-loss", "03-maximum-likelihood",
+                 "04-entropy-cross-entropy-kl"]
     log = {"students": {"ann": {"missing": ["00-vectors-shapes-and-gradients", "01-probability-and-bayes"]}},
            "rejected": [{"file": "ann/01-probability-and-bayes (1).ipynb", "reason": "invalid JSON (at line 3)",
                          "student": "ann"},
                         {"file": "bob/00-vectors-shapes-and-gradients.ipynb", "reason": "empty file", "student": "bob"}]}
-    job = {"notebooks": json.dumps({"02-shapes-and-loss": {"status": "error", "error": "the kernel died 3 times"},
-                                    "03-maximum-likelihood": {"status": "graded"}})}
+    job = {"notebooks": json.dumps({
+        "02-shapes-and-loss": {"status": "error", "error": "RuntimeError: no kernel could start (3 tries): Kernel died "
+                                                           "before replying to kernel_info"},
+        "03-maximum-likelihood": {"status": "graded"},
+        # nbgrader's own error quotes what the kernel sent (review: a forged execution count carried hidden tests)
+        "04-entropy-cross-entropy-kl": {"status": "error", "error": "ValidationError: 'LEAK hidden test text' is not "
+                                                                    "of type 'integer'"}})}
     reasons = not_graded_reasons("ann", notebooks, log, job)
-    assert sorted(reasons) == ["00-vectors-shapes-and-gradients", "01-probability-and-bayes", "02-shapes-and-loss"]
+    assert sorted(reasons) == ["00-vectors-shapes-and-gradients", "01-probability-and-bayes", "02-shapes-and-loss",
+                               "04-entropy-cross-entropy-kl"]
     assert reasons["00-vectors-shapes-and-gradients"].startswith("Not handed in")
     assert "ann/01-probability-and-bayes (1).ipynb was not accepted: invalid JSON (at line 3)" in \
         reasons["01-probability-and-bayes"]
-    assert "could not be graded" in reasons["02-shapes-and-loss"] and "kernel died 3 times" in reasons["02-shapes-and-loss"]
+    assert reasons["02-shapes-and-loss"].endswith("could not be graded, so it scored 0: RuntimeError: no kernel could "
+                                                  "start (3 tries): Kernel died before replying to kernel_info")
+    assert reasons["04-entropy-cross-entropy-kl"].endswith(
+        "could not be graded, so it scored 0: grading it stopped with an error (your instructor has the details and "
+        "can grade it again)"), reasons["04-entropy-cross-entropy-kl"]
     assert not_graded_reasons("cid", notebooks, log, None) == {}
 
 
@@ -665,8 +676,8 @@ def test_a_feedback_page_shows_no_output_of_the_students_cells_only_that_a_cell_
     nb.cells[1].outputs = [new_output("error", ename="ValueError", evalue=leak, traceback=[leak])]
     nb.cells.append(new_code_cell("import os\nos._exit(1)", execution_count=4, outputs=[
         new_output("error", ename="KernelDied", evalue=leak, traceback=[leak])]))
-    nb.cells.append(new_code_cell("x = (", execution_count=5, outputs=[
-        new_output("error", ename="SyntaxError", evalue=leak, traceback=[leak])]))
+    nb.cells.append(new_code_cell("x = (", execution_count=int.from_bytes(leak.encode(), "big"), outputs=[
+        new_output("error", ename="SyntaxError", evalue=leak, traceback=[leak])]))  # a kernel sets its own count
     nbformat.write(nb, notebook)
     config = load_config()
     template_config(config)
@@ -679,6 +690,8 @@ def test_a_feedback_page_shows_no_output_of_the_students_cells_only_that_a_cell_
                                                                         "late_penalty": 0.0}})
     text = page_text(body)
     assert leak not in body and "iVBORw0KGgo=" not in body
+    prompts = re.findall(r"In\xa0\[(\d+)\]", body)
+    assert prompts == ["1", "2", "3", "4"], prompts  # counted on the page: not the kernel's 3,854-digit count
     assert "[output not shown: feedback pages show no cell output; run the notebook to see it]" in text
     assert "ValueError: details not shown: feedback pages show no cell output; run the notebook to see it" in text
     assert f"KernelDied: {GRADER_ERRORS['KernelDied']}" in text

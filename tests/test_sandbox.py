@@ -663,6 +663,22 @@ def test_a_display_update_cannot_rewrite_an_earlier_cell_or_grow_past_the_output
     assert "hidden input" not in kept and len(kept) < 20_000, kept[:2000]
 
 
+def test_a_kernel_s_language_info_does_not_reach_the_graded_notebook(tmp_path):
+    """A kernel chooses the language_info it reports; its pygments_lexer names a CSS class of every cell of a page,
+    so a kernel restarted with a startup file that changed it could carry text onto a feedback page (review)."""
+    startup = ("from pathlib import Path\n"
+               "folder = Path(get_ipython().profile_dir.startup_dir)\nfolder.mkdir(parents=True, exist_ok=True)\n"
+               "(folder / '00-leak.py').write_text(\"get_ipython().kernel.language_info['pygments_lexer'] = 'LEAKED'\\n\")")
+    nb = new_notebook(cells=[new_code_cell(startup), new_code_cell("import os\nos._exit(1)"), new_code_cell("print(1)")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                                "language_info": {"name": "python", "pygments_lexer": "ipython3"}})
+    executor = GradingExecute(timeout=60, preload_modules=[], kernel_env={"IPYTHONDIR": str(tmp_path / "ipython")})
+    nb, _ = executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert (tmp_path / "ipython" / "profile_default" / "startup" / "00-leak.py").is_file()  # the restart ran it
+    assert [o.get("text") for o in nb.cells[2].outputs] == ["1\n"], nb.cells[2].outputs
+    assert nb.metadata["language_info"] == {"name": "python", "pygments_lexer": "ipython3"}, nb.metadata["language_info"]
+
+
 def test_an_ipywidgets_output_leaves_its_outputs_in_the_cell_that_printed_them(tmp_path):
     """`with out: print(...)` of an ipywidgets Output: the text stays in its cell (counted by the output budget), and
     the cell is not taken for a kernel death, as it was once widget state was no longer kept (review)."""
