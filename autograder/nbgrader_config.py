@@ -32,9 +32,10 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.EscapedMarkdown"}
 c.HTMLExporter.preprocessors = ["autograder.feedback.SafeOutputMetadata"]  # image sizes are written in unquoted
-# an output's plain text before its HTML, which the sanitizer would show as escaped tags (a pandas table's <thead>)
-c.NbConvertBase.display_data_priority = ["image/png", "image/jpeg", "image/svg+xml", "text/plain", "text/html",
-                                         "text/markdown", "text/latex", "application/javascript",
+# an output's plain text before its HTML, markdown or SVG, which the sanitizer shows as escaped tags (a pandas
+# table's <thead>); LaTeX (display(Math(...)), sympy) before it, as MathJax sets it from escaped text
+c.NbConvertBase.display_data_priority = ["image/png", "image/jpeg", "text/latex", "text/plain", "image/svg+xml",
+                                         "text/html", "text/markdown", "application/javascript",
                                          "application/vnd.jupyter.widget-view+json", "text/vnd.mermaid"]
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

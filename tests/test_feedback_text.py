@@ -619,6 +619,8 @@ def hostile_notebook() -> nbformat.NotebookNode:
                           metadata={"image/png": {"width": f"1 onload={HOSTILE}//", "height": 240}}),
                new_output("display_data", data={"image/jpeg": "AAAA"},
                           metadata={"height": f"5 onerror={HOSTILE}", "filenames": {"image/jpeg": "https://x.example/"}}),
+               new_output("display_data", data={"text/latex": "$p(x_t \\mid x_{<t})$",  # display(Math(...))
+                                                "text/plain": "<IPython.core.display.Math object>"}),
                new_output("execute_result", execution_count=1, data={  # a pandas DataFrame
                    "text/html": "<table><thead><tr><th>loss</th></tr></thead><tbody><tr><td>0.25</td></tr></tbody></table>",
                    "text/plain": "   loss\n0  0.25"})]
@@ -658,6 +660,7 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
             'src="data:image/svg+xml;base64,PHN2Zy8+" alt="a figure"' in page, where
         assert "[missing attachment: attachment:missing.png]" in text, where  # the page is still made
         assert "0  0.25" in text and "<thead>" not in text, where  # a table's plain text, not its escaped HTML
+        assert "$p(x_t \\mid x_{<t})$" in text and "Math object" not in text, where  # MathJax sets the LaTeX
 
 
 def test_a_feedback_page_shows_no_output_of_the_students_cells_only_that_a_cell_failed(tmp_path):
