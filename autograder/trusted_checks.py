@@ -566,9 +566,25 @@ def hidden_outputs(outputs: list, source: str = "", why: str = AFTER_TEST) -> li
             name = output.get("ename", "")
             name = name if name in SAFE_ENAMES or name in GRADER_ERRORS else "Exception"
             # a grader error's fixed wording, never the output's own (a student may raise an exception of that name)
-            message = GRADER_ERRORS.get(name) or syntax_error(source, name) or f"details not shown: {why}"
+            message = (GRADER_ERRORS.get(name) or syntax_error(source, name) or missing_module(output, source)
+                       or f"details not shown: {why}")
             return [new_output("error", ename=name, evalue=message, traceback=[f"{name}: {message}"])]
     return [new_output("stream", name="stdout", text=f"[output not shown: {why}]\n")]
+
+
+MISSING_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+
+
+def missing_module(output: dict, source: str) -> str | None:
+    """"No module named 'x' (when graded)" for a ModuleNotFoundError whose module the cell's own source names (the
+    student's text, so no hidden input; only the grading environment may lack it), else None."""
+    found = MISSING_MODULE.fullmatch(str(output.get("evalue", "")).strip())
+    if output.get("ename") != "ModuleNotFoundError" or found is None:
+        return None
+    module = found.group(1)
+    if module.split(".")[0] not in IDENTIFIER.findall(source):
+        return None
+    return f"No module named '{module}' when the notebook was graded (the grading environment does not have it)"
 
 
 IPYTHON_SYNTAX = re.compile(r"^\s*[%!]", re.MULTILINE)  # a magic or shell line: IPython compiles what Python cannot

@@ -298,3 +298,23 @@ def test_a_syntax_error_after_a_test_cell_is_described_from_the_cell_s_own_sourc
                              source)
     assert out.ename == ename and out.evalue.startswith(shown) and "_q" not in out.evalue, out
 
+
+
+def test_a_module_the_grading_environment_lacks_is_named_when_the_cell_names_it():
+    """Feedback pages show a cell's error only by name: a ModuleNotFoundError that happens only where the notebook is
+    graded said 'run the notebook to see it', which shows nothing on the student's machine (review). The module is
+    named when the cell's own source names it; any other text of the kernel's stays hidden."""
+    from nbformat.v4 import new_output
+
+    from autograder.trusted_checks import hidden_outputs
+
+    def shown(evalue: str, source: str) -> str:
+        (out,) = hidden_outputs([new_output("error", ename="ModuleNotFoundError", evalue=evalue, traceback=[])], source)
+        return out.evalue
+
+    assert shown("No module named 'scipy'", "from scipy.special import logsumexp") == (
+        "No module named 'scipy' when the notebook was graded (the grading environment does not have it)")
+    assert shown("No module named 'scipy.special'", "import scipy.special").startswith("No module named 'scipy.special'")
+    assert shown("No module named 'leak_0x1f'", "import importlib\nimportlib.import_module(name)").startswith(
+        "details not shown")  # a name only the kernel chose
+    assert shown("No module named 'a'; hidden _q = [0.1]", "import a").startswith("details not shown")
