@@ -1221,6 +1221,11 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def filed_path(course: Course, student: str, notebook: str) -> Path:
+    """Where collect files a student's notebook (it may not exist yet)."""
+    return course.step_dir("submitted", student) / f"{notebook}.ipynb"
+
+
 def filed_bytes(f: Filed) -> bytes:
     """What collect writes for a filed notebook: the file as handed in, or as collect repaired it (see its note)."""
     return f.entry.data if not f.note else nbformat.writes(f.nb).encode("utf-8")
@@ -1301,7 +1306,7 @@ def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
     kept, older, seen_before = [], [], []
     for f in filed:
         before = parse_time(earlier.get(f.student, {}).get("file_times", {}).get(f.notebook, ""))
-        on_file = course.step_dir("submitted", f.student) / f"{f.notebook}.ipynb"
+        on_file = filed_path(course, f.student, f.notebook)
         # the same file read with other times (collected again with TZ set, say) is filed: its time is corrected
         if before is None or f.entry.mtime >= before or not on_file.is_file() or filed_bytes(f) == on_file.read_bytes():
             kept.append(f)
@@ -1328,13 +1333,13 @@ def untouched_over_work(course: Course, filed: list[Filed], stubs: dict[str, dic
         return list(filed), []
     kept, rejected = [], []
     for f in filed:
-        on_file = course.step_dir("submitted", f.student) / f"{f.notebook}.ipynb"
-        if (answers_given(f.nb, stubs.get(f.notebook, {})) or not stubs.get(f.notebook) or not on_file.is_file()
-                or filed_bytes(f) == on_file.read_bytes()):
+        on_file = filed_path(course, f.student, f.notebook)
+        if answers_given(f.nb, stubs.get(f.notebook, {})) or not stubs.get(f.notebook) or not on_file.is_file():
             kept.append(f)
             continue
+        data = on_file.read_bytes()
         try:
-            before = answers_given(nbformat.reads(on_file.read_text(encoding="utf-8"), as_version=4), stubs[f.notebook])
+            before = 0 if data == filed_bytes(f) else answers_given(read_notebook(data)[0], stubs[f.notebook])
         except Exception:  # noqa: BLE001 - a filed copy that does not read: let the new file replace it
             before = 0
         if not before:
@@ -1370,7 +1375,7 @@ def older_damaged(course: Course, rejected: list[Record], filed: list[Filed], ea
             kept.append(r)
             continue
         before = parse_time(earlier.get(r.student, {}).get("file_times", {}).get(notebook, ""))
-        on_file = (course.step_dir("submitted", r.student) / f"{notebook}.ipynb").is_file()
+        on_file = filed_path(course, r.student, notebook).is_file()
         if before is None or not on_file or r.time >= before or not rejected_before(course, r):
             kept.append(r)
             continue
