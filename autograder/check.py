@@ -37,7 +37,7 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (BUDGET_SPENT, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
+from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
                     checks_format_only, first_line, grade_ids, graded_cells_of, heading_after, is_edited, is_test_cell,
                     nbgrader_meta, numbered_cell, outcome_message, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
@@ -207,7 +207,6 @@ def run_notebook(nb, folder: Path, timeout: float, drop_warnings: bool = True,
     from nbgrader.preprocessors import IgnorePattern
     from traitlets.config import Config
 
-    from .sandbox import NO_KERNEL
     from .worker import BudgetedExecute
 
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as sockets:

@@ -53,14 +53,13 @@ from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
-from .cells import (BEGIN_HIDDEN, END_HIDDEN, first_line, heading_after, hidden_line_numbers, is_test_cell,
-                    nbgrader_meta, not_run_for_time, outcome_message, stopped_for_time, stopped_kernel, visible_source)
+from .cells import (BEGIN_HIDDEN, END_HIDDEN, LOST_CELLS, NO_KERNEL, first_line, heading_after, hidden_line_numbers,
+                    is_test_cell, nbgrader_meta, not_run_for_time, outcome_message, stopped_for_time, stopped_kernel, visible_source)
 from .collect import DUPLICATE, OLDER, load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
 from .export import (deleted_answers, failing_without_answer, late_by, released_answers, released_test_ids,
                      submitted_cells, tampered_cells)
-from .sandbox import NO_KERNEL
 from .trusted_checks import hidden_outputs
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -181,11 +180,14 @@ ON_THE_PAGE = "feedback pages show no cell output; run the notebook to see it"  
 
 class HideCellOutputs(NbGraderPreprocessor):
     """Show nothing on a feedback page that a student's kernel chose: no code cell's own outputs, only that a cell
-    failed and how (test cells keep their outcome); prompt numbers counted here, not the kernel's. A submission's notebooks run one after another in one sandbox (one /tmp, one user), so a cell
-    of a later notebook could print what an earlier notebook's hidden test cells were, which that notebook's
-    kernel saw (review: a pre_run_cell hook wrote them to /tmp, the next notebook printed them encoded; a kernel
-    also sets its own execution count, 3,854 digits of it). The student's own notebook has the outputs; formgrader
-    still shows them to graders. (A kernel's language_info never reaches the notebook: GradingExecute.)"""
+    failed and how (test cells keep their outcome); prompt numbers counted here, not the kernel's.
+
+    A submission's notebooks run one after another in one sandbox (one /tmp, one user), so a cell of a later
+    notebook could print what an earlier notebook's hidden test cells were, which that notebook's kernel saw
+    (review: a pre_run_cell hook wrote them to /tmp, the next notebook printed them encoded; a kernel also sets its
+    own execution count, 3,854 digits of it). The student's own notebook has the outputs; formgrader still shows
+    them to graders. (A kernel's language_info never reaches the notebook: GradingExecute.)
+    """
 
     def preprocess(self, nb, resources):
         """Every code cell: outputs replaced by what hidden_outputs keeps, prompts renumbered."""
@@ -637,9 +639,6 @@ def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, jo
         if r.get("status") == "error":
             reasons[nb] = f"Handed in, but it could not be graded, so it scored 0: {error_for_the_page(r.get('error'))}"
     return reasons
-
-
-LOST_CELLS = "the notebook lacks "  # begins worker.lost_cells_reason's words
 
 
 def error_for_the_page(error) -> str:

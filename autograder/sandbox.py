@@ -98,7 +98,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
-from .cells import KERNEL_DIED, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, nbgrader_meta
+from .cells import KERNEL_DIED, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, nbgrader_meta
 from .course import sqlite_file
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
@@ -128,7 +128,6 @@ PRELOAD_MODULES = ["numpy", "torch", "matplotlib.pyplot", "jsonschema", "sympy"]
 # before its cpu_seconds start to count (format_kernel_cmd)
 STARTUP_CPU_SECONDS = 60
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel gives matplotlib
-NO_KERNEL = "no kernel could start"  # begins the error of a notebook none of whose kernels started
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # kernels started ahead of their notebook, by scratch folder (one worker process, one job at a time)
 _PRESTARTED: dict[str, AsyncKernelManager] = {}

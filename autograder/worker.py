@@ -28,9 +28,9 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
-from .cells import BUDGET_NOT_RUN, BUDGET_SPENT, NOTEBOOK_TIMEOUT, WARNING_PATTERN, nbgrader_meta
+from .cells import BUDGET_NOT_RUN, BUDGET_SPENT, LOST_CELLS, NO_KERNEL, NOTEBOOK_TIMEOUT, WARNING_PATTERN, nbgrader_meta
 from .course import ASSIGNMENT, load_config
-from .sandbox import NO_KERNEL, GradingExecute, close_fork_servers, discard_prestarted, last_log_line
+from .sandbox import GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
 PR_SET_PDEATHSIG = 1
 
@@ -329,7 +329,7 @@ def lost_cells_reason(job: dict, notebook: str) -> str | None:
     if not lost:
         return None
     shown = ", ".join(lost[:4]) + (", ..." if len(lost) > 4 else "")
-    return (f"the notebook lacks {len(lost)} of its {len(expected)} answer cells ({shown}): "
+    return (f"{LOST_CELLS}{len(lost)} of its {len(expected)} answer cells ({shown}): "
             "it was not started from the released notebook, or those cells were deleted; "
             "hand in the released notebook with the answers written in it")
 
