@@ -235,6 +235,38 @@ def test_every_function_an_exercise_forbids_is_guarded_by_its_hidden_tests(name)
     assert not missing, f"{name}: the exercises' opening text forbids {sorted(missing)}, but no test cell watches them"
 
 
+# bans an exercise words instead of naming each function: the guarded names they cover
+WORDED_BANS = {"自动微分": {"Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"},
+               "autograd": {"Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"},
+               "数值差分": {"numerical_gradient"}}
+TENSOR_METHOD = re.compile(r"`\.([A-Za-z_]\w*)\(\)`")  # "张量方法 `.softmax()`" bans torch.Tensor.softmax
+
+
+def _stated_bans(markdown: str, defined: set[str]) -> set[str]:
+    """Every guarded name a markdown cell's bans cover: named functions, tensor methods and worded bans."""
+    sentences = BAN_SENTENCE.findall(markdown)
+    stated = _forbidden_names(markdown, defined)
+    stated |= {"Tensor." + m for sentence in sentences for m in TENSOR_METHOD.findall(sentence)}
+    for word, names in WORDED_BANS.items():
+        if any(word in sentence for sentence in sentences):
+            stated |= names
+    return stated
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_call_the_hidden_tests_forbid_is_forbidden_in_the_exercise_text(name):
+    """The other way round: a hidden guard on a function the exercise never forbids takes points for an answer
+    the text allows ("只用 numpy" does not tell a student that `pp.bce_with_logits`, the course's own numpy
+    reference, is off limits), so every guarded name must be banned in its exercise's text or the opening text."""
+    nb = _read(name)
+    defined = {node.name for cell in nb.cells if cell.cell_type == "code"
+               for node in ast.walk(ast.parse(HIDDEN.sub("", cell.source))) if isinstance(node, ast.FunctionDef)}
+    intro, exercises = _exercises(nb)
+    for heading, text, guarded in exercises:
+        unstated = guarded - _stated_bans(text, defined) - _stated_bans(intro, defined)
+        assert not unstated, f"{name}: the tests of {heading} forbid {sorted(unstated)}, which its text never forbids"
+
+
 def _guards(test_source: str) -> list[tuple[str, set[str]]]:
     """(the name forbidden_calls guards, the names the guarded block calls) of each guard in a test cell."""
     guards = []
