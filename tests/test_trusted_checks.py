@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from autograder import trusted_checks
@@ -189,6 +190,30 @@ def test_records_check_raises_sends_are_judged_as_the_self_check_words_them(monk
     assert "decibans" not in trusted_checks.record_failure(want, keyerror)
     assert trusted_checks.record_failure(want, returned) == "unit: expected ValueError, but the call returned normally"
     assert trusted_checks.record_failure(want, right) is None
+
+
+class ZeroEvidenceError(ValueError):
+    """A student's own ValueError subclass: `except ValueError` catches it, so it is a ValueError."""
+
+
+def _raise(error):
+    raise error
+
+
+@pytest.mark.parametrize("error", [ZeroEvidenceError("evidence is 0"), np.linalg.LinAlgError("singular"),
+                                   UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")])
+def test_a_subclass_of_the_expected_error_passes_graded_as_it_passes_the_self_check(monkeypatch, error):
+    """The self-check (`except ValueError`) accepts any subclass (numpy's LinAlgError, a student's own class); the
+    grader compares the record with the instructor's "ValueError", so the record names the class the check asked for
+    (review of exercise 1.2: a custom ZeroEvidenceError(ValueError) passed at home and failed when graded)."""
+    sent = []
+    monkeypatch.setenv(trusted_checks.checks.MODE_ENV, "record")
+    monkeypatch.setattr(trusted_checks.checks, "_emit", lambda kind, label, **fields: sent.append({"kind": kind, "label": label, **fields}))
+    trusted_checks.checks.check_raises("evidence 0", ValueError, _raise, error)
+    monkeypatch.delenv(trusted_checks.checks.MODE_ENV)
+    assert trusted_checks.checks.check_raises("evidence 0", ValueError, _raise, error) == str(error)  # the self-check
+    want = {"kind": "raises", "label": "evidence 0", "raised": "ValueError"}
+    assert trusted_checks.record_failure(want, sent[0]) is None
 
 
 HIDDEN_TEST = ("check_close('loss', ex2_loss(z), 1.0)\n"
