@@ -46,6 +46,20 @@ def test_the_course_s_modules_are_named_as_the_notebooks_import_them():
             torch.zeros(3).softmax(-1)
 
 
+@pytest.mark.parametrize("use", ["np.logaddexp.reduce(z, axis=-1)", "np.logaddexp.accumulate(z, axis=-1)[..., -1]",
+                                 "np.logaddexp(z[..., 0], z[..., 1])", "lae.reduce(z, axis=-1)"])
+def test_a_ufunc_and_its_methods_are_watched_and_named_as_numpy_is_imported(use):
+    """np.logaddexp.reduce is a library log-sum-exp (exercise 2.6 says to write the formula): a guard on a ufunc
+    notes its methods too, also through a name the student's function bound before the guard."""
+    namespace = {"np": np, "lae": np.logaddexp, "checks": checks, "z": np.array([[0.0, -1000.0], [2.0, 2.0]])}
+    cell = (f"def lse(z):\n    return {use}\n\n"  # a notebook's solution, then its test cell
+            "with checks.forbidden_calls('lse', (np, 'logaddexp')):\n    got = lse(z)\n")
+    with pytest.raises(AssertionError, match=r"^lse works without calling np\.logaddexp: not true \(it called np\.logaddexp\)$"):
+        exec(cell, namespace)
+    assert np.allclose(namespace["got"], [0.0, 2.0 + np.log(2.0)]), "the spy passes the call on"
+    assert isinstance(np.logaddexp, np.ufunc) and namespace["lae"] is np.logaddexp, "the ufunc is put back"
+
+
 def test_calls_watched_lists_each_function_called_once_in_call_order():
     helpers = fake_module()
     namespace = {"square": lambda x: x * x}

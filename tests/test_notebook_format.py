@@ -174,8 +174,8 @@ def test_autograded_cells_were_executed_cleanly(name):
 
 # --- what an exercise forbids, its hidden tests enforce ------------------------------------------
 BAN_SENTENCE = re.compile(r"[^。；—]*(?:不要调用|不要用|不能用)[^。；—]*")  # "do not call / use", up to the clause's end
-QUOTED_NAME = re.compile(r"`((?:pp|F|torch)(?:\.[A-Za-z_]\w*)+|[A-Za-z_]\w*)`")
-OWNER_PREFIX = {"pp": "pp.", "F": "F.", "torch": "torch.", "torch.special": "torch.special.", "torch.Tensor": "Tensor.", "torch.autograd": "torch.autograd.",
+QUOTED_NAME = re.compile(r"`((?:pp|F|torch|np)(?:\.[A-Za-z_]\w*)+|[A-Za-z_]\w*)`")
+OWNER_PREFIX = {"pp": "pp.", "np": "np.", "F": "F.", "torch": "torch.", "torch.special": "torch.special.", "torch.Tensor": "Tensor.", "torch.autograd": "torch.autograd.",
                 "globals()": ""}  # how checks.forbidden_calls names each owner in its verdict
 
 

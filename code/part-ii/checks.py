@@ -273,7 +273,8 @@ def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
 
 
 # --- guards: solved without the library function it re-implements -----------------------
-SHORT_MODULE_NAMES = {"probability_practice": "pp", "torch.nn.functional": "F"}  # as the notebooks import them
+SHORT_MODULE_NAMES = {"probability_practice": "pp", "torch.nn.functional": "F", "numpy": "np"}  # as the notebooks import them
+UFUNC_METHODS = ("reduce", "accumulate", "reduceat", "outer", "at")  # np.logaddexp.reduce computes with the ufunc too
 
 
 MAX_HELD_ITEMS = 1000  # a dict, list, tuple or set with more items is not searched for a forbidden function
@@ -643,7 +644,10 @@ class _Spy:
     def __getattr__(self, name):
         if name in _Spy.__slots__:  # not set yet (a copy being made): no recursion through __wrapped__
             raise AttributeError(name)
-        return getattr(self.__wrapped__, name)
+        value = getattr(self.__wrapped__, name)
+        if isinstance(self.__wrapped__, np.ufunc) and name in UFUNC_METHODS:
+            return _Spy(value, self._label, self._called)
+        return value
 
     def __setattr__(self, name, value):
         setattr(self.__wrapped__, name, value)
