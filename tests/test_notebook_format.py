@@ -185,6 +185,12 @@ def _forbidden_names(markdown: str, defined: set[str]) -> set[str]:
     return {n for n in names if "." in n or n in defined}
 
 
+def _defined_functions(nb) -> set[str]:
+    """Names of the functions the notebook's code cells define outside hidden tests (a student can see them)."""
+    return {node.name for cell in nb.cells if cell.cell_type == "code"
+            for node in ast.walk(ast.parse(HIDDEN.sub("", cell.source))) if isinstance(node, ast.FunctionDef)}
+
+
 def _is_guard(node) -> bool:
     """A call of checks.forbidden_calls, by its bare name or as an attribute (`checks.forbidden_calls(...)`)."""
     return isinstance(node, ast.Call) and "forbidden_calls" in (getattr(node.func, "id", ""), getattr(node.func, "attr", ""))
@@ -224,8 +230,7 @@ def test_every_function_an_exercise_forbids_is_guarded_by_its_hidden_tests(name)
     calling the reference; each must be watched by checks.forbidden_calls in that exercise's test cells
     (a ban in the section's opening text, in at least one of them)."""
     nb = _read(name)
-    defined = {node.name for cell in nb.cells if cell.cell_type == "code"
-               for node in ast.walk(ast.parse(HIDDEN.sub("", cell.source))) if isinstance(node, ast.FunctionDef)}
+    defined = _defined_functions(nb)
     intro, exercises = _exercises(nb)
     every_guard = set().union(*(guarded for _, _, guarded in exercises)) if exercises else set()
     for heading, text, guarded in exercises:
@@ -259,8 +264,7 @@ def test_every_call_the_hidden_tests_forbid_is_forbidden_in_the_exercise_text(na
     the text allows ("只用 numpy" does not tell a student that `pp.bce_with_logits`, the course's own numpy
     reference, is off limits), so every guarded name must be banned in its exercise's text or the opening text."""
     nb = _read(name)
-    defined = {node.name for cell in nb.cells if cell.cell_type == "code"
-               for node in ast.walk(ast.parse(HIDDEN.sub("", cell.source))) if isinstance(node, ast.FunctionDef)}
+    defined = _defined_functions(nb)
     intro, exercises = _exercises(nb)
     for heading, text, guarded in exercises:
         unstated = guarded - _stated_bans(text, defined) - _stated_bans(intro, defined)
