@@ -608,8 +608,9 @@ class _Spy:
     it still equals one holding the target, and finds its dict entry), binds as the target does when it is a class
     attribute (a function becomes a method, a builtin does not), reads and sets the target's attributes (__name__,
     __doc__, a counter the student keeps on their function), is copied as itself, and can be referred to weakly and
-    compiled (torch.compile reads a function's __dict__). Its __wrapped__ is the target: a student's function that kept
-    a spy (a global cached on first call) still holds the target for the next guard, which looks through __wrapped__.
+    compiled (torch.compile reads a function's __dict__); a ufunc's methods (np.logaddexp.reduce) are spies too.
+    Its __wrapped__ is the target: a student's function that kept a spy (a global cached on first call) still holds
+    the target for the next guard, which looks through __wrapped__.
     """
 
     __slots__ = ("__wrapped__", "_label", "_called", "__dict__", "__weakref__")
