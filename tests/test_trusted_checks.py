@@ -176,11 +176,17 @@ def test_a_record_naming_a_precision_it_cannot_have_is_unsupported(forged):
     assert isinstance(checks.from_plain(forged), checks.Unsupported)
 
 
-def test_records_check_raises_sends_are_judged_as_the_self_check_words_them(monkeypatch, capsys):
-    """Records made by checks.py's check_raises in record mode (kind, label, raised, ok) give the same names."""
-    sent = []
+def record_mode(monkeypatch) -> list[dict]:
+    """Put checks.py in record mode, as in a grading kernel; returns the list its records are appended to."""
+    sent: list[dict] = []
     monkeypatch.setenv(trusted_checks.checks.MODE_ENV, "record")
     monkeypatch.setattr(trusted_checks.checks, "_emit", lambda kind, label, **fields: sent.append({"kind": kind, "label": label, **fields}))
+    return sent
+
+
+def test_records_check_raises_sends_are_judged_as_the_self_check_words_them(monkeypatch, capsys):
+    """Records made by checks.py's check_raises in record mode (kind, label, raised, ok) give the same names."""
+    sent = record_mode(monkeypatch)
     trusted_checks.checks.check_raises("unit", ValueError, {"nats": 1.0}.__getitem__, "decibans")
     trusted_checks.checks.check_raises("unit", ValueError, float, "1.5")
     trusted_checks.checks.check_raises("unit", ValueError, float, "x")
@@ -206,9 +212,7 @@ def test_a_subclass_of_the_expected_error_passes_graded_as_it_passes_the_self_ch
     """The self-check (`except ValueError`) accepts any subclass (numpy's LinAlgError, a student's own class); the
     grader compares the record with the instructor's "ValueError", so the record names the class the check asked for
     (review of exercise 1.2: a custom ZeroEvidenceError(ValueError) passed at home and failed when graded)."""
-    sent = []
-    monkeypatch.setenv(trusted_checks.checks.MODE_ENV, "record")
-    monkeypatch.setattr(trusted_checks.checks, "_emit", lambda kind, label, **fields: sent.append({"kind": kind, "label": label, **fields}))
+    sent = record_mode(monkeypatch)
     trusted_checks.checks.check_raises("evidence 0", ValueError, _raise, error)
     monkeypatch.delenv(trusted_checks.checks.MODE_ENV)
     assert trusted_checks.checks.check_raises("evidence 0", ValueError, _raise, error) == str(error)  # the self-check
@@ -322,7 +326,6 @@ def test_a_syntax_error_after_a_test_cell_is_described_from_the_cell_s_own_sourc
     (out,) = hidden_outputs([new_output("error", ename=ename, evalue="from the kernel: _q = [0.1]", traceback=[])],
                              source)
     assert out.ename == ename and out.evalue.startswith(shown) and "_q" not in out.evalue, out
-
 
 
 def test_a_module_the_grading_environment_lacks_is_named_when_the_cell_names_it():
