@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from autograder.course import sqlite_url  # noqa: E402
 from autograder.sandbox import (GradingExecute, SandboxedKernelManager, SandboxLimits, bwrap_available,  # noqa: E402
-                                close_fork_servers, configure_sandbox, sandbox_uid)
+                                SANDBOX_UIDS, close_fork_servers, configure_sandbox, sandbox_uid)
 from adversarial_catalogue import listening_socket  # noqa: E402
 from kernel_outputs import cell_texts  # noqa: E402
 
@@ -204,6 +204,19 @@ def test_the_kernel_runs_unprivileged_in_its_private_folder(isolation):
     assert cwd_is_home == "True"
     assert int(uid) == (sandbox_uid(str((base / "scratch").resolve())) if os.geteuid() == 0 else os.geteuid())
     assert int(uid) != 0
+
+
+def test_each_sandbox_gets_an_unprivileged_user_id_of_its_own():
+    """The ids a root grader gives kernels lie above every system and login user (nobody is 65534); the submissions
+    of a class graded side by side get different ones (the per-user process limit is then per sandbox); a fork
+    server and the kernels it forks, keyed by the same folder, agree on theirs."""
+    first, count = SANDBOX_UIDS
+    assert first > 65534 and first + count <= 2**31 - 1
+    folders = [f"/tmp/part-ii-grade-student{i:02d}-k3j9x2/fork-server" for i in range(40)]
+    uids = [sandbox_uid(folder) for folder in folders]
+    assert all(first <= uid < first + count for uid in uids), uids
+    assert len(set(uids)) == len(folders), "two submissions share a sandbox user id"
+    assert [sandbox_uid(folder) for folder in folders] == uids
 
 
 def test_the_cpu_limit_counts_from_after_the_start_up(isolation):
