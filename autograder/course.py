@@ -171,6 +171,46 @@ def check_no_wildcards(path: Path, what: str) -> None:
                               "read another folder's; choose a folder whose path has none of [ ] * ?")
 
 
+def gradebook_key(url: str) -> str:
+    """url as comparable text: a SQLite file by its resolved path (relative to the current folder, as SQLAlchemy
+    opens it; the driver name aside), another database by its URL with the password left out."""
+    from sqlalchemy.engine import make_url
+
+    path = sqlite_file(url)
+    if path is not None:
+        return f"sqlite file {(Path.cwd() / path).resolve()}"
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def check_variable_names_the_courses_gradebook(root: Path) -> None:
+    """Raise AutograderError when $PART_II_DB_URL names another gradebook than the course's (the URL release
+    recorded, else its own gradebook.db) once the course has collected hand-ins: a variable left set from another
+    course would otherwise write this course's students into that course's gradebook, and hide this one's grades."""
+    url = os.environ.get("PART_II_DB_URL")
+    collected = root / "reports" / "collect.json"
+    if url is None or not collected.is_file():
+        return
+    recorded = recorded_db_url(root)
+    own = recorded or sqlite_url(root / "gradebook.db")
+    if gradebook_key(url) == gradebook_key(own):
+        return
+    where = f"the URL release recorded in {root / DB_URL_RECORD}" if recorded else "its own SQLite file"
+    raise AutograderError(f"$PART_II_DB_URL names the gradebook {shown_url(url)}, but this course's gradebook is "
+                          f"{shown_url(own)} ({where}), and the course has collected hand-ins (see {collected}). "
+                          "Unset $PART_II_DB_URL: the course's own gradebook is used without it. To start the course "
+                          f"over with another gradebook instead, remove {root} first.")
+
+
+def shown_url(url: str) -> str:
+    """url for a message: its password hidden (a URL SQLAlchemy cannot parse as given: it holds none it could find)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparseable URL is refused before any database is opened
+        return url
+
+
 def check_gradebook_present(url: str, root: Path) -> None:
     """Raise AutograderError when the SQLite gradebook file of a course that has collected hand-ins is gone (moved
     or deleted): opening it would make a new, empty one, and every command would then advise releasing again."""
@@ -248,17 +288,11 @@ DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL", "psycopg2": "
 
 def gradebook_error(url: str, exc: Exception) -> str:
     """A message for a database error of the gradebook at url (its password hidden): what failed, what was expected."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        shown = make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparseable URL is refused before any database is opened
-        shown = url
     cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-    return (f"cannot use the gradebook {shown}: {cause}; expected a database this machine can open and write: "
+    return (f"cannot use the gradebook {shown_url(url)}: {cause}; expected a database this machine can open and write: "
             "for SQLite a gradebook file (or none yet) in a folder that exists, for a server a running one that "
             "holds that database (set by $PART_II_DB_URL, else the URL release recorded in the course's "
-            f"{DB_URL_RECORD}, else build/course/gradebook.db)")
+            f"{DB_URL_RECORD}, else the course folder's own gradebook.db)")
 
 
 @dataclass(frozen=True)
@@ -276,6 +310,7 @@ class Course:
         check_no_wildcards(Path(config.CourseDirectory.root), "the course folder")
         check_no_wildcards(Path(config.CourseDirectory.source_directory) / ASSIGNMENT, "the source notebooks' folder")
         check_build_folder(Path(config.CourseDirectory.root), create)
+        check_variable_names_the_courses_gradebook(Path(config.CourseDirectory.root))
         check_gradebook_present(config.CourseDirectory.db_url, Path(config.CourseDirectory.root))
         return cls(config)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -410,6 +411,43 @@ def test_a_course_released_with_another_gradebook_keeps_it_when_the_variable_is_
     monkeypatch.setenv("PART_II_DB_URL", "sqlite:///elsewhere.db")  # relative to where release ran: made absolute
     write_formgrader_config(Course.load(build))
     assert record.read_text().strip() == f"sqlite:///{(build / 'elsewhere.db').resolve()}"
+
+
+def test_a_variable_naming_another_gradebook_is_refused_once_the_course_has_collected(tmp_path, capsys, monkeypatch):
+    """A $PART_II_DB_URL left set from another course used to switch this one to that gradebook: collect wrote its
+    students there, and export said this course had none (found by review). Once hand-ins are collected the variable
+    must name the course's own gradebook (its file, however spelled, or the URL release recorded), or be unset."""
+    from autograder.course import DB_URL_RECORD, Course, sqlite_file
+    from shared_builds import released_copy
+
+    build = released_copy(tmp_path)
+    root = build / "course"
+    (root / "reports").mkdir(exist_ok=True)
+    (root / "reports" / "collect.json").write_text('{"students": {}, "rejected": [], "ignored": []}', encoding="utf-8")
+    for other in (f"sqlite:///{tmp_path / 'other-course.db'}", "postgresql+psycopg://grader:s3cret@127.0.0.1:1/course"):
+        monkeypatch.setenv("PART_II_DB_URL", other)
+        code, err, _ = run(["export", "--build", str(build)], capsys)
+        assert code == 2 and "export: error: $PART_II_DB_URL names the gradebook" in err, err
+        assert f"but this course's gradebook is sqlite:///{root / 'gradebook.db'} (its own SQLite file)" in err, err
+        assert "Unset $PART_II_DB_URL" in err and "s3cret" not in err and "Traceback" not in err, err
+    assert not (tmp_path / "other-course.db").exists()
+    monkeypatch.chdir(build)
+    monkeypatch.setenv("PART_II_DB_URL", "sqlite+pysqlite:///course/../course/gradebook.db")  # its own, spelled otherwise
+    assert Course.load(build).db_url.endswith("course/../course/gradebook.db")
+    monkeypatch.delenv("PART_II_DB_URL")
+    assert sqlite_file(Course.load(build).db_url).resolve() == (root / "gradebook.db").resolve()
+    # a course released with another gradebook: the variable may name that one, not a third
+    recorded = f"sqlite:///{tmp_path / 'recorded.db'}"
+    shutil.copy(root / "gradebook.db", tmp_path / "recorded.db")
+    (root / DB_URL_RECORD).write_text(recorded + "\n", encoding="utf-8")
+    monkeypatch.setenv("PART_II_DB_URL", recorded)
+    assert Course.load(build).db_url == recorded
+    monkeypatch.setenv("PART_II_DB_URL", f"sqlite:///{root / 'gradebook.db'}")
+    code, err, _ = run(["export", "--build", str(build)], capsys)
+    assert code == 2 and f"but this course's gradebook is {recorded} (the URL release recorded in" in err, err
+    # before anything is collected the variable still chooses (release records it)
+    (root / "reports" / "collect.json").unlink()
+    assert Course.load(build).db_url == f"sqlite:///{root / 'gradebook.db'}"
 
 
 def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(tmp_path, capsys, monkeypatch):
