@@ -259,7 +259,7 @@ def _run(args: argparse.Namespace) -> int:
                               "the extensions)")
     course = Course.load(args.build, create=args.command == "release")  # the others need a released course
     if args.command == "extend":
-        from .extensions import describe, extensions, grant
+        from .extensions import describe, extensions, gradebook_students, grant
         from .release import as_given, naive_utc
 
         if args.student is None:
@@ -271,11 +271,17 @@ def _run(args: argparse.Namespace) -> int:
             named = list(dict.fromkeys(args.student))
             until = args.until[0]
             with course.lock("extend"):  # not while grade reads the extensions into the gradebook
+                had = {ext.student: ext for ext in extensions(course)}
                 now = {ext.student: ext for ext in grant(course, named, None if until is None else naive_utc(until))}
             shown = [now[s] for s in named if s in now]  # empty after --until none
             if until is None:
+                unknown = [s for s in named if s not in had and s not in gradebook_students(course)]
                 for student in named:
-                    print(f"{student}: no extension (the assignment's due date applies)")
+                    print(f"{student}: no extension (the assignment's due date applies)" +
+                          ("; it had none" if student not in had else "") +
+                          ("; not in the gradebook either (no hand-in of theirs collected): is the id right?"
+                           if student in unknown else ""))
+                return 1 if unknown else 0  # nothing removed for an id no hand-in has: a typo?
         for ext in shown:
             print(describe(ext, as_given(args.until[0]) if args.student else "", build_option(course)))
         return 1 if any(not ext.known for ext in shown) else 0  # an id no hand-in has: a typo?

@@ -168,6 +168,12 @@ def extensions(course: Course) -> list[Extension]:
                 for student, until in sorted(extension_ends(gb.db).items())]
 
 
+def gradebook_students(course: Course) -> set[str]:
+    """The ids of the students in course's gradebook (each collected at least once)."""
+    with course.gradebook() as gb:
+        return {s.id for s in gb.students}
+
+
 def describe(ext: Extension, given: str = "", build: str = "") -> str:
     """One line on an extension for the terminal, e.g. '10001: until 2026-03-04 15:59 UTC (3 d after the due date)'
     (given: release.as_given's note on the time as the instructor wrote it, put after the UTC time; build: the

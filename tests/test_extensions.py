@@ -188,9 +188,15 @@ def test_the_command_grants_lists_and_removes(course, capsys):
     assert listed.count(" until 2026-03-03 15:59 UTC (2 d after") == 2 and "as given" not in listed, listed
     assert main(["extend", "--student", "zed", "--until", "none", "--build", build]) == 0
     assert capsys.readouterr().out == "zed: no extension (the assignment's due date applies)\n"
+    # removing what is not there: said so; for an id no hand-in has, exit 1 as granting it does (found by review)
+    assert main(["extend", "--student", "zed", "--until", "none", "--build", build]) == 1
+    assert capsys.readouterr().out == ("zed: no extension (the assignment's due date applies); it had none; not in the "
+                                       "gradebook either (no hand-in of theirs collected): is the id right?\n")
     assert lateness(course)["ann"] == (dt.datetime(2026, 3, 3, 15, 59), 0)
     assert main(["extend", "--student", "ann", "--until", "none", "--build", build]) == 0
     assert "ann: no extension (the assignment's due date applies)" in capsys.readouterr().out
     assert lateness(course)["ann"] == (DUE, 3600)
+    assert main(["extend", "--student", "ann", "--until", "none", "--build", build]) == 0  # a known id: just said
+    assert capsys.readouterr().out == "ann: no extension (the assignment's due date applies); it had none\n"
     assert main(["extend", "--student", "ann", "--until", "2026-03-01 23:59 Asia/Shanghai", "--build", build]) == 2
     assert "an extension must end after the due date" in capsys.readouterr().err
