@@ -1912,7 +1912,10 @@ def print_report(report: CollectReport) -> None:
               f"files collected then get other hand-in times now; if {zone_name(report.zone_before)} is the LMS "
               f"server's zone, collect again with TZ={zone_name(report.zone_before)}")
     if report.rejected:
-        print(f"rejected files ({len(report.rejected)}), copies kept in the course's rejected/ folder:")
+        kept = sum(1 for r in report.rejected if r.copy)
+        where = ("copies kept in the course's rejected/ folder" if kept == len(report.rejected) else
+                 "no copies kept" if not kept else f"{kept} of them kept in the course's rejected/ folder")
+        print(f"rejected files ({len(report.rejected)}), {where}:")
         for line in per_student_lines(report.rejected, lambda r: f"{shown(r.file)}: {shown(r.reason)}"
                                                                  f"{'' if r.copy else ' (no copy kept)'}"):
             print(f"  {line}")

@@ -381,6 +381,7 @@ def test_a_member_the_zip_cannot_give_back_is_rejected_and_the_rest_filed(course
     out = capsys.readouterr().out
     assert f"liam/02-shapes-and-loss.ipynb: cannot be read from the zip: {words}" in out, out
     assert "(no copy kept)" in out, out
+    assert "rejected files (1), no copies kept:" in out, out  # the header said "copies kept" (found by review)
     assert submitted(course, "kara") == {"02-shapes-and-loss.ipynb": notebook_bytes("kara")}
     saved = json.loads((course.reports_dir / "collect.json").read_text())
     assert [(r["file"], r["student"]) for r in saved["rejected"]] == [("liam/02-shapes-and-loss.ipynb", "liam")]
