@@ -76,6 +76,9 @@ class Release:
     marking_guides: Path | None = None  # the folder of the graders' guides (write_marking_guides)
 
 
+WELL_FORMED = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+
+
 def parse_moment(text: str, what: str = "due date", none_means: str = "no due date") -> dt.datetime | None:
     """A time as written, made aware (its zone, its offset, or this machine's zone); None for 'none'.
     ValueError naming the accepted forms (what: the kind of time in the messages, e.g. 'end of the extension';
@@ -91,7 +94,9 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
         raise ValueError(f"unknown time zone {zone!r} in {what} {text!r}; expected {forms}") from None
     try:
         moment = dt.datetime.fromisoformat(when if named else text.strip())
-    except ValueError:
+    except ValueError as exc:
+        if WELL_FORMED.fullmatch(when if named else text.strip()):  # '2026-02-30 23:59': in form, not in the calendar
+            raise ValueError(f"the {what} {text!r} is not a real date and time ({exc}); expected {forms}") from None
         raise ValueError(f"cannot read the {what} {text!r}; expected {forms}") from None
     if not re.search(r"\d[T ]\d\d:\d\d", when if named else text):  # a bare date: the start or the end of the day?
         raise ValueError(f"the {what} {text!r} has no time of day; expected {forms}")

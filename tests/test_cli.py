@@ -98,6 +98,11 @@ def empty_build(tmp_path, monkeypatch):
     (["extend", "--student", "ann", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--until", "2026-03-01 23:59", "--build", "{build}"], "--student ID and --until WHEN go together"),
     (["extend", "--student", "ann", "--until", "Friday", "--build", "{build}"], "cannot read the end of the extension 'Friday'; expected '2026-03-01 23:59'"),
+    # in form but not in the calendar: said so, not "cannot read" (found by review)
+    (["extend", "--student", "ann", "--until", "2026-02-30 23:59", "--build", "{build}"],
+     "the end of the extension '2026-02-30 23:59' is not a real date and time (day is out of range for month)"),
+    (["release", "--due-date", "2026-03-01 24:00 Asia/Shanghai", "--build", "{build}"],
+     "is not a real date and time (hour must be in 0..23)"),
     (["extend", "--student", "ann", "--until", "2026-03-04", "--build", "{build}"],
      "the end of the extension '2026-03-04' has no time of day; expected '2026-03-01 23:59' (this machine's time zone), "
      "'2026-03-01 23:59+08:00', '2026-03-01 23:59 Asia/Shanghai', or 'none' (removes the extension)"),
