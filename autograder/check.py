@@ -57,8 +57,12 @@ def read_for_check(path: Path):
         raise AutograderError(f"{path} is a folder; check takes one notebook file (.ipynb) at a time: "
                               f"python -m autograder check {path / 'NAME.ipynb'}")
     if not path.exists():
+        lab = REPO / "build" / "lab" / ASSIGNMENT
+        example = (f"e.g. {lab / path.name}" if (lab / path.name).is_file() else
+                   "e.g. build/lab/part-ii/02-shapes-and-loss.ipynb, which `make lab` unpacks" if not lab.is_dir() else
+                   f"e.g. one in {lab}")
         raise AutograderError(f"{path} does not exist (a relative path starts in the folder you run this in, "
-                              f"{Path.cwd()}); give the notebook's path, e.g. build/lab/part-ii/02-shapes-and-loss.ipynb")
+                              f"{Path.cwd()}); give the notebook's path, {example}")
     if not path.is_file():
         raise AutograderError(f"{path} is not a file; expected a Jupyter notebook (.ipynb)")
     if path.suffix.lower() != ".ipynb":  # as collect accepts 02-shapes-and-loss.IPYNB

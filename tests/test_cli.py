@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autograder.cli import main
-from autograder.course import REPO
+from autograder.course import REPO, AutograderError
 
 COMMANDS = ["release", "collect", "grade", "extend", "feedback", "export", "check", "demo"]
 
@@ -122,6 +122,26 @@ def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, cap
     assert "error" in err and words.replace("{build}", empty_build) in err, err
     if argv and argv[0] != "release":
         assert not Path(empty_build, "course").exists(), "a command that did nothing made the course folder"
+
+
+def test_a_notebook_check_cannot_find_gets_an_example_that_exists(tmp_path, monkeypatch):
+    """The example path was always build/lab/part-ii/02-shapes-and-loss.ipynb, also when that was the path that had
+    just failed, before `make lab` (found by review): the unpacked copy of the name given, else the folder, else how
+    to make it."""
+    import autograder.check
+    from autograder.check import read_for_check
+
+    monkeypatch.setattr(autograder.check, "REPO", tmp_path)
+    with pytest.raises(AutograderError, match=r"e\.g\. build/lab/part-ii/02-shapes-and-loss\.ipynb, which `make lab` "
+                                              r"unpacks$"):
+        read_for_check(Path("build/lab/part-ii/02-shapes-and-loss.ipynb"))
+    lab = tmp_path / "build" / "lab" / "part-ii"
+    lab.mkdir(parents=True)
+    with pytest.raises(AutograderError, match=f"e\\.g\\. one in {re.escape(str(lab))}$"):
+        read_for_check(Path("02-shapes-and-loss.ipynb"))
+    (lab / "02-shapes-and-loss.ipynb").write_text("{}", encoding="utf-8")
+    with pytest.raises(AutograderError, match=f"e\\.g\\. {re.escape(str(lab / '02-shapes-and-loss.ipynb'))}$"):
+        read_for_check(Path("02-shapes-and-loss.ipynb"))
 
 
 def test_suggested_commands_name_the_build_folder_only_where_a_command_without_it_runs_elsewhere(tmp_path, monkeypatch):
