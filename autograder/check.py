@@ -38,7 +38,8 @@ import re
 from pathlib import Path
 
 from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
-                    checks_format_only, first_line, grade_ids, graded_cells_of, heading_after, is_edited, is_test_cell,
+                    checks_format_only, cut_at_time_limit, first_line, grade_ids, graded_cells_of, heading_after, is_edited,
+                    is_test_cell,
                     nbgrader_meta, numbered_cell, outcome_message, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
@@ -259,13 +260,7 @@ def budget_spent(nb) -> tuple[str | None, str | None]:
 
 def timed_out_cells(nb) -> list[str]:
     """'cell N (first line)' for each code cell other than a test cell that was interrupted at its own time limit."""
-    out = []
-    for number, cell in enumerate(nb.cells, 1):
-        names = [o.get("ename") for o in cell.get("outputs", []) if o.output_type == "error"]
-        if cell.cell_type == "code" and not is_test_cell(cell) and TIMED_OUT.intersection(names) \
-                and not stopped_by_budget(cell):
-            out.append(numbered_cell(cell, number))
-    return out
+    return [numbered_cell(cell, number) for number, cell in enumerate(nb.cells, 1) if cut_at_time_limit(cell)]
 
 
 def cell_error(cell, number: int) -> str | None:

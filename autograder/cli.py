@@ -194,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("feedback", parents=[common], help="write HTML feedback per student and notebook",
                        description="Write one HTML feedback file per student and notebook: points per cell, "
-                                   "passed/failed, the student's code and output. Hidden tests are never shown.")
+                                   "passed/failed and why, the student's code and written answers, and notes on what "
+                                   "grading did. Cell outputs and hidden tests are never shown (either could carry "
+                                   "hidden inputs); a notebook not graded gets a page saying why.")
     p.add_argument("--student", type=_student_id, action="append", metavar="ID", help="only this student (repeatable)")
     p.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1,
                    help="students rendered in parallel (default: the number of cores, %(default)s here)")

@@ -53,8 +53,9 @@ from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
-from .cells import (BEGIN_HIDDEN, END_HIDDEN, LOST_CELLS, NO_KERNEL, first_line, heading_after, hidden_line_numbers,
-                    is_test_cell, nbgrader_meta, not_run_for_time, outcome_message, stopped_for_time, stopped_kernel, visible_source)
+from .cells import (BEGIN_HIDDEN, END_HIDDEN, LOST_CELLS, NO_KERNEL, cell_points, cut_at_time_limit, first_line,
+                    heading_after, hidden_line_numbers, is_test_cell, nbgrader_meta, not_run_for_time, outcome_message,
+                    stopped_for_time, stopped_kernel, visible_source)
 from .collect import DUPLICATE, OLDER, load_collect_log, match_notebook, moved_files, unfiled_text
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
                      run_first)
@@ -81,6 +82,7 @@ def note_cell(resources: dict, text: str):
     return new_markdown_cell(text, metadata={NOTE_KEY: token})
 
 
+EXERCISE_NUMBER = re.compile(r"练习\s*\d+(?:\.\d+)*")  # what a heading calls its exercise: 练习 6.4
 IMAGE_SIZES = ("width", "height")  # the output metadata an image keeps on a page
 
 
@@ -243,39 +245,41 @@ class GetGradesNotingPending(GetGrades):
                        ).tag(config=True)
 
     def preprocess(self, nb, resources):
-        """Scores and comments from the gradebook; notes first: late, graded from which file, provisional score,
-        failed tests, out of time, kernel stops, answer cells deleted, files not accepted, test cells put back."""
+        """Scores and comments from the gradebook; notes first: late, graded from which file, then what this hand-in
+        did (test cells put back, files not accepted, answer cells deleted, kernel stops, cells stopped at their time
+        limit, out of time), then the
+        provisional score and why a test failed, which say the same to every student."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
-        if self.notebook_id in self.tampered:
-            nb.cells.insert(0, note_cell(resources, tampered_note(*self.tampered[self.notebook_id])))
-        if self.notebook_id in self.rejected_files:
-            nb.cells.insert(0, note_cell(resources, rejected_files_note(self.rejected_files[self.notebook_id],
-                                                                        self.notebook_id)))
-        if lost := failing_without_answer(self.deleted_answers.get(self.notebook_id, {}), set(failed_tests(nb))):
-            nb.cells.insert(0, note_cell(resources, deleted_answers_note(lost)))
-        if stopped := kernel_stops(nb):
-            nb.cells.insert(0, note_cell(resources, kernel_stop_note(stopped)))
-        if unrun := not_run_for_time(nb):
-            ran_out_in = stopped_for_time(nb)
-            where = None if ran_out_in is None else cell_label(ran_out_in)
-            nb.cells.insert(0, note_cell(resources, budget_note(unrun, where)))
-        if failed_tests(nb):
-            nb.cells.insert(0, note_cell(resources, FAILED_CHECKS_NOTE))
-        pending = resources["nbgrader"]["pending"]
-        if pending:
-            nb.cells.insert(0, note_cell(resources, provisional_note(pending)))
-        if self.notebook_id in self.graded_from:  # which file this page grades comes first, after lateness
-            nb.cells.insert(0, note_cell(resources, graded_from_note(self.graded_from[self.notebook_id],
-                                                                     self.notebook_id)))
         from nbgrader.api import Gradebook
 
+        notes = []
         with Gradebook(self.db_url) as gb:
             submission = gb.find_submission(self.assignment_id, self.student_id)
             if late := submission.total_seconds_late:
                 penalty = resources["nbgrader"].get("late_penalty") or 0
-                nb.cells.insert(0, note_cell(resources, late_note(submission.timestamp, submission.duedate, late,
-                                                                  penalty, extended=submission.extension is not None)))
+                notes.append(late_note(submission.timestamp, submission.duedate, late, penalty,
+                                       extended=submission.extension is not None))
+        if self.notebook_id in self.graded_from:
+            notes.append(graded_from_note(self.graded_from[self.notebook_id], self.notebook_id))
+        if self.notebook_id in self.tampered:
+            notes.append(tampered_note(*self.tampered[self.notebook_id]))
+        if self.notebook_id in self.rejected_files:
+            notes.append(rejected_files_note(self.rejected_files[self.notebook_id], self.notebook_id))
+        if lost := failing_without_answer(self.deleted_answers.get(self.notebook_id, {}), set(failed_tests(nb))):
+            notes.append(deleted_answers_note(lost))
+        if stopped := kernel_stops(nb):
+            notes.append(kernel_stop_note(stopped))
+        if slow := [cell_label(cell) for cell in nb.cells if cut_at_time_limit(cell)]:
+            notes.append(time_limit_note(slow))
+        if unrun := not_run_for_time(nb):
+            ran_out_in = stopped_for_time(nb)
+            notes.append(budget_note(unrun, None if ran_out_in is None else cell_label(ran_out_in)))
+        if pending := resources["nbgrader"]["pending"]:
+            notes.append(provisional_note(pending, exercise_names(nb)))
+        if failed_tests(nb):
+            notes.append(FAILED_CHECKS_NOTE)
+        nb.cells[0:0] = [note_cell(resources, note) for note in notes]
         return nb, resources
 
     def _get_comment(self, cell, resources):
@@ -386,10 +390,10 @@ def deleted_answers_note(deleted: list[str]) -> str:
 
 
 FAILED_CHECKS_NOTE = (
-    "**Why a test failed.** A failed test below names every check of it that failed, but not the values: your code could "
-    "have put hidden inputs into them. Run your notebook in JupyterLab (or `python -m autograder check` on it): the "
-    "visible checks then print what your code gave and what was expected. Hidden tests check the same properties "
-    "on other inputs.")
+    "**Why a test failed.** Each failed test below says why: the checks of it that failed, by name, or the error that "
+    "stopped it. It shows no values, as they could include the hidden tests' inputs. Run the notebook in JupyterLab: "
+    "its test cells (the visible checks) print what your code gave and what was expected. The hidden tests check the "
+    "same properties on other inputs.")
 
 
 def failed_tests(nb) -> list[str]:
@@ -410,10 +414,11 @@ def quoted_start(cell) -> str | None:
 
 
 def cell_label(cell) -> str:
-    """A cell as the notes name it (markdown): its grade id, else 'the cell that begins …' (quoted_start)."""
+    """A cell as the notes name it (markdown): its grade id, else 'the cell that begins “…”' (quoted_start; the quotes
+    mark where the student's code ends and the note goes on)."""
     quoted = quoted_start(cell)
     return markdown_literal(nbgrader_meta(cell)["grade_id"]) if quoted is None else \
-        f"the cell that begins {markdown_literal(quoted)}"
+        f"the cell that begins “{markdown_literal(quoted)}”"
 
 
 def budget_note(cells: list[str], stopped: str | None = None) -> str:
@@ -428,6 +433,18 @@ def budget_note(cells: list[str], stopped: str | None = None) -> str:
             "large array, a long wait), and run the whole notebook again before you hand in.")
 
 
+def time_limit_note(cells: list[str]) -> str:
+    """The note opening a page where cells other than tests ran past a cell's time limit and were stopped (cells:
+    cell_label) -> markdown."""
+    one = len(cells) == 1
+    return (f"**A cell ran out of time.** {', '.join(cells)} ran longer than a cell may run when graded, so "
+            f"{'it was' if one else 'they were'} stopped and grading went on with the next cell: whatever "
+            f"{'it' if one else 'they'} had not defined by then does not exist in later cells, and the time "
+            f"{'it' if one else 'they'} took counts toward the whole notebook's time budget. Make "
+            f"{'it' if one else 'them'} faster (a loop that runs far too often, a large array, a long wait) before you "
+            "hand in again.")
+
+
 def kernel_stop_note(cells: list[str]) -> str:
     """The note opening a page where cells stopped the kernel: grading went on without them -> markdown."""
     one = len(cells) == 1
@@ -439,19 +456,34 @@ def kernel_stop_note(cells: list[str]) -> str:
             "lighter, before you hand in again.")
 
 
-def provisional_note(pending: dict[str, tuple[float, bool]]) -> str:
-    """The note opening a page whose grades are not all in: {grade id: (points, scored before)} -> markdown."""
+def exercise_names(nb) -> dict[str, str]:
+    """{grade id: '练习 6.4'} of the graded cells under an exercise heading: how the notebook names the exercise."""
+    names, heading = {}, None
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if meta.get("grade_id") and heading and (number := EXERCISE_NUMBER.search(heading)):
+            names[meta["grade_id"]] = re.sub(r"\s+", " ", number.group(0))
+        heading = heading_after(cell, heading)
+    return names
+
+
+def provisional_note(pending: dict[str, tuple[float, bool]], names: dict[str, str] | None = None) -> str:
+    """The note opening a page whose grades are not all in: {grade id: (points, scored before)}, each answer named
+    by its exercise where names (exercise_names) gives one -> markdown."""
+    def listed(ids):
+        return ", ".join(f"{names[g]}: {g}" if g in (names or {}) else g for g in sorted(ids))
+
     unscored = {g: points for g, (points, scored) in pending.items() if not scored}
     review = sorted(g for g, (_, scored) in pending.items() if scored)
     parts = []
     if unscored:
         one, points = len(unscored) == 1, sum(unscored.values())
         parts.append(f"{len(unscored)} {'answer' if one else 'answers'} worth {points:g} {'point' if points == 1 else 'points'} "
-                     f"({', '.join(sorted(unscored))}) {'has' if one else 'have'} not been graded yet and "
+                     f"({listed(unscored)}) {'has' if one else 'have'} not been graded yet and "
                      f"{'counts' if one else 'count'} as 0 in the score above.")
     if review:
         one = len(review) == 1
-        parts.append(f"{len(review)} hand-scored {'answer' if one else 'answers'} ({', '.join(review)}) "
+        parts.append(f"{len(review)} hand-scored {'answer' if one else 'answers'} ({listed(review)}) "
                      f"{'is' if one else 'are'} to be reviewed, because the notebook was graded again.")
     outlook = "the score can still change" if review else "the final score can only be higher"
     which = "it" if len(pending) == 1 else "them"
@@ -611,12 +643,17 @@ def _generate_safely(course: Course, student: str, mathjax_url: str | None, rele
         return [], f"{type(exc).__name__}: {exc}"
 
 
+NOT_HANDED_IN = "Not handed in:"  # how not_graded_reasons begins or words each reason, which not_graded_advice reads
+NOT_ACCEPTED = "was not accepted:"
+NOT_GRADABLE = "Handed in, but it could not be graded, so it scored 0:"
+
+
 def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, job: dict | None) -> dict[str, str]:
     """{notebook: why it scored 0 without being graded} for one student, from collect's report and the job."""
     reasons = {}
     filed = collect_log["students"].get(student, {})
     for nb in filed.get("missing", []):
-        reasons[nb] = f"Not handed in: your hand-in has no notebook named {nb}.ipynb, so it scored 0."
+        reasons[nb] = f"{NOT_HANDED_IN} your hand-in has no notebook named {nb}.ipynb, so it scored 0."
     moved = moved_files(filed.get("notebooks", {}), notebooks)
     for file, nb in sorted(moved.items(), key=lambda item: item[::-1]):  # a file named after a sibling?
         hit = match_notebook(Path(file).stem, notebooks)
@@ -629,15 +666,15 @@ def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, jo
             continue
         hit = match_notebook(Path(r["file"]).stem, notebooks)
         if hit and hit[0] in reasons:
-            reasons[hit[0]] = f"Your file {r['file']} was not accepted: {r['reason']}. The notebook scored 0."
+            reasons[hit[0]] = f"Your file {r['file']} {NOT_ACCEPTED} {r['reason']}. The notebook scored 0."
         elif not hit:
             unmatched.append(f"{r['file']} ({r['reason']})")
     if unmatched:
         also = f" Files you handed in that were not accepted: {'; '.join(unmatched[:5])}{'; …' if len(unmatched) > 5 else ''}."
-        reasons = {nb: why + also if why.startswith("Not handed in") else why for nb, why in reasons.items()}
+        reasons = {nb: why + also if why.startswith(NOT_HANDED_IN) else why for nb, why in reasons.items()}
     for nb, r in sorted(json.loads((job or {}).get("notebooks") or "{}").items()):
         if r.get("status") == "error":
-            reasons[nb] = f"Handed in, but it could not be graded, so it scored 0: {error_for_the_page(r.get('error'))}"
+            reasons[nb] = f"{NOT_GRADABLE} {error_for_the_page(r.get('error'))}"
     return reasons
 
 
@@ -653,6 +690,28 @@ def error_for_the_page(error) -> str:
     return "grading it stopped with an error (your instructor has the details and can grade it again)"
 
 
+def not_graded_advice(why: str, nb: str) -> str | None:
+    """What a student whose notebook nb was not graded for reason why (not_graded_reasons) can do, or None when the
+    reason says it already (answer cells missing) -> plain text."""
+    again = "and ask your instructor to collect it again."
+    if why.startswith(NOT_HANDED_IN):
+        return f"Hand in your work on this notebook, saved as {nb}.ipynb, {again}"
+    if f" {NOT_ACCEPTED} " in why:
+        return (f"Check that your own copy of {nb}.ipynb opens in Jupyter and runs from top to bottom, put right what is "
+                f"said above, save it and hand it in again, {again}")
+    if why.startswith(NOT_GRADABLE):
+        return None if LOST_CELLS in why else "Ask your instructor: they have the details and can grade it again."
+    return f"Save your work on this notebook as {nb}.ipynb, one notebook's exercises per file, hand it in {again}"
+
+
+def release_points(course: Course, nb: str) -> float | None:
+    """The points of the released notebook nb (every graded cell's), or None when it cannot be read."""
+    try:
+        return sum(cell_points(cell) for cell in nbformat.read(course.release_dir / f"{nb}.ipynb", as_version=4).cells)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def explain_not_graded(course: Course, student: str, reasons: dict[str, str]) -> list[Path]:
     """Write feedback/<student>/part-ii/<notebook>.html for each notebook in reasons; return the pages."""
     folder = course.step_dir("feedback", student)
@@ -661,14 +720,16 @@ def explain_not_graded(course: Course, student: str, reasons: dict[str, str]) ->
     pages = []
     for nb, why in sorted(reasons.items()):
         page = folder / f"{nb}.html"
+        points = release_points(course, nb)
+        score = "0 points" if points is None else f"0 of {points:g} points"
+        advice = not_graded_advice(why, nb)
+        todo = "" if advice is None else f"\n<p>What to do: {html.escape(advice)}</p>"
         page.write_text(f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(nb)}: not graded</title></head>
 <body style="font-family: sans-serif; max-width: 48em; margin: 2em auto">
-<h1>{html.escape(ASSIGNMENT)} / {html.escape(nb)}: not graded (0 points)</h1>
+<h1>{html.escape(ASSIGNMENT)} / {html.escape(nb)}: not graded ({score})</h1>
 <p>Student: {html.escape(student)}</p>
-<p>{html.escape(why)}</p>
-<p>What to do: hand in the notebook from the student release, saved as <code>{html.escape(nb)}.ipynb</code> and
-opened and run in Jupyter, and ask your instructor to collect it again.</p>
+<p>{html.escape(why)}</p>{todo}
 </body></html>
 """, encoding="utf-8")
         pages.append(page)

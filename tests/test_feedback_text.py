@@ -131,6 +131,41 @@ def test_the_provisional_note_counts_answers_and_points_and_says_what_can_still_
     assert mixed.endswith("Your instructor grades them by hand; the score can still change.")
     review = provisional_note({"answer_c": (2.0, True), "answer_d": (1.0, True)})
     assert "not been graded yet" not in review and "2 hand-scored answers (answer_c, answer_d) are to be reviewed" in review
+    named = provisional_note({"answer_b": (3.0, False), "answer_a": (2.0, False), "answer_c": (2.0, True)},
+                             {"answer_a": "练习 6.4", "answer_c": "练习 2.6"})
+    assert "2 answers worth 5 points (练习 6.4: answer_a, answer_b) have not" in named
+    assert "1 hand-scored answer (练习 2.6: answer_c) is to be reviewed" in named
+
+
+def test_a_graded_cell_is_named_by_the_exercise_heading_above_it():
+    """The notebook's own name for an exercise (练习 6.4), from the last heading before the cell; not the section
+    heading '练习', nor a heading the graded cell itself holds, nor any text of the heading but the number (spaced
+    once)."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from autograder.feedback import exercise_names
+
+    def graded(kind, grade_id, source="x"):
+        cell = (new_markdown_cell if kind == "markdown" else new_code_cell)(source)
+        cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "solution": kind == "markdown"}
+        return cell
+
+    nb = new_notebook(cells=[graded("code", "test_before"), new_markdown_cell("## 练习\n\nrules"),
+                             graded("code", "test_section"),
+                             new_markdown_cell("### 练习 6.4（3 分，人工评分）<b>更低</b>的困惑度"),
+                             graded("markdown", "answer_ppl", "### 练习 9.9 mine"), graded("code", "test_after"),
+                             new_markdown_cell("### 练习  12.10 x")])
+    nb.cells.append(graded("code", "test_last"))
+    assert exercise_names(nb) == {"answer_ppl": "练习 6.4", "test_after": "练习 6.4", "test_last": "练习 12.10"}
+
+
+def test_the_failed_test_note_points_to_what_a_student_has():
+    """A student with only the release zip has JupyterLab, not this repository's check command; the note covers a
+    failure by error too (NotImplementedError), not only checks that failed by name."""
+    from autograder.feedback import FAILED_CHECKS_NOTE
+
+    assert "autograder" not in FAILED_CHECKS_NOTE and "JupyterLab" in FAILED_CHECKS_NOTE
+    assert "the error that stopped it" in FAILED_CHECKS_NOTE and "shows no values" in FAILED_CHECKS_NOTE
 
 
 def test_the_note_on_test_cells_put_back_names_each_and_says_what_grading_ran():
@@ -174,7 +209,7 @@ def test_the_note_on_a_kernel_stop_names_the_cells_and_says_grading_went_on_with
     later.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue="", traceback=[])]
     nb = nbformat.v4.new_notebook(cells=[answer, plain, later, nbformat.v4.new_markdown_cell("exit()")])
     stops = kernel_stops(nb)
-    assert [paragraph_text(rendered(s)) for s in stops] == ["ex_f", "the cell that begins import os; os.fork()"]
+    assert [paragraph_text(rendered(s)) for s in stops] == ["ex_f", "the cell that begins “import os; os.fork()”"]
     one = kernel_stop_note(["ex_f"])
     assert one.startswith("**The kernel stopped.** The Python kernel stopped, or stopped answering, while ex_f ran "
                           "(`exit()`"), one
@@ -240,6 +275,38 @@ def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
         "could not be graded, so it scored 0: grading it stopped with an error (your instructor has the details and "
         "can grade it again)"), reasons["04-entropy-cross-entropy-kl"]
     assert not_graded_reasons("cid", notebooks, log, None) == {}
+
+
+def test_a_page_of_a_notebook_not_graded_says_what_to_do_for_its_reason():
+    """Not handed in: hand it in; a damaged file: the student's own copy again, not a fresh one; a file holding another
+    notebook's exercises: save each under its name; not gradable: the instructor, unless the reason says what to do."""
+    import json
+
+    from autograder.feedback import not_graded_advice, not_graded_reasons
+
+    notebooks = ["00-vectors-shapes-and-gradients", "01-probability-and-bayes", "02-shapes-and-loss",
+                 "03-maximum-likelihood", "04-entropy-cross-entropy-kl"]
+    log = {"students": {"ann": {"missing": ["00-vectors-shapes-and-gradients", "01-probability-and-bayes",
+                                            "02-shapes-and-loss"],
+                                "notebooks": {"03-maximum-likelihood": "ann/02-shapes-and-loss.ipynb"}}},
+           "rejected": [{"file": "ann/01-probability-and-bayes.ipynb", "reason": "invalid JSON (at line 3)",
+                         "student": "ann"}]}
+    job = {"notebooks": json.dumps({
+        "03-maximum-likelihood": {"status": "error", "error": "the notebook lacks 1 of its 6 answer cells (ex1): ... hand "
+                                                              "in the released notebook with the answers written in it"},
+        "04-entropy-cross-entropy-kl": {"status": "error", "error": "ValidationError: something"}})}
+    reasons = not_graded_reasons("ann", notebooks, log, job)
+    advice = {nb: not_graded_advice(why, nb) for nb, why in reasons.items()}
+    assert advice["00-vectors-shapes-and-gradients"] == ("Hand in your work on this notebook, saved as "
+                                                         "00-vectors-shapes-and-gradients.ipynb, and ask your instructor "
+                                                         "to collect it again.")
+    assert advice["01-probability-and-bayes"].startswith("Check that your own copy of 01-probability-and-bayes.ipynb "
+                                                         "opens in Jupyter"), advice
+    assert "holds the exercises of 03-maximum-likelihood" in reasons["02-shapes-and-loss"]
+    assert advice["02-shapes-and-loss"].startswith("Save your work on this notebook as 02-shapes-and-loss.ipynb, one "
+                                                   "notebook's exercises per file"), advice
+    assert advice["03-maximum-likelihood"] is None  # the reason says it: hand in the released notebook
+    assert advice["04-entropy-cross-entropy-kl"] == "Ask your instructor: they have the details and can grade it again."
 
 
 def contents(page: Path) -> list[str]:
@@ -484,7 +551,7 @@ def test_a_notebook_out_of_time_says_which_graded_cells_were_not_run_on_the_page
     nb.cells.insert(4, graded("while True: pass  # mine", None, "CellTimeoutError", GRADER_ERRORS["CellTimeoutError"]))
     assert nb.cells[4] is stopped_for_time(nb)
     stopped = paragraph_text(rendered(budget_note(["test_g"], cell_label(nb.cells[4]))))
-    assert "It was not run and count as failed. It ran out while the cell that begins while True: pass  # mine ran, " \
+    assert "It was not run and count as failed. It ran out while the cell that begins “while True: pass  # mine” ran, " \
            "which was stopped: make that cell faster" in stopped, stopped
     note = budget_note(["test_g", "test_h"])
     text = paragraph_text(rendered(note))
@@ -700,3 +767,29 @@ def test_a_feedback_page_shows_no_output_of_the_students_cells_only_that_a_cell_
     assert f"KernelDied: {GRADER_ERRORS['KernelDied']}" in text
     assert "SyntaxError: '(' was never closed (line 1 of the cell)" in text
     assert "A hidden check failed: hidden kl: values differ" in text  # the test cell's outcome stays
+
+
+def test_only_a_cell_stopped_at_its_own_time_limit_gets_the_time_limit_note():
+    """Not a test cell (its failure says so), not the cell the notebook's budget stopped (the budget's note), not a
+    cell that raised something else; the note names each cell and what grading did."""
+    from nbformat.v4 import new_code_cell, new_output
+
+    from autograder.cells import BUDGET_SPENT, cut_at_time_limit
+    from autograder.feedback import time_limit_note
+
+    def ran(ename, evalue="", test=False):
+        cell = new_code_cell("while True:\n    pass", outputs=[new_output("error", ename=ename, evalue=evalue, traceback=[])])
+        if test:
+            cell.metadata["nbgrader"] = {"grade": True, "grade_id": "test_x", "solution": False, "points": 1}
+        return cell
+
+    assert cut_at_time_limit(ran("CellTimeoutError", "the cell ran longer than its 60 s limit"))
+    assert cut_at_time_limit(ran("KeyboardInterrupt"))
+    assert not cut_at_time_limit(ran("CellTimeoutError", test=True))
+    assert not cut_at_time_limit(ran("CellTimeoutError", f"{BUDGET_SPENT} (600 s)"))
+    assert not cut_at_time_limit(ran("ValueError", "bad"))
+    one = time_limit_note(["the cell that begins while True:"])
+    assert one.startswith("**A cell ran out of time.** the cell that begins while True: ran longer than a cell may run "
+                          "when graded, so it was stopped and grading went on with the next cell")
+    two = time_limit_note(["a", "b"])
+    assert "a, b ran longer" in two and "they were stopped" in two and "Make them faster" in two

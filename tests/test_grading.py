@@ -232,6 +232,9 @@ def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
     assert f"You changed the test cell{'s' if len(partial_tests) > 1 else ''} {', '.join(sorted(partial_tests))}: grading ran" \
         in page, page[:2000]
     assert f"You deleted the test cell {deleted[0]}: it was put back and run for grading." in page, page[:2000]
+    # what this hand-in did comes first; the notes every such page carries (manual answers, failed tests) after it
+    opening = [page.index(note) for note in ("Test cells put back.", "Provisional score.", "Why a test failed.")]
+    assert opening == sorted(opening), page[:2000]
     noted = {name for name, text in pages.items() if "Test cells put back." in text}
     assert {name.split("/")[0] for name in noted} == {"edited-tests", "tampered-test-cells", "duplicate-grade-ids"}, noted
     assert sum(name.startswith("edited-tests/") for name in noted) == 1, noted
@@ -289,6 +292,16 @@ def test_infinite_loop_is_cut_and_the_rest_of_the_notebook_graded(graded):
     # student pressed no Ctrl-C, so the interrupt's KeyboardInterrupt is not shown
     assert [(o.output_type, o.ename) for o in loop.outputs] == [("error", "CellTimeoutError")]
     assert loop.outputs[0].evalue == f"the cell ran longer than its {CELL_TIMEOUT:g} s limit and was stopped by the grader"
+    # the student's page says so at the top, though no test failed for it; the perfect student's page does not
+    feedback = graded["course"].root / "feedback"
+    page = page_text((feedback / "infinite-loop" / "part-ii" / f"{name}.html").read_text(encoding="utf-8"))
+    begins = loop.source.splitlines()[0][:60]
+    assert f"A cell ran out of time. the cell that begins “{begins}” ran longer than a cell may run" in page, \
+        page[page.find("ran out"):][:1500]
+    later = [page.index(note) for note in ("Provisional score.", "Why a test failed.") if note in page]
+    assert all(page.index("A cell ran out of time.") < at for at in later), page[:1500]
+    perfect = page_text((feedback / "perfect" / "part-ii" / f"{name}.html").read_text(encoding="utf-8"))
+    assert "ran out of time" not in perfect
 
 
 def test_feedback_exists_and_shows_no_hidden_test_text(graded):
@@ -315,12 +328,17 @@ def test_feedback_exists_and_shows_no_hidden_test_text(graded):
     every = {(s, n) for s in SAMPLE for n in course.notebook_names()}
     assert {(f.parent.parent.name, f.stem) for f in files} == every
     explained = {(f.parent.parent.name, f.stem): page_text(f.read_text(encoding="utf-8")) for f in files
-                 if "not graded (0 points)" in f.read_text(encoding="utf-8")}
+                 if ": not graded (0 of " in f.read_text(encoding="utf-8")}
     damaged = next(("broken", n.removesuffix(".ipynb")) for n, d in graded["students"]["broken"].files.items()
                    if _invalid_json(d))
     assert set(explained) == every - expected and damaged in explained
     assert "was not accepted" in explained[damaged] and "invalid JSON" in explained[damaged], explained[damaged]
+    assert "What to do: Check that your own copy of" in explained[damaged], explained[damaged]  # not a fresh release copy
     assert all("Not handed in" in text for key, text in explained.items() if key != damaged)
+    # each page gives the points the notebook was worth, as the release counts them
+    for (student, nb), text in explained.items():
+        worth = sum(float(meta(c).get("points") or 0) for c in nbformat.read(course.release_dir / f"{nb}.ipynb", 4).cells)
+        assert f"{nb}: not graded (0 of {worth:g} points)" in text, text[:300]
     assert "that were not graded" in run["stdout"], run["stdout"]
     for path in files:
         text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
@@ -1323,7 +1341,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
     try:
         page = course.step_dir("feedback", "perfect") / "02-shapes-and-loss.html"
         before = page_text(page.read_text(encoding="utf-8"))
-        assert "Provisional score. 1 answer worth 2 points (answer_ppl_evidence) has not been graded yet" in before
+        assert "Provisional score. 1 answer worth 2 points (练习 2.5: answer_ppl_evidence) has not been graded yet" in before
         assert "Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of 2 points." in before
         assert "your written answer (not graded yet: 0.0 / 2.0)" in before
         assert re.search(r"02-shapes-and-loss \(Score: [\d.]+ / [\d.]+, provisional\)", before), before[:500]
@@ -1366,7 +1384,7 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         result = feedback(course, students=["perfect"])
         assert page in result.provisional
         review = page_text(page.read_text(encoding="utf-8"))
-        assert "1 hand-scored answer (answer_ppl_evidence) is to be reviewed" in review
+        assert "1 hand-scored answer (练习 2.5: answer_ppl_evidence) is to be reviewed" in review
         assert "the 1.5 of 2 points shown can change" in review and "Not graded yet" not in review
         comment = review.index("Comments: Names the tokenizer problem; say which evidence would settle it.")
         assert review.index("To be reviewed: your notebook was graded again", comment) > comment  # after it
