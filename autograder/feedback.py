@@ -25,8 +25,10 @@ where nbgrader's template lists only "Test cell", "Written response" and "Commen
 (autograder/templates/feedback_part_ii).
 
 A notebook that scored 0 without being graded (not handed in, its file rejected by collect,
-or not gradable) gets a short page of its own saying why and what to hand in instead, so every
-student who handed in anything has a page for every notebook.
+or not gradable) gets a short page of its own saying why and what to do, so every
+student who handed in anything has a page for every notebook. Beside the folder of those pages,
+index.html gives the student's total and each notebook's score as export's grades.csv does, each
+linked to its page.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import nbformat
 from jinja2 import pass_context
@@ -548,6 +551,7 @@ class FeedbackResult:
     errors: dict[str, str] = field(default_factory=dict)
     explained: list[Path] = field(default_factory=list)  # pages of notebooks that were not graded, saying why
     provisional: list[Path] = field(default_factory=list)  # pages with answers not yet graded by hand
+    indexes: list[Path] = field(default_factory=list)  # each student's overview: the total, a link per notebook page
 
 
 def checked_mathjax_url(url: str) -> str:
@@ -736,11 +740,68 @@ def explain_not_graded(course: Course, student: str, reasons: dict[str, str]) ->
     return pages
 
 
+INDEX = "index.html"  # feedback/<student>/index.html: the student's total and every notebook's score, with links
+
+
+def index_page(course: Course, student: str) -> Path:
+    """Where write_index puts the student's overview: beside the folder of their notebook pages."""
+    return course.step_dir("feedback", student).parent / INDEX
+
+
+def write_index(course: Course, student: str, graded: set[str], explained: set[str]) -> Path:
+    """Write the student's overview page: the total as export's score column gives it (late penalty taken off), each
+    notebook's score and a link to its page (graded, explained: the notebooks with a graded page, with one saying why
+    they were not graded); whether answers still wait for a grader. Return its path."""
+    from nbgrader.api import MissingEntry
+
+    with course.gradebook() as gb:
+        assignment = gb.find_assignment(ASSIGNMENT)
+        most, points = assignment.max_score, {nb.name: nb.max_score for nb in assignment.notebooks}
+        try:
+            submission = gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            submission = None
+        scored = {nb.name: (nb.score, nb.needs_manual_grade) for nb in (submission.notebooks if submission else [])}
+        raw = submission.score if submission else 0.0
+        penalty = (submission.late_submission_penalty or 0.0) if submission else 0.0
+    rows, pending = [], False
+    for nb in course.notebook_names():
+        score, waiting = scored.get(nb, (0.0, False)) if nb in graded else (0.0, False)
+        pending = pending or waiting
+        what = (f"{score:g} / {points.get(nb, 0):g}{' (provisional)' if waiting else ''}" if nb in graded else
+                f"0 / {points.get(nb, 0):g}, not graded" if nb in explained else f"0 / {points.get(nb, 0):g}, no page")
+        name = html.escape(nb)
+        link = f'<a href="{quote(ASSIGNMENT)}/{quote(nb)}.html">{name}</a>' if nb in graded | explained else name
+        rows.append(f"<tr><td>{link}</td><td>{html.escape(what)}</td></tr>")
+    total = max(0.0, raw - penalty)
+    notes = []
+    if penalty:
+        notes.append(f"a late penalty of {penalty:g} points is taken off the {raw:g} points the notebooks scored")
+    if pending:
+        notes.append("provisional: answers your instructor grades by hand count as 0 until they are graded")
+    page = index_page(course, student)
+    page.write_text(f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(ASSIGNMENT)}: feedback for {html.escape(student)}</title></head>
+<body style="font-family: sans-serif; max-width: 48em; margin: 2em auto">
+<h1>{html.escape(ASSIGNMENT)}: {total:g} of {most:g} points</h1>
+<p>Student: {html.escape(student)}</p>
+{"".join(f"<p>{html.escape(n[0].upper() + n[1:])}.</p>" for n in notes)}
+<table style="border-collapse: collapse" cellpadding="4">
+<tr><th style="text-align: left">Notebook (its feedback page)</th><th style="text-align: left">Score</th></tr>
+{chr(10).join(rows)}
+</table>
+</body></html>
+""", encoding="utf-8")
+    return page
+
+
 def remove_pages(course: Course, student: str) -> int:
-    """Delete the student's feedback pages (a student whose hand-in or grading changed since); return how many."""
+    """Delete the student's feedback pages and overview (a student whose hand-in or grading changed since); return
+    how many notebook pages."""
     pages = sorted(course.step_dir("feedback", student).glob("*.html"))
     for page in pages:
         page.unlink()
+    index_page(course, student).unlink(missing_ok=True)
     return len(pages)
 
 
@@ -824,6 +885,10 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                 result.errors[student] = f"{page.name} withheld: it would show hidden test text"
             else:
                 result.explained.append(page)
+    for student in sorted({p.parent.parent.name for p in result.written + result.explained} - set(result.errors)):
+        graded = {p.stem for p in result.written if p.parent.parent.name == student}
+        explained = {p.stem for p in result.explained if p.parent.parent.name == student}
+        result.indexes.append(write_index(course, student, graded, explained))
     result.provisional = pending_pages(course, result.written)
     return result
 
@@ -883,5 +948,8 @@ def print_feedback(result: FeedbackResult) -> None:
         print(f"  {len(result.provisional)} of them {'shows' if one else 'show'} a provisional score: free-text answers not graded yet, or "
               "flagged for review by a regrade (each page says which); grade or resolve them in formgrader, "
               "then run feedback again")
+    if result.indexes:
+        print(f"  and an overview per student, with the total and a link to each page: {INDEX} beside the pages' "
+              f"folder, e.g. {result.indexes[0]}")
     for student, reason in sorted(result.errors.items()):
         print(f"  {student}: ERROR {reason}")

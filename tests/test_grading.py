@@ -304,6 +304,38 @@ def test_infinite_loop_is_cut_and_the_rest_of_the_notebook_graded(graded):
     assert "ran out of time" not in perfect
 
 
+def test_each_student_s_overview_gives_the_total_and_every_notebook_s_score_as_the_export_does(graded):
+    """feedback/<student>/index.html: the total and each notebook's score equal grades.csv's (found by review: a
+    student had to add up seven pages, one of them a not-graded page without its points); every row links to that
+    notebook's page; a notebook with answers waiting for a grader is marked provisional, as its page is."""
+    from autograder.feedback import INDEX
+
+    course = graded["course"]
+    with open(course.reports_dir / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    notebooks = course.notebook_names()
+    for student in SAMPLE:
+        index = course.root / "feedback" / student / INDEX
+        text = page_text(index.read_text(encoding="utf-8"))
+        row = rows[student]
+        assert f"{course.release_dir.name}: {float(row['score']):g} of {float(row['max_score']):g} points" in text, text
+        links = dict(re.findall(r'<a href="([^"]+)">([^<]+)</a>', index.read_text(encoding="utf-8")))
+        assert sorted(links.values()) == notebooks, links
+        for href, nb in links.items():
+            page = (index.parent / href).resolve()
+            assert page == (course.step_dir("feedback", student) / f"{nb}.html").resolve() and page.is_file(), href
+            page_says = page_text(page.read_text(encoding="utf-8"))
+            shown = re.search(rf"{re.escape(nb)}\s*([\d.]+) / ([\d.]+)(, not graded| \(provisional\))?\s", text)
+            assert shown, (nb, text)
+            assert float(shown.group(1)) == float(row[nb] or 0), (student, nb, shown.group(0), row[nb])
+            worth = sum(float(meta(c).get("points") or 0) for c in nbformat.read(course.release_dir / f"{nb}.ipynb", 4).cells)
+            assert float(shown.group(2)) == worth, (student, nb, shown.group(0))
+            assert (shown.group(3) == " (provisional)") == ("provisional)" in page_says), (student, nb)
+            assert (shown.group(3) == ", not graded") == (": not graded (0 of" in page_says), (student, nb)
+    assert "Provisional:" in page_text((course.root / "feedback" / "perfect" / INDEX).read_text(encoding="utf-8"))
+    assert "Provisional:" not in page_text((course.root / "feedback" / "blank" / INDEX).read_text(encoding="utf-8"))
+
+
 def test_feedback_exists_and_shows_no_hidden_test_text(graded):
     course = graded["course"]
     run = graded["outputs"]["feedback"]
