@@ -59,6 +59,13 @@ def _download_path(text: str) -> Path:
     return Path(text)
 
 
+def _notebook_path(text: str) -> Path:
+    """argparse type: a non-empty path of a notebook ('' would be read as the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected the path of a notebook (.ipynb), got an empty string")
+    return Path(text)
+
+
 def _positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:
@@ -219,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "test cell was edited or deleted, a written-answer cell was deleted, the course's "
                                    "code/ or data/ files were changed, a cell or the notebook ran out of time, or the file name would "
                                    "not be graded as this notebook; 2 when the file is not a notebook of this course.")
-    p.add_argument("notebook", type=Path, help="the .ipynb file to check")
+    p.add_argument("notebook", type=_notebook_path, help="the .ipynb file to check")
     p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
                    help="a cell running longer is interrupted and reported, as grading does (default %(default)g, "
                         "grading's default cell timeout)")

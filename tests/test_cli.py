@@ -111,6 +111,7 @@ def empty_build(tmp_path, monkeypatch):
     (["extend", "--build", "{build}"], "run `python -m autograder release --build {build}` first"),
     (["check"], "required: notebook"),
     (["check", "/no/such/notebook.ipynb"], "does not exist (a relative path starts in the folder you run this in, "),
+    (["check", ""], "expected the path of a notebook (.ipynb), got an empty string"),  # it said ". is a folder"
     (["check", str(REPO / "README.md")], "not a .ipynb file"),
     (["check", "x.ipynb", "--timeout", "0"], "seconds > 0"),
     (["demo", "--workers", "0"], "whole number >= 1"),
