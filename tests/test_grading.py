@@ -398,8 +398,9 @@ def test_grading_twice_changes_nothing(graded, capsys):
         before = dump(course.db_url)
         capsys.readouterr()
         again = grade(course, dataclasses.replace(options(workers=2), progress=True))
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         assert "submission/s" not in err and "0submission" not in err, err  # no progress bar with nothing to grade
+        assert "\nnext: nothing to grade (every hand-in named is graded; --force grades again); " in out, out  # review
         assert again.graded == [] and sorted(again.skipped) == sorted(job_rows(course.db_url))
         assert set(SAMPLE) <= set(again.skipped)
         assert dump(course.db_url) == before

@@ -131,6 +131,8 @@ def test_a_postgresql_gradebook_gets_the_grades_the_sqlite_one_does(postgres):
                                                         for s, d in steps.items()}
         assert "graded 3, already graded (skipped) 0, errors 0" in steps["grade"]["stdout"], steps["grade"]["stdout"]
         assert "graded 0, already graded (skipped) 3, errors 0" in steps["grade again"]["stdout"]
+        assert "next: nothing to grade (every hand-in named is graded; --force grades again); " \
+            "`python -m autograder feedback" in steps["grade again"]["stdout"], steps["grade again"]["stdout"]  # review
         assert not (build / "course" / "gradebook.db").exists()  # nothing fell back to SQLite
 
         def grades(db_url: str) -> dict:
