@@ -198,6 +198,28 @@ def test_records_check_raises_sends_are_judged_as_the_self_check_words_them(monk
     assert trusted_checks.record_failure(want, right) is None
 
 
+@pytest.mark.parametrize("func", [None, "abc", 3.0])
+def test_a_result_passed_where_the_function_goes_fails_even_a_check_for_type_error(monkeypatch, func):
+    """check_raises(label, TypeError, f("abc")) called the string f returned; Python's TypeError for that ('str'
+    object is not callable) passed the check, in the notebook and when graded (found by review)."""
+    with pytest.raises(AssertionError, match=rf"x: expected a function to call, got {type(func).__name__}"):
+        trusted_checks.checks.check_raises("x", TypeError, func)
+    sent = record_mode(monkeypatch)
+    assert trusted_checks.checks.check_raises("x", TypeError, func) == ""
+    assert trusted_checks.record_failure({"kind": "raises", "label": "x", "raised": "TypeError"}, sent[0]) is not None
+
+
+def test_check_raises_takes_a_tuple_of_errors_and_refuses_what_is_no_error_class():
+    """A tuple of classes, as `except` takes: the message names each; anything else is the test cell's mistake."""
+    assert trusted_checks.checks.check_raises("x", (ValueError, TypeError), int, "x").startswith("invalid literal")
+    with pytest.raises(AssertionError, match=r"^x: expected ValueError or KeyError to be raised, but the call returned "
+                                             r"normally$"):
+        trusted_checks.checks.check_raises("x", (ValueError, KeyError), int, "1")
+    for wrong in ["ValueError", (), (ValueError, "KeyError"), ValueError("x")]:
+        with pytest.raises(ValueError, match="check_raises: exc_type must be an exception class or a tuple of them"):
+            trusted_checks.checks.check_raises("x", wrong, int, "1")
+
+
 class ZeroEvidenceError(ValueError):
     """A student's own ValueError subclass: `except ValueError` catches it, so it is a ValueError."""
 

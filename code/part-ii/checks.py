@@ -253,8 +253,26 @@ def check_true(label: str, condition, hint: str = "") -> None:
         raise AssertionError(f"{label}: not true" + (f" ({notes})" if notes else ""))
 
 
+def _exception_names(exc_type) -> str:
+    """'ValueError', or 'ValueError or TypeError' for a tuple; ValueError (a test cell's mistake, not a student's)
+    unless exc_type is an exception class or a non-empty tuple of them."""
+    kinds = exc_type if isinstance(exc_type, tuple) else (exc_type,)
+    if not kinds or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+        raise ValueError(f"check_raises: exc_type must be an exception class or a tuple of them, got {exc_type!r}")
+    return " or ".join(k.__name__ for k in kinds)
+
+
 def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
-    """Assert func(*args, **kwargs) raises exc_type; return the error message for further checks."""
+    """Assert func(*args, **kwargs) raises exc_type (a class or a tuple of them); return the error message for further
+    checks. func must be the function itself, not the result of a call."""
+    wanted = _exception_names(exc_type)
+    if not callable(func):  # called anyway, it would raise TypeError, and pass a check for TypeError
+        if recording():
+            _emit("raises", label, raised="TypeError", ok=False)
+            return ""
+        raise AssertionError(f"{label}: expected a function to call, got {type(func).__name__}"
+                             + (" (does the function return its result?)" if func is None else
+                                "; pass the function and its arguments apart: check_raises(label, error, f, x)"))
     try:
         func(*args, **kwargs)
     except exc_type as exc:
@@ -265,11 +283,11 @@ def check_raises(label: str, exc_type, func, *args, **kwargs) -> str:
         if recording():
             _emit("raises", label, raised=type(exc).__name__, ok=False)
             return ""
-        raise AssertionError(f"{label}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
+        raise AssertionError(f"{label}: expected {wanted}, got {type(exc).__name__}: {exc}") from None
     if recording():
         _emit("raises", label, raised=None, ok=False)
         return ""
-    raise AssertionError(f"{label}: expected {exc_type.__name__} to be raised, but the call returned normally")
+    raise AssertionError(f"{label}: expected {wanted} to be raised, but the call returned normally")
 
 
 # --- guards: solved without the library function it re-implements -----------------------
