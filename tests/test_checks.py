@@ -405,6 +405,22 @@ def test_check_close_compares_python_integers_beyond_int64():
         checks.check_close("huge", 10**400, 1.0)
 
 
+def test_a_large_array_that_fails_check_close_is_told_by_where_it_differs_not_printed_in_full():
+    """Two 300 x 300 arrays differing in one value made a 1.8 MB message (found by review); an array up to
+    SHOWN_ELEMENTS values is still shown whole."""
+    expected = np.zeros((300, 300))
+    actual = expected.copy()
+    actual[5, 5], actual[7, 1] = 0.25, 1e-3
+    with pytest.raises(AssertionError) as failed:
+        checks.check_close("probs", actual, expected)
+    message = str(failed.value)
+    assert message == ("probs: 2 of 90000 values differ from the expected ones (max abs difference 0.25); the first "
+                       "at index (5, 5): got 0.25, expected 0.0")
+    small = np.zeros(checks.SHOWN_ELEMENTS)
+    with pytest.raises(AssertionError, match=r"^v: got \[1\.0, 0\.0, .*\], expected \[0\.0, 0\.0, "):
+        checks.check_close("v", np.eye(1, checks.SHOWN_ELEMENTS)[0], small)
+
+
 def test_check_close_shows_full_digits_when_six_decimals_would_print_both_alike():
     with pytest.raises(AssertionError) as err:
         checks.check_close("p", np.float32(0.1), 0.1)

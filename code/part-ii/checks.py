@@ -42,6 +42,7 @@ MODE_ENV = "PART_II_CHECKS"  # "record" in grading kernels; unset everywhere els
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"
 MAX_ELEMENTS = 100_000  # values larger than this are not sent (the check then fails)
 MAX_DEPTH = 16
+SHOWN_ELEMENTS = 100  # a failed check_close shows arrays up to this size in full, larger ones where they differ
 EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}  # a rounding step of each coarse float type
 LOW_PRECISION = ("float32", "float16")  # the ones a record names, for _dtype_note (bfloat16 arrives as float32)
 
@@ -128,8 +129,14 @@ def close_failure(label: str, actual, expected, *, rtol: float = RTOL, atol: flo
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-nan differences: nothing may reach stderr
             diff = np.nanmax(np.abs(np.where(a == e, 0.0, a - e)))
-        shown_a, shown_e = _shown(a, e)
         note = _precision_note(actual, a, e) or _float32_note(actual, a, e)
+        if a.size > SHOWN_ELEMENTS:  # the arrays in full would be megabytes: where they differ, and by how much
+            off = ~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=False)
+            at = tuple(int(i) for i in np.argwhere(off)[0])
+            shown_a, shown_e = _shown(a[at], e[at])
+            return (f"{label}: {int(off.sum())} of {a.size} values differ from the expected ones (max abs difference "
+                    f"{diff:.3g}); the first at index {at}: got {shown_a}, expected {shown_e}{note}")
+        shown_a, shown_e = _shown(a, e)
         return f"{label}: got {shown_a}, expected {shown_e} (max abs difference {diff:.3g}){note}"
     return None
 
