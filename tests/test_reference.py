@@ -484,6 +484,14 @@ def test_gaussian_nll_of_extreme_sigmas_is_finite_and_exact(sigma, dtype):
         assert math.isclose(got, expected, rel_tol=1e-6 if dtype == np.float32 else 1e-13), (sigma, k, got, expected)
 
 
+def test_a_target_probability_rounded_just_above_one_costs_nothing_not_less():
+    """A row may sum to 1 within rounding with p_y = 1 + 5e-7; -ln p_y was then a negative loss (found by review).
+    The loss of a certain target is 0, as -ln 1 is exactly."""
+    loss = pp.nll_from_probs([[1 + 5e-7, 0.0], [0.25, 0.75]], [0, 1])
+    assert loss[0] == 0.0 and not np.signbit(loss[0])
+    assert loss[1] == -math.log(0.75)  # the rest unchanged
+
+
 def test_empirical_distribution_takes_any_iterable_of_samples_and_support():
     """Counted by hand: "abcab" holds a twice, b twice, c once."""
     from collections import Counter

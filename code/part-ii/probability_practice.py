@@ -383,8 +383,8 @@ def nll_from_probs(probs, target) -> np.ndarray:
         raise ValueError(f"target must have shape {p.shape[:-1]} (probs without the class axis), got {y.shape}")
     _check_target_range(y, p.shape[-1], "target")
     p_y = np.take_along_axis(p, y[..., None], axis=-1)[..., 0]
-    with np.errstate(divide="ignore"):
-        return 0.0 - np.log(p_y)  # 0.0 - x: p_y = 1 gives 0.0, not -0.0
+    with np.errstate(divide="ignore"):  # a row summing to 1 within rounding may hold a p_y just above 1: loss 0, not < 0
+        return np.maximum(0.0 - np.log(p_y), 0.0)  # 0.0 - x: p_y = 1 gives 0.0, not -0.0
 
 
 def neg_log_prob(p, unit: str = "nats"):
