@@ -584,6 +584,9 @@ BAD_INPUTS = [
     ("expectation-shape", lambda: pp.expectation([1, 2, 3], [0.5, 0.5]), ValueError, ["values and probs", "shape"]),
     ("empirical-empty", lambda: pp.empirical_distribution([], ["a"]), ValueError, ["samples", "empty"]),
     ("empirical-unknown", lambda: pp.empirical_distribution(["z"], ["a"]), ValueError, ["support", "'z'"]),
+    # a set's order changes with PYTHONHASHSEED, and the result's order with it (found by review)
+    ("empirical-set-support", lambda: pp.empirical_distribution(["a"], {"a", "b"}), TypeError, ["support", "ordered",
+                                                                                              "set"]),
     ("mle-k-above-n", lambda: pp.bernoulli_mle(3, 2), ValueError, ["k", "n=2"]),
     ("mle-k-float", lambda: pp.bernoulli_mle(1.5, 2), TypeError, ["k", "integer"]),
     ("mle-n-zero", lambda: pp.bernoulli_mle(0, 0), ValueError, ["n", "positive"]),

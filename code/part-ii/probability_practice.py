@@ -688,6 +688,8 @@ def empirical_distribution(samples, support) -> np.ndarray:
         if given is None or isinstance(given, Number) or getattr(given, "ndim", 1) == 0 \
                 or not hasattr(given, "__iter__"):  # a number, or a 0-d array or tensor
             raise TypeError(f"{name} must be a sequence of values (numbers or strings), got {type(given).__name__}")
+    if isinstance(support, (set, frozenset)):  # its order changes from run to run: so would the result's
+        raise TypeError("support must be ordered (a list, tuple, range or array), got a set; e.g. sorted(support)")
     if hasattr(support, "tolist"):  # a numpy array or torch tensor: its numbers (tensors hash by identity)
         support = support.tolist()
     float32 = str(getattr(samples, "dtype", "")) in ("torch.float32", "float32")
