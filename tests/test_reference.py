@@ -484,6 +484,13 @@ def test_gaussian_nll_of_extreme_sigmas_is_finite_and_exact(sigma, dtype):
         assert math.isclose(got, expected, rel_tol=1e-6 if dtype == np.float32 else 1e-13), (sigma, k, got, expected)
 
 
+def test_a_gaussian_loss_beyond_the_largest_float_is_inf_without_a_warning():
+    """y = 1 at sigma = 1e-170: the loss is 5e339, beyond float64; numpy's overflow warning reached stderr, where a
+    notebook cell's output counts against it (found by review). This module turns RuntimeWarnings into errors."""
+    assert pp.gaussian_nll(1.0, 0.0, 1e-170) == math.inf
+    assert pp.gaussian_nll(np.array([1.0, 1e-170]), 0.0, 1e-170)[0] == math.inf
+
+
 def test_a_target_probability_rounded_just_above_one_costs_nothing_not_less():
     """A row may sum to 1 within rounding with p_y = 1 + 5e-7; -ln p_y was then a negative loss (found by review).
     The loss of a certain target is 0, as -ln 1 is exactly."""
@@ -584,6 +591,10 @@ BAD_INPUTS = [
     ("expectation-shape", lambda: pp.expectation([1, 2, 3], [0.5, 0.5]), ValueError, ["values and probs", "shape"]),
     ("empirical-empty", lambda: pp.empirical_distribution([], ["a"]), ValueError, ["samples", "empty"]),
     ("empirical-unknown", lambda: pp.empirical_distribution(["z"], ["a"]), ValueError, ["support", "'z'"]),
+    # arguments given where another goes: the message names the one meant (found by review)
+    ("entropy-unit-as-axis", lambda: pp.entropy([0.5, 0.5], "bits"), TypeError, ["axis", "unit='bits'"]),
+    ("reduction-as-mask", lambda: pp.reduce_losses([1.0, 2.0], "sum"), TypeError, ["mask", "reduction='sum'"]),
+    ("mle-k-as-record", lambda: pp.bernoulli_mle([1, 0, 1], 3), TypeError, ["k", "number of ones", "y.sum()"]),
     # a set's order changes with PYTHONHASHSEED, and the result's order with it (found by review)
     ("empirical-set-support", lambda: pp.empirical_distribution(["a"], {"a", "b"}), TypeError, ["support", "ordered",
                                                                                               "set"]),

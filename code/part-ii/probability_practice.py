@@ -122,7 +122,8 @@ def _check_finite(arr: np.ndarray, name: str) -> None:
 def _norm_axis(axis, ndim: int, name: str = "axis") -> int:
     """Return a non-negative axis index, rejecting axes outside the array."""
     if not isinstance(axis, Integral) or isinstance(axis, bool):
-        raise TypeError(f"{name} must be an int, got {axis!r}")
+        hint = f"; unit is a keyword argument: unit={axis!r}" if isinstance(axis, str) and axis in UNITS else ""
+        raise TypeError(f"{name} must be an int, got {axis!r}{hint}")
     if not -ndim <= axis < ndim:
         raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimension(s)")
     return int(axis) % ndim
@@ -414,6 +415,8 @@ def reduce_losses(losses, mask=None, reduction: str = "mean", weights=None) -> n
     if np.isneginf(loss).any():
         raise ValueError(f"losses must not be -inf (got -inf at index {_first_index(np.atleast_1d(np.isneginf(loss)))}); "
                          "a loss is a negative log-probability: were log-probabilities passed instead?")
+    if isinstance(mask, str):  # reduce_losses(losses, "sum"): the reduction given where the mask goes
+        raise TypeError(f"mask must be booleans or 0/1, got the string {mask!r}; did you mean reduction={mask!r}?")
     scored = np.ones(loss.shape, bool) if mask is None else _check_mask(mask, loss.shape)
     w = np.ones(loss.shape) if weights is None else _as_float_array(weights, "weights")
     if w.shape != loss.shape:
@@ -731,7 +734,8 @@ def _check_counts(k, n) -> tuple[int, int]:
         if isinstance(v, float) and v.is_integer():  # a count from a float 0/1 array: y.sum() -> 3.0
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, Integral):
-            raise TypeError(f"{name} must be an integer count, got {v!r} (int(...) of a whole number)")
+            what = "the number of ones (successes), e.g. int(y.sum())" if name == "k" else "the number of trials"
+            raise TypeError(f"{name} must be an integer count, {what}; got {v!r}")
         counts.append(v)
     k, n = counts
     if n <= 0:
@@ -874,8 +878,9 @@ def gaussian_nll(y, mean, sigma):
         yy, mu, s = np.broadcast_arrays(yy, mu, s)
     except ValueError:
         raise ValueError(f"y, mean and sigma must broadcast, got {yy.shape}, {mu.shape}, {s.shape}") from None
-    r = (yy - mu) / s
-    out = np.log(s) + 0.5 * np.log(2 * np.pi) + 0.5 * r * r
+    with np.errstate(over="ignore"):  # a residual beyond 1e154 sigmas: the loss is above 1.8e308, inf (no warning)
+        r = (yy - mu) / s
+        out = np.log(s) + 0.5 * np.log(2 * np.pi) + 0.5 * r * r
     return out if out.ndim else float(out)
 
 
