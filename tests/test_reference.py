@@ -592,6 +592,8 @@ BAD_INPUTS = [
     ("empirical-empty", lambda: pp.empirical_distribution([], ["a"]), ValueError, ["samples", "empty"]),
     ("empirical-unknown", lambda: pp.empirical_distribution(["z"], ["a"]), ValueError, ["support", "'z'"]),
     # arguments given where another goes: the message names the one meant (found by review)
+    ("all-ignored", lambda: pp.cross_entropy([[0.0, 1.0]] * 2, [-100, -100], ignore_index=-100), ValueError,
+     ["every target equals ignore_index=-100"]),
     ("entropy-unit-as-axis", lambda: pp.entropy([0.5, 0.5], "bits"), TypeError, ["axis", "unit='bits'"]),
     ("reduction-as-mask", lambda: pp.reduce_losses([1.0, 2.0], "sum"), TypeError, ["mask", "reduction='sum'"]),
     ("mle-k-as-record", lambda: pp.bernoulli_mle([1, 0, 1], 3), TypeError, ["k", "number of ones", "y.sum()"]),

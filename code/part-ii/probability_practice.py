@@ -486,6 +486,9 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
                 isinstance(ignore_index, Integral) or isinstance(ignore_index, float) and ignore_index.is_integer())):
             raise TypeError(f"ignore_index must be an integer class index (PyTorch's default is -100), got {ignore_index!r}")
         ignored = np.zeros(y.shape, bool) if ignore_index is None else (y == int(ignore_index))
+        if ignored.all() and reduction != "none":  # reduce_losses would blame a mask the caller never gave
+            raise ValueError(f"every target equals ignore_index={int(ignore_index)}, so no target is scored; a "
+                             f"{reduction} over zero targets is undefined")
         mask = ~ignored if mask is None else (_check_mask(mask, y.shape) & ~ignored)
         _check_target_range(y, num_classes, "targets", skip=~mask)  # a masked target may be padding, e.g. -100
         safe_y = np.where(mask, y, 0)
