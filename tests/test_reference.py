@@ -541,6 +541,12 @@ BAD_INPUTS = [
     ("softmax-bad-axis", lambda: pp.softmax(Z, axis=2), ValueError, ["axis", "out of range"]),
     ("softmax-ragged", lambda: pp.softmax([[1, 2], [3]]), ValueError, ["logits", "rectangular"]),
     ("softmax-complex", lambda: pp.softmax([1j, 2]), TypeError, ["logits", "real"]),
+    # what is held instead of numbers, in a student's words, not numpy's dtype (found by review: "dtype object")
+    ("softmax-dict", lambda: pp.softmax({"a": 1}), TypeError, ["logits", "got a dict"]),
+    ("softmax-none-inside", lambda: pp.softmax([0.5, None]), TypeError, ["logits", "got None at index (1,)"]),
+    ("softmax-numeric-strings", lambda: pp.softmax(["0.5", "0.5"]), TypeError, ["logits", "strings such as '0.5'"]),
+    ("bce-bool-labels", lambda: pp.bce_with_logits([1.0, 2.0], np.array([True, False])), TypeError,
+     ["y", "booleans", "np.asarray(y, dtype=float)"]),
     ("logsumexp-axis-float", lambda: pp.logsumexp(Z, axis=1.0), TypeError, ["axis", "int"]),
     ("probs-negative", lambda: pp.nll_from_probs([-0.1, 1.1], 0), ValueError, ["probs", "non-negative"]),
     ("probs-not-summing", lambda: pp.nll_from_probs([0.5, 0.4], 0), ValueError, ["probs", "sum to 1"]),

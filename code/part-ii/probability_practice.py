@@ -70,7 +70,7 @@ def _as_float_array(x, name: str, check_nan: bool = True) -> np.ndarray:
         raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}")
     arr = _as_array(x, name, "numbers")
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)):
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+        raise TypeError(f"{name} must hold real numbers, got {_held(x, arr, name)}")
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise TypeError(f"{name} must hold real numbers, got complex dtype {arr.dtype}")
     if arr.dtype != np.float32:
@@ -78,6 +78,31 @@ def _as_float_array(x, name: str, check_nan: bool = True) -> np.ndarray:
     if check_nan:
         _check_no_nan(arr, name)
     return arr
+
+
+def _held(x, arr: np.ndarray, name: str) -> str:
+    """What x holds instead of real numbers, in a student's words: 'a dict', 'booleans (True/False)', "strings such
+    as '0.5'", 'None at index (1,)'; numpy's dtype only when none of these says it."""
+    if isinstance(x, (dict, set, frozenset)):
+        return f"a {type(x).__name__}"
+    if arr.dtype == bool:
+        return f"booleans (True/False); for 0/1 values pass np.asarray({name}, dtype=float)"
+    if arr.dtype.kind in "US":
+        return f"strings such as {str(arr.flat[0])!r}" if arr.size else "strings"
+    if arr.dtype.kind == "O":
+        for index in np.ndindex(arr.shape):
+            value = arr[index]
+            if isinstance(value, bool) or not isinstance(value, Number):
+                where = f"at index {tuple(int(i) for i in index)}"
+                return f"None {where}" if value is None else f"a {type(value).__name__}, {_short(value)}, {where}"
+        return f"numbers numpy keeps as Python objects (e.g. an int beyond 64 bits: {_short(arr.flat[0])})"
+    return f"dtype {arr.dtype}"
+
+
+def _short(value) -> str:
+    """repr(value), cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _as_array(x, name: str, what: str) -> np.ndarray:
@@ -168,7 +193,7 @@ def _as_int_targets(targets, name: str = "targets") -> np.ndarray:
     if arr.dtype == bool:
         raise TypeError(f"{name} must be integer class indices, got booleans")
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be integer class indices, got dtype {arr.dtype}")
+        raise TypeError(f"{name} must be integer class indices, got {_held(targets, arr, name)}")
     if arr.dtype.kind == "f" and (not np.isfinite(arr).all() or not np.all(arr == np.round(arr))):
         raise TypeError(f"{name} must be integer class indices, got non-integer values {arr.ravel()[:5]}")
     too_large = np.abs(arr) > 2**62 if arr.dtype.kind != "u" else arr > 2**62  # would wrap around in int64
@@ -213,7 +238,7 @@ def _check_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
         raise ValueError(f"{name} must have shape {shape} (one entry per target), got {arr.shape}")
     if arr.dtype != bool:
         if not np.issubdtype(arr.dtype, np.number):
-            raise ValueError(f"{name} must hold booleans or 0/1 (1 = scored), got dtype {arr.dtype}")
+            raise ValueError(f"{name} must hold booleans or 0/1 (1 = scored), got {_held(mask, arr, name)}")
         if not np.isin(arr, (0, 1)).all():
             raise ValueError(f"{name} must hold booleans or 0/1 (1 = scored), got {np.unique(arr)[:5]}")
         arr = arr.astype(bool)
