@@ -491,6 +491,19 @@ def test_a_gaussian_loss_beyond_the_largest_float_is_inf_without_a_warning():
     assert pp.gaussian_nll(np.array([1.0, 1e-170]), 0.0, 1e-170)[0] == math.inf
 
 
+@pytest.mark.parametrize("prior, likelihood, expected", [
+    ([0.5, 0.5], [5e-324, 5e-324], [Fraction(1, 2), Fraction(1, 2)]),
+    ([1 - 1e-170, 1e-170], [1e-170, 1e-170], None),
+    ([0.25, 0.75], [1e-200, 3e-200], None),
+])
+def test_a_posterior_whose_joint_underflows_is_still_given(prior, likelihood, expected):
+    """prior x likelihood can underflow to 0 where the evidence is not 0 (found by review: "the evidence has
+    probability 0" for likelihoods of 5e-324); the posterior is checked against exact rational arithmetic."""
+    exact = [Fraction(p) * Fraction(lk) for p, lk in zip(prior, likelihood)]
+    want = expected or [j / sum(exact) for j in exact]
+    close(pp.bayes_posterior(prior, likelihood), [float(w) for w in want], rtol=1e-12, atol=0, what="posterior")
+
+
 def test_a_target_probability_rounded_just_above_one_costs_nothing_not_less():
     """A row may sum to 1 within rounding with p_y = 1 + 5e-7; -ln p_y was then a negative loss (found by review).
     The loss of a certain target is 0, as -ln 1 is exactly."""

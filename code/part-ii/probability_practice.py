@@ -654,6 +654,12 @@ def bayes_posterior(prior, likelihood) -> np.ndarray:
     _check_probabilities(lik, "likelihood")
     joint = prior * lik
     evidence = joint.sum()
+    if ((joint == 0) & (prior > 0) & (lik > 0)).any() or 0 < evidence < np.finfo(joint.dtype).tiny:
+        # a product underflowed (1e-170 * 1e-170, 0.5 * 5e-324): in logs, scaled by the largest, nothing does
+        with np.errstate(divide="ignore"):
+            log_joint = np.log(prior) + np.log(lik)
+        weights = np.exp(log_joint - log_joint.max())
+        return weights / weights.sum()
     if evidence == 0:
         raise ValueError("the evidence has probability 0 under every hypothesis; P(h | e) is undefined")
     return joint / evidence
