@@ -1722,12 +1722,6 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
         raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
-    if student is None and not filed and only_archives(rejected) and not set(seen) & known:
-        # the LMS download one folder down (wrap/lms-export/download.zip): its folder is no student to add
-        one = len(seen) == 1
-        raise AutograderError(f"{archives_held(path, rejected)}; if {listed(sorted(seen))} "
-                              f"{'is a student' if one else 'are students'} who handed in only an archive, unpack it "
-                              f"and collect {'its' if one else 'each'} folder with --student ID\n{LAYOUTS_HELP}")
     if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
         fix = ("give --student the id the gradebook has" if student is not None else
                "rename the folders or files so that each student has one id, the one already in the gradebook where "
@@ -1808,24 +1802,14 @@ def local_zone() -> str:
     return f"{os.environ.get('TZ') or now.tzname()} (UTC{now:%z})"
 
 
-def only_archives(rejected: list[Record]) -> bool:
-    """True when there are rejected files and every one is an archive (.zip, .tar.gz, ...)."""
-    return bool(rejected) and all(PurePosixPath(r.file).suffix.lower() in ARCHIVES for r in rejected)
-
-
-def archives_held(path: Path, rejected: list[Record]) -> str:
-    """'PATH holds only an archive (NAME), which collect does not open: unpack ...' for the archives rejected."""
-    names = ", ".join(shown(r.file) for r in rejected[:3]) + (", …" if len(rejected) > 3 else "")
-    return (f"{path} holds only {'an archive' if len(rejected) == 1 else 'archives'} ({names}), which collect does "
-            "not open: unpack the download inside and collect that")
-
-
 def no_student_files(path: Path, entries: list[Entry], rejected: list[Record], ignored: list[Record]) -> str:
     """Why a download gave no student anything: no files, only ignored ones, or files no student could be told for."""
     if not entries and not rejected:
         return f"found no files in {path}"
-    if only_archives(rejected):
-        return archives_held(path, rejected)
+    if rejected and all(PurePosixPath(r.file).suffix.lower() in ARCHIVES for r in rejected):
+        names = ", ".join(shown(r.file) for r in rejected[:3]) + (", …" if len(rejected) > 3 else "")
+        return (f"{path} holds only {'an archive' if len(rejected) == 1 else 'archives'} ({names}), which collect does "
+                "not open: unpack the download inside and collect that")
     if rejected:
         some = "; ".join(f"{shown(r.file)}: {shown(r.reason)}" for r in rejected[:3]) + ("; …" if len(rejected) > 3 else "")
         return f"no file in {path} could be filed for a student ({len(rejected)} rejected: {some})"
