@@ -209,6 +209,20 @@ def test_a_result_passed_where_the_function_goes_fails_even_a_check_for_type_err
     assert trusted_checks.record_failure({"kind": "raises", "label": "x", "raised": "TypeError"}, sent[0]) is not None
 
 
+def test_a_tuple_of_errors_is_judged_graded_as_at_home(monkeypatch):
+    """The instructor's run raising ValueError and the student's TypeError both satisfy (ValueError, TypeError): the
+    records name the classes asked for, not the one raised (found by review: graded, it said 'expected ValueError, got
+    TypeError')."""
+    sent = record_mode(monkeypatch)
+    trusted_checks.checks.check_raises("t", (ValueError, TypeError), int, "x")  # the instructor's: ValueError
+    trusted_checks.checks.check_raises("t", (ValueError, TypeError), _raise, TypeError("bad"))  # the student's
+    trusted_checks.checks.check_raises("t", (ValueError, TypeError), int, "1")  # returned normally
+    instructor, student, returned = sent
+    assert trusted_checks.record_failure(instructor, student) is None
+    assert trusted_checks.record_failure(instructor, returned) == ("t: expected ValueError or TypeError, but the call "
+                                                                   "returned normally")
+
+
 def test_check_raises_takes_a_tuple_of_errors_and_refuses_what_is_no_error_class():
     """A tuple of classes, as `except` takes: the message names each; anything else is the test cell's mistake."""
     assert trusted_checks.checks.check_raises("x", (ValueError, TypeError), int, "x").startswith("invalid literal")
