@@ -171,15 +171,25 @@ def check_no_wildcards(path: Path, what: str) -> None:
                               "read another folder's; choose a folder whose path has none of [ ] * ?")
 
 
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521}
+
+
 def gradebook_key(url: str) -> str:
     """url as comparable text: a SQLite file by its resolved path (relative to the current folder, as SQLAlchemy
-    opens it; the driver name aside), another database by its URL with the password left out."""
+    opens it), a server's database by backend, user, host, port (its default filled in) and name: not the driver,
+    not the password (one URL may carry it, another leave it to PGPASSWORD or .pgpass)."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    path = sqlite_file(url)
-    if path is not None:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:  # not a URL (a damaged record): compared as written
+        return url
+    if (path := sqlite_file(url)) is not None:
         return f"sqlite file {(Path.cwd() / path).resolve()}"
-    return make_url(url).render_as_string(hide_password=True)
+    backend = parsed.get_backend_name()
+    return (f"{backend} {parsed.username or ''}@{parsed.host or ''}:{parsed.port or DEFAULT_PORTS.get(backend, '')}/"
+            f"{parsed.database or ''}")
 
 
 def check_variable_names_the_courses_gradebook(root: Path) -> None:
@@ -194,6 +204,8 @@ def check_variable_names_the_courses_gradebook(root: Path) -> None:
     own = recorded or sqlite_url(root / "gradebook.db")
     if gradebook_key(url) == gradebook_key(own):
         return
+    if gradebook_key(own).startswith("sqlite file ") and not (own_file := sqlite_file(own)).exists():
+        return  # the course's file was moved: the variable may point at it where it is now (check_gradebook_present)
     where = f"the URL release recorded in {root / DB_URL_RECORD}" if recorded else "its own SQLite file"
     raise AutograderError(f"$PART_II_DB_URL names the gradebook {shown_url(url)}, but this course's gradebook is "
                           f"{shown_url(own)} ({where}), and the course has collected hand-ins (see {collected}). "

@@ -474,6 +474,31 @@ def test_a_variable_naming_another_gradebook_is_refused_once_the_course_has_coll
     # before anything is collected the variable still chooses (release records it)
     (root / "reports" / "collect.json").unlink()
     assert Course.load(build).db_url == f"sqlite:///{root / 'gradebook.db'}"
+    # the course's file moved: the variable may name it where it is now, as the "moved or deleted" error advises
+    (root / "reports" / "collect.json").write_text('{"students": {}, "rejected": [], "ignored": []}', encoding="utf-8")
+    (root / DB_URL_RECORD).unlink()
+    moved = tmp_path / "moved.db"
+    (root / "gradebook.db").rename(moved)
+    monkeypatch.setenv("PART_II_DB_URL", f"sqlite:///{moved}")
+    assert Course.load(build).db_url == f"sqlite:///{moved}"
+    monkeypatch.delenv("PART_II_DB_URL")
+    code, err, _ = run(["export", "--build", str(build)], capsys)
+    assert code == 2 and "Put it back, or point $PART_II_DB_URL at it" in err, err
+
+
+def test_one_server_database_is_one_gradebook_however_its_url_is_written():
+    """Driver, password (one URL carries it, another leaves it to PGPASSWORD) and the default port do not make
+    another gradebook (found by review of the diff); user, host, port and database name do."""
+    from autograder.course import gradebook_key
+
+    same = ["postgresql+psycopg://grader:s3cret@db.example/course", "postgresql://grader@db.example:5432/course",
+            "postgresql+psycopg2://grader:other@db.example/course"]
+    assert len({gradebook_key(url) for url in same}) == 1
+    for other in ["postgresql://grader@db.example/course2", "postgresql://marker@db.example/course",
+                  "postgresql://grader@db2.example/course", "postgresql://grader@db.example:5433/course"]:
+        assert gradebook_key(other) != gradebook_key(same[0]), other
+    assert "s3cret" not in gradebook_key(same[0])
+    assert gradebook_key("not a url") == "not a url"  # a damaged record compares as written, without a traceback
 
 
 def test_a_gradebook_replaced_after_the_release_is_reported_without_a_traceback(tmp_path, capsys, monkeypatch):
