@@ -484,6 +484,13 @@ def test_gaussian_nll_of_extreme_sigmas_is_finite_and_exact(sigma, dtype):
         assert math.isclose(got, expected, rel_tol=1e-6 if dtype == np.float32 else 1e-13), (sigma, k, got, expected)
 
 
+def test_a_unit_given_for_axis_is_pointed_to_only_where_there_is_a_unit():
+    """softmax has no unit: its message must not advise unit='bits' (found by review of the diff)."""
+    with pytest.raises(TypeError) as softmax:
+        pp.softmax([1.0, 2.0], "bits")
+    assert "unit" not in str(softmax.value) and "axis must be an int, got 'bits'" in str(softmax.value)
+
+
 def test_a_gaussian_loss_beyond_the_largest_float_is_inf_without_a_warning():
     """y = 1 at sigma = 1e-170: the loss is 5e339, beyond float64; numpy's overflow warning reached stderr, where a
     notebook cell's output counts against it (found by review). This module turns RuntimeWarnings into errors."""
@@ -614,6 +621,11 @@ BAD_INPUTS = [
     ("all-ignored", lambda: pp.cross_entropy([[0.0, 1.0]] * 2, [-100, -100], ignore_index=-100), ValueError,
      ["every target equals ignore_index=-100"]),
     ("entropy-unit-as-axis", lambda: pp.entropy([0.5, 0.5], "bits"), TypeError, ["axis", "unit='bits'"]),
+    ("kl-unit-as-axis", lambda: pp.kl_divergence([0.5, 0.5], [0.5, 0.5], "bits"), TypeError, ["unit='bits'"]),
+    ("all-ignored-bad-reduction", lambda: pp.cross_entropy([[0.0, 1.0]], [-100], ignore_index=-100, reduction="avg"),
+     ValueError, ["reduction must be one of", "'avg'"]),
+    ("empty-object-array", lambda: pp.entropy(np.array([], dtype=object)), TypeError, ["p", "Python objects"]),
+    ("big-int-inside", lambda: pp.softmax([1, 2**70]), TypeError, ["logits", "int beyond 64 bits", "index (1,)"]),
     ("reduction-as-mask", lambda: pp.reduce_losses([1.0, 2.0], "sum"), TypeError, ["mask", "reduction='sum'"]),
     ("mle-k-as-record", lambda: pp.bernoulli_mle([1, 0, 1], 3), TypeError, ["k", "number of ones", "y.sum()"]),
     # a set's order changes with PYTHONHASHSEED, and the result's order with it (found by review)

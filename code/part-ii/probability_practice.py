@@ -87,15 +87,23 @@ def _held(x, arr: np.ndarray, name: str) -> str:
         return f"a {type(x).__name__}"
     if arr.dtype == bool:
         return f"booleans (True/False); for 0/1 values pass np.asarray({name}, dtype=float)"
-    if arr.dtype.kind in "US":
+    if arr.dtype.kind == "U":
         return f"strings such as {str(arr.flat[0])!r}" if arr.size else "strings"
     if arr.dtype.kind == "O":
         for index in np.ndindex(arr.shape):
             value = arr[index]
+            where = f"at index {tuple(int(i) for i in index)}"
+            if value is None:
+                return f"None {where}"
             if isinstance(value, bool) or not isinstance(value, Number):
-                where = f"at index {tuple(int(i) for i in index)}"
-                return f"None {where}" if value is None else f"a {type(value).__name__}, {_short(value)}, {where}"
-        return f"numbers numpy keeps as Python objects (e.g. an int beyond 64 bits: {_short(arr.flat[0])})"
+                return f"a {type(value).__name__}, {_short(value)}, {where}"
+            if not isinstance(value, (Integral, float, np.floating)):  # Fraction, Decimal: not numpy's numbers
+                return f"a {type(value).__name__}, {_short(value)}, {where}; pass float values"
+            if isinstance(value, Integral) and not -2**63 <= value < 2**64:
+                return f"an int beyond 64 bits, {_short(value)}, {where}; pass float values"
+        return "Python objects (an empty array of dtype object)" if not arr.size else f"dtype {arr.dtype}"
+    if arr.dtype.kind == "S":
+        return f"bytes such as {bytes(arr.flat[0])!r}" if arr.size else "bytes"
     return f"dtype {arr.dtype}"
 
 
@@ -144,10 +152,11 @@ def _check_finite(arr: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} must be finite, got {arr[bad]} at index {bad}")
 
 
-def _norm_axis(axis, ndim: int, name: str = "axis") -> int:
-    """Return a non-negative axis index, rejecting axes outside the array."""
+def _norm_axis(axis, ndim: int, name: str = "axis", has_unit: bool = False) -> int:
+    """Return a non-negative axis index, rejecting axes outside the array (has_unit: the caller takes unit=, which
+    a unit given in axis's place is pointed to)."""
     if not isinstance(axis, Integral) or isinstance(axis, bool):
-        hint = f"; unit is a keyword argument: unit={axis!r}" if isinstance(axis, str) and axis in UNITS else ""
+        hint = f"; unit is a keyword argument: unit={axis!r}" if has_unit and isinstance(axis, str) and axis in UNITS else ""
         raise TypeError(f"{name} must be an int, got {axis!r}{hint}")
     if not -ndim <= axis < ndim:
         raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimension(s)")
@@ -511,7 +520,7 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
                 isinstance(ignore_index, Integral) or isinstance(ignore_index, float) and ignore_index.is_integer())):
             raise TypeError(f"ignore_index must be an integer class index (PyTorch's default is -100), got {ignore_index!r}")
         ignored = np.zeros(y.shape, bool) if ignore_index is None else (y == int(ignore_index))
-        if ignored.all() and reduction != "none":  # reduce_losses would blame a mask the caller never gave
+        if ignored.all() and reduction in REDUCTIONS and reduction != "none":  # reduce_losses would blame a mask
             raise ValueError(f"every target equals ignore_index={int(ignore_index)}, so no target is scored; a "
                              f"{reduction} over zero targets is undefined")
         mask = ~ignored if mask is None else (_check_mask(mask, y.shape) & ~ignored)
@@ -558,7 +567,7 @@ def entropy(p, axis: int = -1, unit: str = "nats") -> np.ndarray:
     """H(p) = -sum_k p_k ln p_k along axis: [..., K] -> [...]; 0 ln 0 = 0."""
     p = _as_float_array(p, "p")
     _check_nonempty(p, "p", min_ndim=1)
-    ax = _norm_axis(axis, p.ndim)
+    ax = _norm_axis(axis, p.ndim, has_unit=True)
     _check_distribution(p, "p", axis=ax)
     terms = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
     # 0.0 - x, not -x: a certain outcome prints 0, not -0; p may exceed 1 by PROB_ATOL, which would give -5e-7
@@ -572,7 +581,7 @@ def _distribution_pair(p, q, axis: int) -> tuple[np.ndarray, np.ndarray, int]:
     _check_nonempty(p, "p", min_ndim=1)
     if p.shape != q.shape:
         raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
-    ax = _norm_axis(axis, p.ndim)
+    ax = _norm_axis(axis, p.ndim, has_unit=True)
     _check_distribution(p, "p", axis=ax)
     _check_distribution(q, "q", axis=ax)
     return p, q, ax
