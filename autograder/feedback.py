@@ -440,12 +440,11 @@ def time_limit_note(cells: list[str]) -> str:
     """The note opening a page where cells other than tests ran past a cell's time limit and were stopped (cells:
     cell_label) -> markdown."""
     one = len(cells) == 1
-    return (f"**A cell ran out of time.** {', '.join(cells)} ran longer than a cell may run when graded, so "
-            f"{'it was' if one else 'they were'} stopped and grading went on with the next cell: whatever "
-            f"{'it' if one else 'they'} had not defined by then does not exist in later cells, and the time "
-            f"{'it' if one else 'they'} took counts toward the whole notebook's time budget. Make "
-            f"{'it' if one else 'them'} faster (a loop that runs far too often, a large array, a long wait) before you "
-            "hand in again.")
+    return (f"**A cell ran out of time.** Grading stopped {', '.join(cells)}, which ran longer than a cell may run "
+            f"when graded, and went on with the next cell: whatever {'it' if one else 'they'} had not defined by then "
+            f"does not exist in later cells, and the time {'it' if one else 'they'} took counts toward the whole "
+            f"notebook's time budget. Make {'it' if one else 'them'} faster (a loop that runs far too often, a large "
+            "array, a long wait) before you hand in again.")
 
 
 def kernel_stop_note(cells: list[str]) -> str:
@@ -885,6 +884,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                 result.errors[student] = f"{page.name} withheld: it would show hidden test text"
             else:
                 result.explained.append(page)
+    for student in result.errors:  # rendering failed, or a page was withheld: an earlier overview no longer stands
+        index_page(course, student).unlink(missing_ok=True)
     for student in sorted({p.parent.parent.name for p in result.written + result.explained} - set(result.errors)):
         graded = {p.stem for p in result.written if p.parent.parent.name == student}
         explained = {p.stem for p in result.explained if p.parent.parent.name == student}

@@ -296,7 +296,8 @@ def test_infinite_loop_is_cut_and_the_rest_of_the_notebook_graded(graded):
     feedback = graded["course"].root / "feedback"
     page = page_text((feedback / "infinite-loop" / "part-ii" / f"{name}.html").read_text(encoding="utf-8"))
     begins = loop.source.splitlines()[0][:60]
-    assert f"A cell ran out of time. the cell that begins “{begins}” ran longer than a cell may run" in page, \
+    assert f"A cell ran out of time. Grading stopped the cell that begins “{begins}”, which ran longer than a cell " \
+           "may run" in page, \
         page[page.find("ran out"):][:1500]
     later = [page.index(note) for note in ("Provisional score.", "Why a test failed.") if note in page]
     assert all(page.index("A cell ran out of time.") < at for at in later), page[:1500]
@@ -334,6 +335,27 @@ def test_each_student_s_overview_gives_the_total_and_every_notebook_s_score_as_t
             assert (shown.group(3) == ", not graded") == (": not graded (0 of" in page_says), (student, nb)
     assert "Provisional:" in page_text((course.root / "feedback" / "perfect" / INDEX).read_text(encoding="utf-8"))
     assert "Provisional:" not in page_text((course.root / "feedback" / "blank" / INDEX).read_text(encoding="utf-8"))
+
+
+def test_a_student_whose_pages_fail_to_render_keeps_no_overview_of_an_earlier_run(graded, monkeypatch):
+    """The overview of the last run would give a total and links that no longer stand (found by review of the diff)."""
+    from autograder import feedback as feedback_module
+    from autograder.feedback import INDEX
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        overview = course.root / "feedback" / "partial" / INDEX
+        assert overview.is_file()
+
+        def failing(course, graded, signatures, workers, result, *rest):
+            result.errors.update({s: "rendering failed" for s in graded})
+
+        monkeypatch.setattr(feedback_module, "render", failing)
+        result = feedback_module.feedback(course, students=["partial"])
+        assert result.errors == {"partial": "rendering failed"} and not overview.exists()
+        assert (course.root / "feedback" / "perfect" / INDEX).is_file()  # another student's stands
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
 
 
 def test_feedback_exists_and_shows_no_hidden_test_text(graded):
