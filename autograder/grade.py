@@ -870,7 +870,10 @@ def print_summary(course: Course, result: GradeResult) -> None:
     if result.graded:
         print(f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "
               f"`python -m autograder export{build}` (grades.csv); free-text answers are graded by hand in formgrader")
-    elif result.skipped and not result.errors:
+    elif result.errors:
+        print(f"next: `python -m autograder grade{build}` tries the submissions that failed again (the errors above "
+              "say why they failed)")
+    elif result.skipped:
         print(f"next: nothing to grade (every hand-in named is graded; --force grades again); "
               f"`python -m autograder feedback{build}` and `python -m autograder export{build}` write the pages and "
               f"grades.csv, `python -m autograder collect PATH{build}` files new hand-ins")

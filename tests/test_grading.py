@@ -780,6 +780,24 @@ def test_the_summary_names_notebooks_that_could_not_be_graded(tmp_path, capsys):
                        "free-text answers are graded by hand in formgrader"], out
 
 
+def test_a_run_that_graded_nothing_still_ends_with_what_to_do_next(tmp_path, capsys):
+    """Nothing left to grade, or only failures: a next: line each, as after a run that graded (found by review)."""
+    from autograder.grade import GradeResult, print_summary
+
+    with build_env(tmp_path):
+        course = Course.load(tmp_path)
+    build = f" --build {tmp_path.resolve()}"
+    print_summary(course, GradeResult(mode="sandbox", skipped=["ann"]))
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "next: nothing to grade (every hand-in named is graded; --force grades again); "
+        f"`python -m autograder feedback{build}` and `python -m autograder export{build}` write the pages and "
+        f"grades.csv, `python -m autograder collect PATH{build}` files new hand-ins"]
+    print_summary(course, GradeResult(mode="sandbox", skipped=["ann"], errors={"cy": "worker died"}))
+    assert capsys.readouterr().out.splitlines()[2:] == [
+        f"next: `python -m autograder grade{build}` tries the submissions that failed again (the errors above say "
+        "why they failed)"]
+
+
 def test_the_summary_names_collected_students_a_limited_run_left_ungraded(tmp_path, capsys, monkeypatch):
     """`grade --student ann` leaves the others of the class ungraded: the summary says so, and how to grade them (the
     failed ones are listed as errors already)."""
