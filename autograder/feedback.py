@@ -250,8 +250,7 @@ class GetGradesNotingPending(GetGrades):
     def preprocess(self, nb, resources):
         """Scores and comments from the gradebook; notes first: late, graded from which file, then what this hand-in
         did (test cells put back, files not accepted, answer cells deleted, kernel stops, cells stopped at their time
-        limit, out of time), then the
-        provisional score and why a test failed, which say the same to every student."""
+        limit, out of time), then the provisional score and why a test failed, which say the same to every student."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
         from nbgrader.api import Gradebook
