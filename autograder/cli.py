@@ -284,7 +284,8 @@ def _run(args: argparse.Namespace) -> int:
                 now = {ext.student: ext for ext in grant(course, named, None if until is None else naive_utc(until))}
             shown = [now[s] for s in named if s in now]  # empty after --until none
             if until is None:
-                unknown = [s for s in named if s not in had and s not in gradebook_students(course)]
+                known = gradebook_students(course)
+                unknown = [s for s in named if s not in had and s not in known]
                 for student in named:
                     print(f"{student}: no extension (the assignment's due date applies)" +
                           ("; it had none" if student not in had else "") +
