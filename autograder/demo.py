@@ -167,6 +167,7 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
         ("gradebook (SQLite)", sqlite_file(course.db_url)),
         ("autograded notebooks", course.root / "autograded"),
         ("feedback (HTML)", course.root / "feedback"),
+        ("each student's total", course.root / "feedback" / "<student>" / "index.html"),
         ("grades per student", grades_csv),
         ("grades per cell", cells_csv),
         ("histogram of totals", plot),
