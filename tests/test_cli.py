@@ -112,6 +112,9 @@ def empty_build(tmp_path, monkeypatch):
     (["check"], "required: notebook"),
     (["check", "/no/such/notebook.ipynb"], "does not exist (a relative path starts in the folder you run this in, "),
     (["check", ""], "expected the path of a notebook (.ipynb), got an empty string"),  # it said ". is a folder"
+    # a course among the sources: notebooks/course was made, which git does not ignore (found by review)
+    (["release", "--build", str(REPO / "notebooks")], "is inside the repository's notebooks/ folder: --build"),
+    (["release", "--build", str(REPO / "code" / "part-ii")], "is inside the repository's code/ folder"),
     (["check", str(REPO / "README.md")], "not a .ipynb file"),
     (["check", "x.ipynb", "--timeout", "0"], "seconds > 0"),
     (["demo", "--workers", "0"], "whole number >= 1"),
