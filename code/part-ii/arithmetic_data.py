@@ -12,6 +12,7 @@ import difflib
 import functools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,13 +87,22 @@ def _to_float(value) -> float:
     elif value in (sympy.oo, -sympy.oo):  # the one way to write an infinite value
         return float(value)
     else:
-        exact = complex(sympy.N(value, 30))
+        try:
+            exact = complex(sympy.N(value, 30))
+        except TypeError:  # foo(1): an undefined function has no number to give
+            raise DataFileError(f"{_shown(value)} is not a number (an undefined function or constant?)") from None
         if exact.imag != 0:
-            raise DataFileError(f"{value!r} is not a real number")
+            raise DataFileError(f"{_shown(value)} is not a real number")
         result = exact.real
     if not math.isfinite(result):  # 10**400, a JSON 1e400 (read as inf), or Infinity
-        raise DataFileError(f"{value!r} is too large for float64; write \"oo\" for an infinite value")
+        raise DataFileError(f"{_shown(value)} is too large for float64; write \"oo\" for an infinite value")
     return result
+
+
+def _shown(value) -> str:
+    """repr(value) for a message, cut to 60 characters (10**400 has 401 digits)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}…({len(text)} characters)"
 
 
 def _float_array(value, what: str) -> np.ndarray:
@@ -196,6 +206,8 @@ def _build_case(raw: dict) -> Case:
 
 def load_cases(path: str | Path | None = None) -> CaseMap:
     """Read, validate and evaluate the data file: path (default data/part-ii/arithmetic.json) -> {id: Case}."""
+    if path is not None and not isinstance(path, (str, os.PathLike)) or path == "":
+        raise DataFileError(f"path must name the JSON data file (a str or Path), got {path!r}")
     path = Path(path) if path is not None else DATA_PATH
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
