@@ -96,6 +96,19 @@ def test_a_notebook_global_is_watched_through_the_namespace_the_student_s_functi
     assert namespace["helper"].__name__ == "helper"
 
 
+def test_a_test_cell_s_mistakes_in_calling_a_helper_are_named_as_the_test_cell_s():
+    """No targets to guard, or a hint that is no text: said in the words of the helper called (found by review: the
+    messages named calls_watched, or were Python's 'sequence item 0: expected str instance')."""
+    with pytest.raises(ValueError, match=r"^forbidden_calls needs at least one \(owner, name\) pair"):
+        with checks.forbidden_calls("f"):
+            pass
+    with pytest.raises(ValueError, match=r"^calls_of needs at least one \(owner, name\) pair"):
+        with checks.calls_of("f"):
+            pass
+    with pytest.raises(ValueError, match="check_true: hint must be a str saying what the property means, got int"):
+        checks.check_true("l", False, 5)
+
+
 def test_a_notebook_global_that_is_not_defined_is_skipped():
     """Nothing to watch: no error, and no spy left in the namespace under the missing name."""
     namespace: dict = {}

@@ -251,6 +251,8 @@ def check_equal(label: str, actual, expected, *, reveal: bool = True) -> None:
 def check_true(label: str, condition, hint: str = "") -> None:
     """Assert a property holds: condition is True/False or a non-empty array of booleans (all must be True);
     hint says what the property means when it fails."""
+    if not isinstance(hint, str):  # a test cell's mistake: check_true(label, cond, 5)
+        raise ValueError(f"check_true: hint must be a str saying what the property means, got {type(hint).__name__}")
     holds, why = _condition_holds(condition)
     if recording():
         _emit("true", label, holds=holds)
@@ -323,6 +325,9 @@ def forbidden_calls(user: str, *targets):
     """
     if not isinstance(user, str) or not user:
         raise ValueError("forbidden_calls needs the name of the student's function it guards, e.g. 'stable_softmax'")
+    if not targets:
+        raise ValueError("forbidden_calls needs at least one (owner, name) pair after the function's name, "
+                         "e.g. forbidden_calls('perplexity_from_loss', (pp, 'perplexity'))")
     with calls_of(user, *targets) as called:
         yield
     names = ", ".join(_display_name(owner, name) for owner, name in targets)
@@ -337,6 +342,9 @@ def calls_of(user: str, *targets):
     so a test that requires a library call does not fail an honest answer written that way."""
     if not isinstance(user, str) or not user:
         raise ValueError("calls_of needs the name of the student's function it watches, e.g. 'batch_kl'")
+    if not targets:
+        raise ValueError("calls_of needs at least one (owner, name) pair after the function's name, "
+                         "e.g. calls_of('batch_kl', (F, 'kl_div'))")
     namespace = _caller_globals()
     result: list[str] = []
     with _held_references_watched(user, namespace, targets) as called_through, calls_watched(*targets) as called:
