@@ -131,9 +131,6 @@ def run_first(course: "Course", command: str) -> str:
     return f"run `python -m autograder {command}{build_option(course)}` first"
 
 
-SOURCE_DIRS = ("notebooks", "code", "data", "autograder", "tests", "bench", ".ci", ".git")  # the repository's own
-
-
 def check_build_folder(root: Path, create: bool = True) -> None:
     """Raise AutograderError when a file stands where the course root or one of its folders must be, or the
     course root cannot be created (a read-only place, /proc, a missing drive); without create, when it is missing."""
@@ -144,10 +141,11 @@ def check_build_folder(root: Path, create: bool = True) -> None:
                                       "--build (or $PART_II_BUILD) must name a folder, the one that holds course/")
             break
     resolved = root.resolve()
-    inside = next((d for d in SOURCE_DIRS if resolved.is_relative_to((REPO / d).resolve())), None)
-    if create and inside:  # release would write a course among the sources (git does not ignore it there)
-        raise AutograderError(f"{root.parent} is inside the repository's {inside}/ folder: --build (or $PART_II_BUILD) "
-                              "must name a folder of its own, such as build/ (the default) or one outside the repository")
+    if resolved.is_relative_to(REPO.resolve()) and not resolved.is_relative_to((REPO / "build").resolve()):
+        # a course among the repository's own files, where git does not ignore it (only build/ is ignored)
+        raise AutograderError(f"{root.parent} is inside the repository ({REPO}) but not in its build/ folder: --build "
+                              "(or $PART_II_BUILD) must name build/ (the default), a folder inside it, or one outside "
+                              "the repository")
     nested = not root.is_dir() and (root.parent / "release" / ASSIGNMENT).is_dir()
     if create and nested:  # release would make a second course inside the first
         raise AutograderError(f"{root.parent} is a course folder itself: give --build "

@@ -113,8 +113,10 @@ def empty_build(tmp_path, monkeypatch):
     (["check", "/no/such/notebook.ipynb"], "does not exist (a relative path starts in the folder you run this in, "),
     (["check", ""], "expected the path of a notebook (.ipynb), got an empty string"),  # it said ". is a folder"
     # a course among the sources: notebooks/course was made, which git does not ignore (found by review)
-    (["release", "--build", str(REPO / "notebooks")], "is inside the repository's notebooks/ folder: --build"),
-    (["release", "--build", str(REPO / "code" / "part-ii")], "is inside the repository's code/ folder"),
+    (["release", "--build", str(REPO / "notebooks")], "is inside the repository"),
+    (["release", "--build", str(REPO / "code" / "part-ii")], "but not in its build/ folder"),
+    (["release", "--build", str(REPO)], "but not in its build/ folder"),  # REPO/course: not ignored either
+    (["export", "--build", str(REPO / "notebooks")], "but not in its build/ folder"),  # not "run release there first"
     (["check", str(REPO / "README.md")], "not a .ipynb file"),
     (["check", "x.ipynb", "--timeout", "0"], "seconds > 0"),
     (["demo", "--workers", "0"], "whole number >= 1"),
@@ -126,6 +128,7 @@ def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, cap
     assert "error" in err and words.replace("{build}", empty_build) in err, err
     if argv and argv[0] != "release":
         assert not Path(empty_build, "course").exists(), "a command that did nothing made the course folder"
+    assert not (REPO / "course").exists() and not (REPO / "notebooks" / "course").exists()
 
 
 def test_a_notebook_check_cannot_find_gets_an_example_that_exists(tmp_path, monkeypatch):
