@@ -415,14 +415,15 @@ def _set(case_id, key, value):
         (_set("ch6-ex6.1-softmax", "inputs", {"logits": [float("inf"), 1]}), "too large for float64; write \"oo\""),
         # found by review: a bare TypeError without the case, and a message of 401 digits
         (_set("ch6-table6.1-mean-loss", "expected", "foo(1)"),
-         "case 'ch6-table6.1-mean-loss': foo(1) is not a number (an undefined function or constant?)"),
+         "case 'ch6-table6.1-mean-loss': foo(1) is not a number (an undefined function?)"),
         (_set("ch6-table6.1-mean-loss", "expected", "10**400"), "…(401 characters) is too large for float64"),
+        (_set("ch6-table6.1-mean-loss", "expected", "10**5000"), "an integer of more than 4300 digits is too large"),
     ],
     ids=["unknown-quantity", "expected-not-symbolic", "wrong-input-name", "unknown-unit", "missing-book-text",
          "unparsable-expression", "free-symbol", "fractional-target", "huge-target", "infinite-target",
          "mask-of-2", "duplicate-id", "no-cases", "beyond-float64",
          "ragged-expected", "ragged-input", "json-integer-beyond-float64", "json-infinity", "undefined-function",
-         "huge-value-shown-short"],
+         "huge-value-shown-short", "beyond-str-digit-limit"],
 )
 def test_corrupted_file_is_rejected_with_clear_message(tmp_path, mutate, message):
     path = _write_corrupted(tmp_path, mutate)
@@ -441,6 +442,10 @@ def test_unreadable_files_are_rejected(tmp_path):
         load_cases(bad)
     with pytest.raises(DataFileError, match="cannot read the data file"):
         load_cases(tmp_path)  # a folder
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"cases": [' + "9" * 5000 + "]}", encoding="utf-8")
+    with pytest.raises(DataFileError, match="holds a number JSON cannot be read with here"):
+        load_cases(huge)  # json.loads' bare ValueError before (found by review)
     for wrong in ["", 5]:  # '' read the current folder; 5 was pathlib's TypeError
         with pytest.raises(DataFileError, match=f"path must name the JSON data file \\(a str or Path\\), got {wrong!r}"):
             load_cases(wrong)

@@ -90,7 +90,7 @@ def _to_float(value) -> float:
         try:
             exact = complex(sympy.N(value, 30))
         except TypeError:  # foo(1): an undefined function has no number to give
-            raise DataFileError(f"{_shown(value)} is not a number (an undefined function or constant?)") from None
+            raise DataFileError(f"{_shown(value)} is not a number (an undefined function?)") from None
         if exact.imag != 0:
             raise DataFileError(f"{_shown(value)} is not a real number")
         result = exact.real
@@ -101,7 +101,10 @@ def _to_float(value) -> float:
 
 def _shown(value) -> str:
     """repr(value) for a message, cut to 60 characters (10**400 has 401 digits)."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's 4300-digit limit for str()
+        return "an integer of more than 4300 digits"
     return text if len(text) <= 60 else f"{text[:40]}…({len(text)} characters)"
 
 
@@ -206,7 +209,7 @@ def _build_case(raw: dict) -> Case:
 
 def load_cases(path: str | Path | None = None) -> CaseMap:
     """Read, validate and evaluate the data file: path (default data/part-ii/arithmetic.json) -> {id: Case}."""
-    if path is not None and not isinstance(path, (str, os.PathLike)) or path == "":
+    if (path is not None and not isinstance(path, (str, os.PathLike))) or path == "":
         raise DataFileError(f"path must name the JSON data file (a str or Path), got {path!r}")
     path = Path(path) if path is not None else DATA_PATH
     try:
@@ -219,6 +222,8 @@ def load_cases(path: str | Path | None = None) -> CaseMap:
         raise DataFileError(f"cannot read the data file {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise DataFileError(f"{path} is not valid JSON: {exc}") from None
+    except ValueError as exc:  # a JSON integer beyond Python's 4300-digit limit
+        raise DataFileError(f"{path} holds a number JSON cannot be read with here: {exc}") from None
     _validate(doc, path)
     cases = CaseMap()
     for raw in doc["cases"]:
