@@ -107,6 +107,9 @@ def test_a_test_cell_s_mistakes_in_calling_a_helper_are_named_as_the_test_cell_s
             pass
     with pytest.raises(ValueError, match="check_true: hint must be a str saying what the property means, got int"):
         checks.check_true("l", False, 5)
+    checks.check_true("l", True, None)  # None: no hint
+    with pytest.raises(AssertionError, match=r"^l: not true$"):
+        checks.check_true("l", False, None)
 
 
 def test_a_notebook_global_that_is_not_defined_is_skipped():

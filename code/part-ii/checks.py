@@ -251,6 +251,8 @@ def check_equal(label: str, actual, expected, *, reveal: bool = True) -> None:
 def check_true(label: str, condition, hint: str = "") -> None:
     """Assert a property holds: condition is True/False or a non-empty array of booleans (all must be True);
     hint says what the property means when it fails."""
+    if hint is None:  # no hint, said another way
+        hint = ""
     if not isinstance(hint, str):  # a test cell's mistake: check_true(label, cond, 5)
         raise ValueError(f"check_true: hint must be a str saying what the property means, got {type(hint).__name__}")
     holds, why = _condition_holds(condition)
