@@ -4,9 +4,11 @@ import os
 import sys
 
 try:
-    from .cli import main
+    from .cli import main, settle_after_interrupt
 
     code = main()
+    if code == 130:  # an impatient second Ctrl-C must not break the kernels' clean-up at exit (test_grading)
+        settle_after_interrupt()
     sys.stdout.flush()  # here, where a closed pipe can still be handled, not at exit
 except BrokenPipeError:
     # the reader stopped early (`collect PATH | head`): the command's work is done; no traceback for that

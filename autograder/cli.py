@@ -45,6 +45,16 @@ def _defaults(grade_seconds: float, demo_seconds: float) -> str:
     return f"default {grade_seconds:g}; demo {demo_seconds:g}"
 
 
+def settle_after_interrupt() -> None:
+    """After Ctrl-C was reported (exit 130): the clean-up at exit (nbclient's hooks that stop the kernels) runs to its
+    end whatever more Ctrl-C's come, and the dying words of what the interrupt cut short (half-run coroutines
+    collected, an exit hook failing) are not printed below "interrupted"."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.unraisablehook = lambda unraisable: None
+
+
 def _folder_path(text: str) -> Path:
     """argparse type: a non-empty path ('' would quietly mean the current folder)."""
     if not text.strip():

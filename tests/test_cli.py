@@ -1189,6 +1189,30 @@ def test_ctrl_c_inside_asyncio_is_reported_as_an_interrupt(monkeypatch, capsys):
     assert capsys.readouterr().err == "python -m autograder grade: interrupted\n"
 
 
+def test_after_an_interrupt_more_ctrl_c_and_the_exit_clean_up_print_nothing():
+    """A second Ctrl-C while nbclient's exit hooks stopped the kernels printed a KeyboardInterrupt traceback below
+    "grade: interrupted", and coroutines the interrupt cut short printed "Exception ignored" as they were collected
+    (a fresh-clone CI run of this stop failed on it). Here: an exit hook, a collected object whose clean-up fails,
+    and a Ctrl-C while the hook runs."""
+    script = (
+        "import atexit, os, signal, sys, time\n"
+        "from autograder.cli import settle_after_interrupt\n"
+        "class Dying:\n"
+        "    def __del__(self):\n"
+        "        raise AssertionError('km is None')\n"
+        "def hook():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.2)\n"
+        "    print('hook finished', file=sys.stderr)\n"
+        "atexit.register(hook)\n"
+        "print('interrupted', file=sys.stderr)\n"
+        "settle_after_interrupt()\n"
+        "Dying()\n"
+        "sys.exit(130)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr == "interrupted\nhook finished\n", done.stderr
+
+
 def test_a_released_course_whose_gradebook_file_is_gone_is_refused_not_given_a_new_empty_one(tmp_path, capsys,
                                                                                             monkeypatch):
     """A moved gradebook.db was silently recreated empty, and every command then advised releasing again
