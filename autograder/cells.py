@@ -250,12 +250,18 @@ def not_run_for_time(nb) -> list[str]:
     return [nbgrader_meta(cell)["grade_id"] for cell in nb.cells if is_test_cell(cell) and unrun_for_time(cell)]
 
 
+def stopped_by_budget(cell) -> bool:
+    """A cell the notebook's time budget stopped while it ran (BudgetedExecute says so in its CellTimeoutError)."""
+    error = next((o for o in cell.get("outputs", [])
+                  if o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"), None)
+    return error is not None and str(error.get("evalue", "")).startswith(BUDGET_SPENT)
+
+
 def cut_at_time_limit(cell) -> bool:
     """A code cell other than a test cell that was interrupted at its own time limit, not by the notebook's budget
     (a test cell's failure says so itself; the budget's cell is the budget's note)."""
-    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-    return cell.cell_type == "code" and not is_test_cell(cell) and any(o.get("ename") in TIMED_OUT for o in errors) \
-        and not any(str(o.get("evalue", "")).startswith(BUDGET_SPENT) for o in errors)
+    return cell.cell_type == "code" and not is_test_cell(cell) and not stopped_by_budget(cell) and any(
+        o.get("output_type") == "error" and o.get("ename") in TIMED_OUT for o in cell.get("outputs", []))
 
 
 def stopped_for_time(nb):

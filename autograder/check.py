@@ -39,8 +39,7 @@ from pathlib import Path
 
 from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
                     checks_format_only, cut_at_time_limit, first_line, grade_ids, graded_cells_of, heading_after, is_edited,
-                    is_test_cell,
-                    nbgrader_meta, numbered_cell, outcome_message, stopped_kernel)
+                    is_test_cell, nbgrader_meta, numbered_cell, outcome_message, stopped_by_budget, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config
@@ -241,12 +240,6 @@ def kernel_death(nb) -> str | None:
 
 NUMBERED_CELL = re.compile(r"\bcell \d+ \(")
 NUMBERING_NOTE = "cell numbers count every cell from the top of the notebook, text cells included"
-
-
-def stopped_by_budget(cell) -> bool:
-    """A cell the notebook's time budget stopped while it ran (BudgetedExecute says so in its CellTimeoutError)."""
-    error = error_named(cell, "CellTimeoutError")
-    return error is not None and str(error.get("evalue", "")).startswith(BUDGET_SPENT)
 
 
 def budget_spent(nb) -> tuple[str | None, str | None]:
