@@ -191,11 +191,23 @@ def gradebook_key(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError:  # not a URL (a damaged record): compared as written
         return url
-    if (path := sqlite_file(url)) is not None:
-        return f"sqlite file {(Path.cwd() / path).resolve()}"
+    if (path := resolved_sqlite_file(url)) is not None:
+        return f"sqlite file {path}"
     backend = parsed.get_backend_name()
     return (f"{backend} {parsed.username or ''}@{parsed.host or ''}:{parsed.port or DEFAULT_PORTS.get(backend, '')}/"
             f"{parsed.database or ''}")
+
+
+def resolved_sqlite_file(url: str) -> Path | None:
+    """The absolute path of the file a SQLite URL names (relative to the current folder, as SQLAlchemy opens it);
+    None for another database, SQLite in memory, or a URL SQLAlchemy cannot parse."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        path = sqlite_file(url)
+    except ArgumentError:
+        return None
+    return None if path is None else (Path.cwd() / path).resolve()
 
 
 def check_variable_names_the_courses_gradebook(root: Path) -> None:
@@ -210,7 +222,7 @@ def check_variable_names_the_courses_gradebook(root: Path) -> None:
     own = recorded or sqlite_url(root / "gradebook.db")
     if gradebook_key(url) == gradebook_key(own):
         return
-    if gradebook_key(own).startswith("sqlite file ") and not (own_file := sqlite_file(own)).exists():
+    if (own_file := resolved_sqlite_file(own)) is not None and not own_file.exists():
         return  # the course's file was moved: the variable may point at it where it is now (check_gradebook_present)
     where = f"the URL release recorded in {root / DB_URL_RECORD}" if recorded else "its own SQLite file"
     raise AutograderError(f"$PART_II_DB_URL names the gradebook {shown_url(url)}, but this course's gradebook is "
