@@ -290,7 +290,7 @@ def _run(args: argparse.Namespace) -> int:
             named = list(dict.fromkeys(args.student))
             until = args.until[0]
             with course.lock("extend"):  # not while grade reads the extensions into the gradebook
-                had = {ext.student: ext for ext in extensions(course)}
+                had = {ext.student for ext in extensions(course)}
                 now = {ext.student: ext for ext in grant(course, named, None if until is None else naive_utc(until))}
             shown = [now[s] for s in named if s in now]  # empty after --until none
             if until is None:
