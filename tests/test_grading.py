@@ -64,6 +64,11 @@ def graded_test_cells(nb) -> dict[str, float]:
             if c.cell_type == "code" and meta(c).get("grade") and not meta(c).get("solution")}
 
 
+def released_points(course: Course, name: str) -> float:
+    """Points of every graded cell of the released notebook name, read from its metadata."""
+    return sum(float(meta(c).get("points") or 0) for c in nbformat.read(course.release_dir / f"{name}.ipynb", 4).cells)
+
+
 def answer_cells(nb) -> set[str]:
     """grade ids of manually graded answers (graded solution cells)."""
     return {meta(c)["grade_id"] for c in nb.cells if meta(c).get("grade") and meta(c).get("solution")}
@@ -329,8 +334,7 @@ def test_each_student_s_overview_gives_the_total_and_every_notebook_s_score_as_t
             shown = re.search(rf"{re.escape(nb)}\s*([\d.]+) / ([\d.]+)(, not graded| \(provisional\))?\s", text)
             assert shown, (nb, text)
             assert float(shown.group(1)) == float(row[nb] or 0), (student, nb, shown.group(0), row[nb])
-            worth = sum(float(meta(c).get("points") or 0) for c in nbformat.read(course.release_dir / f"{nb}.ipynb", 4).cells)
-            assert float(shown.group(2)) == worth, (student, nb, shown.group(0))
+            assert float(shown.group(2)) == released_points(course, nb), (student, nb, shown.group(0))
             assert (shown.group(3) == " (provisional)") == ("provisional)" in page_says), (student, nb)
             assert (shown.group(3) == ", not graded") == (": not graded (0 of" in page_says), (student, nb)
     assert "Provisional:" in page_text((course.root / "feedback" / "perfect" / INDEX).read_text(encoding="utf-8"))
@@ -391,8 +395,7 @@ def test_feedback_exists_and_shows_no_hidden_test_text(graded):
     assert all("Not handed in" in text for key, text in explained.items() if key != damaged)
     # each page gives the points the notebook was worth, as the release counts them
     for (student, nb), text in explained.items():
-        worth = sum(float(meta(c).get("points") or 0) for c in nbformat.read(course.release_dir / f"{nb}.ipynb", 4).cells)
-        assert f"{nb}: not graded (0 of {worth:g} points)" in text, text[:300]
+        assert f"{nb}: not graded (0 of {released_points(course, nb):g} points)" in text, text[:300]
     assert "that were not graded" in run["stdout"], run["stdout"]
     for path in files:
         text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
