@@ -32,12 +32,13 @@ def choose_sandbox(no_sandbox: bool) -> tuple[bool, str]:
     if no_sandbox:
         return True, "without a sandbox (--no-sandbox)"
     try:
-        from .sandbox import bwrap_available
+        from .sandbox import sandbox_problem
     except ImportError:
         return True, "without a sandbox: the sandbox module is not available"
-    if bwrap_available():
+    problem = sandbox_problem()
+    if problem is None:
         return False, "in the bubblewrap sandbox"
-    return True, "without a sandbox: bubblewrap (bwrap) is not available here"
+    return True, f"without a sandbox: {problem}"
 
 
 def plot_totals(totals: dict[str, float], max_score: float, path: Path) -> Path:

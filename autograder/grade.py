@@ -107,6 +107,16 @@ class Running:
 
 # --- sandbox mode ------------------------------------------------------------------------
 
+def sandbox_remedy(problem: str) -> str:
+    """What to do about a sandbox_problem(): the package to install, or where bubblewrap works."""
+    if problem.startswith("bwrap "):
+        return "Install it as root (`apt-get install bubblewrap`, or `make sysdeps-demo`)"
+    if problem.startswith(("prlimit ", "setpriv ")):
+        return "Install it as root (`apt-get install util-linux`)"
+    return ("Grade as root or where unprivileged user namespaces are allowed (a container may need "
+            "--privileged or a seccomp profile that permits them)")
+
+
 def sandbox_mode(no_sandbox: bool) -> bool:
     """True to grade in bubblewrap; refuse (AutograderError) when it is missing and not waived."""
     if no_sandbox:
@@ -118,10 +128,10 @@ def sandbox_mode(no_sandbox: bool) -> bool:
     except ImportError as exc:
         raise AutograderError(f"the sandbox module cannot be loaded ({exc}); refusing to run student code. "
                               "Pass --no-sandbox to grade trusted code without it.") from None
-    if not sandbox.bwrap_available():
-        raise AutograderError("bubblewrap (bwrap) is not available, so student code cannot be sandboxed; refusing "
-                              "to grade. Install it as root (`apt-get install bubblewrap`, or `make sysdeps-demo`) or pass "
-                              "--no-sandbox to grade trusted code without a sandbox.")
+    problem = sandbox.sandbox_problem()
+    if problem:
+        raise AutograderError(f"{problem}, so student code cannot be sandboxed; refusing to grade. "
+                              f"{sandbox_remedy(problem)} or pass --no-sandbox to grade trusted code without a sandbox.")
     return True
 
 

@@ -69,7 +69,7 @@ belongs in ``/usr/local``), the venv and the base interpreter's prefix (``config
 refuses a bound tree that holds the repository or the course); ``/proc/self/mountinfo`` names
 the host paths that are bound.
 
-Public API: ``bwrap_available()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
+Public API: ``bwrap_available()``, ``sandbox_problem()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
 (``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``, ``close_fork_servers()``.
 """
 
@@ -102,7 +102,7 @@ from .cells import KERNEL_DIED, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_ker
 from .course import sqlite_file
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
-__all__ = ["bwrap_available", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
+__all__ = ["bwrap_available", "sandbox_problem", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
            "discard_prestarted", "prestarted_kernels", "close_fork_servers"]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,18 +159,31 @@ def _run_as_nobody() -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def bwrap_available() -> bool:
-    """Return True when bubblewrap exists and can create the namespaces the sandbox needs."""
-    if shutil.which("bwrap") is None or shutil.which("prlimit") is None or (
-            _run_as_nobody() and shutil.which("setpriv") is None):
-        return False
+def sandbox_problem() -> str | None:
+    """Why student code cannot be sandboxed here (what is missing or failing), or None when it can."""
+    for tool, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux")):
+        if shutil.which(tool) is None:
+            return f"{tool} ({package}) is not installed"
+    if _run_as_nobody() and shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is not installed, and the grader runs as root: kernels could not drop to an " \
+               "unprivileged user"
     probe = ["bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid", "--tmpfs", "/",
              *_host_view(list(SYSTEM_TREES)), "--dev", "/dev", "--proc", "/proc", "--die-with-parent",
              *_drop_to_nobody(), "true"]
     try:
-        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap (bwrap) could not be run: {exc}"
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()
+        return ("bubblewrap (bwrap) cannot create the sandbox's namespaces here"
+                + (f" ({said[-1]})" if said else f" (exit code {done.returncode})"))
+    return None
+
+
+def bwrap_available() -> bool:
+    """Return True when bubblewrap exists and can create the namespaces the sandbox needs."""
+    return sandbox_problem() is None
 
 
 def _namespace_options() -> list[str]:
@@ -319,9 +332,9 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     missing = [str(p) for p in readable if not p.exists()]
     if missing:
         raise ValueError(f"readable paths must exist; missing: {', '.join(missing)}")
-    if not bwrap_available():
-        raise RuntimeError("bubblewrap (bwrap) is missing or cannot create namespaces here; "
-                           "install the 'bubblewrap' package or grade with --no-sandbox")
+    problem = sandbox_problem()
+    if problem:
+        raise RuntimeError(f"{problem}; install the 'bubblewrap' and 'util-linux' packages or grade with --no-sandbox")
     shown = list(dict.fromkeys([*readable, *_interpreter_paths()]))
     _check_nothing_secret_shown([*map(Path, SYSTEM_TREES + ETC_FILES), *shown, fork_server or scratch], config)
     km = config.SandboxedKernelManager

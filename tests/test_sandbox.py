@@ -219,6 +219,52 @@ def test_each_sandbox_gets_an_unprivileged_user_id_of_its_own():
     assert [sandbox_uid(folder) for folder in folders] == uids
 
 
+@pytest.fixture
+def sandbox_probe_reset():
+    """sandbox_problem()'s cached answer forgotten before and after a test that fakes the host."""
+    import autograder.sandbox as sandbox
+
+    sandbox.sandbox_problem.cache_clear()
+    yield sandbox
+    sandbox.sandbox_problem.cache_clear()
+
+
+@pytest.mark.parametrize("missing, words, remedy", [
+    ("bwrap", "bwrap (bubblewrap) is not installed", "apt-get install bubblewrap"),
+    ("prlimit", "prlimit (util-linux) is not installed", "apt-get install util-linux"),
+])
+def test_without_a_sandbox_tool_the_refusal_names_the_tool_and_its_package(monkeypatch, sandbox_probe_reset, missing,
+                                                                          words, remedy):
+    """grade refuses, and the demo says why it grades without a sandbox, naming the tool that is missing (prlimit
+    was reported as bubblewrap), with the package that brings it."""
+    from autograder.demo import choose_sandbox
+    from autograder.course import AutograderError
+    from autograder.grade import sandbox_mode
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda tool, *a, **k: None if tool == missing else real_which(tool, *a, **k))
+    assert sandbox_probe_reset.sandbox_problem() == words
+    assert not bwrap_available()
+    with pytest.raises(AutograderError) as refused:
+        sandbox_mode(no_sandbox=False)
+    assert words in str(refused.value) and remedy in str(refused.value) and "--no-sandbox" in str(refused.value)
+    assert choose_sandbox(no_sandbox=False) == (True, f"without a sandbox: {words}")
+
+
+def test_when_bubblewrap_cannot_make_namespaces_its_own_words_are_given(monkeypatch, sandbox_probe_reset):
+    """A host (a container) where bwrap exists but fails: the refusal quotes bwrap's last line, not "not available"."""
+    from autograder.course import AutograderError
+    from autograder.grade import sandbox_mode
+
+    said = "bwrap: No permissions to create a new namespace, likely because the kernel does not allow it"
+    monkeypatch.setattr(sandbox_probe_reset.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout="", stderr=said + "\n"))
+    problem = sandbox_probe_reset.sandbox_problem()
+    assert problem == f"bubblewrap (bwrap) cannot create the sandbox's namespaces here ({said})"
+    with pytest.raises(AutograderError, match="user namespaces"):
+        sandbox_mode(no_sandbox=False)
+
+
 def test_the_cpu_limit_counts_from_after_the_start_up(isolation):
     """The kernel has its whole CPU limit for the notebook: the preload's imports (seconds of CPU in a
     sandbox of its own) are not taken from it; the kernel cannot raise the limit."""
