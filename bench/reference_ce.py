@@ -20,10 +20,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# one thread everywhere, whatever the caller exported: the target compares against PyTorch at one thread, and
+# numpy's BLAS (our first pass is a matrix-vector product) follows OPENBLAS_NUM_THREADS, not OMP_NUM_THREADS alone
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+for _name in THREAD_VARIABLES:
+    os.environ[_name] = "1"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, Timer, describe, die, fmt, load, machine, save, table  # noqa: E402
+
+# float32 rounding: each result within this many float32 epsilons (relative) of the one it is compared with
+ACCURACY_LIMIT_EPS32 = 2.0
+ACCURACY_BLOCK_ROWS = 256  # rows per block of the float64 and unchunked references (bounded memory)
 
 sys.path.insert(0, str(ROOT / "code" / "part-ii"))
 METHODS = ("ours", "torch", "naive", "floor_out", "floor_alloc")
@@ -76,20 +84,42 @@ def build_calls(z, y):
     }
 
 
+def thread_counts() -> dict:
+    """{library: threads} for PyTorch's intra-op pool and every BLAS/OpenMP pool loaded in this process."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    counts = {"torch": torch.get_num_threads()}
+    for pool in threadpool_info():
+        counts[f"{pool['internal_api']} ({Path(pool['filepath']).name})"] = pool["num_threads"]
+    return counts
+
+
+def require_one_thread() -> dict:
+    """The thread counts, after checking that every pool runs one thread (exit 2 otherwise)."""
+    counts = thread_counts()
+    many = {name: n for name, n in counts.items() if n != 1}
+    if many:
+        die(f"every library must compute on one thread, but {', '.join(f'{k} uses {v}' for k, v in many.items())}")
+    return counts
+
+
 def time_round_robin(calls: dict, reps: int) -> dict:
-    """{method: {"wall": [...], "cpu": [...]}}: each repetition runs every method once, order rotated."""
+    """({method: {"wall": [...], "cpu": [...]}}, {method: the last timed call's result}): each repetition runs
+    every method once, order rotated."""
     names = list(calls)
     times = {n: {"wall": [], "cpu": []} for n in names}
+    results = {}
     for name in names:  # warm-up: imports, first-touch of code paths
         calls[name]()
     for rep in range(reps):
         order = names[rep % len(names):] + names[: rep % len(names)]
         for name in order:
             with Timer() as t:
-                calls[name]()
+                results[name] = calls[name]()
             times[name]["wall"].append(t.wall)
             times[name]["cpu"].append(t.cpu)
-    return times
+    return times, results
 
 
 def ratios(times: dict, num: str, den: str, clock: str) -> dict:
@@ -137,27 +167,49 @@ def measure_memory(rows: int, classes: int) -> dict:
     return out
 
 
-def accuracy(z, y) -> dict:
-    """Ours vs PyTorch float64 and vs the unchunked numpy formula, per-row losses on the first rows."""
+def reference_losses(z, y) -> tuple:
+    """Per-row losses [rows] float64 two independent ways: PyTorch in float64, and the unchunked float32 formula."""
     import numpy as np
     import torch
     import torch.nn.functional as F
 
+    exact, unchunked = np.empty(len(y)), np.empty(len(y))
+    for start in range(0, len(y), ACCURACY_BLOCK_ROWS):  # blocks of rows: rows are independent, memory stays small
+        rows = slice(start, start + ACCURACY_BLOCK_ROWS)
+        zz, yy = z[rows], y[rows]
+        exact[rows] = F.cross_entropy(torch.from_numpy(zz.astype(np.float64)), torch.from_numpy(yy),
+                                      reduction="none").numpy()
+        m = zz.max(axis=1, keepdims=True)  # each row whole, all in float32
+        unchunked[rows] = m[:, 0] + np.log(np.exp(zz - m).sum(axis=1)) - zz[np.arange(len(yy)), yy]
+    return exact, unchunked
+
+
+def accuracy(z, y, timed: dict) -> dict:
+    """Ours per row (every row) vs PyTorch float64 and vs the unchunked float32 formula, and every timed mean vs
+    the float64 mean; differences relative, in float32 epsilons."""
+    import numpy as np
+
     import probability_practice as pp
 
-    n = min(len(y), 256)
-    ours = pp.nll_from_logits(z[:n], y[:n]).astype(np.float64)
-    exact = F.cross_entropy(torch.from_numpy(z[:n].astype(np.float64)), torch.from_numpy(y[:n]),
-                            reduction="none").numpy()
-    zz = z[:n]
-    m = zz.max(axis=1, keepdims=True)  # unchunked, all in float32
-    unchunked = (m[:, 0] + np.log(np.exp(zz - m).sum(axis=1)) - zz[np.arange(n), y[:n]]).astype(np.float64)
     eps = float(np.finfo(np.float32).eps)
+    exact, unchunked = reference_losses(z, y)
+    ours = pp.nll_from_logits(z, y).astype(np.float64)
+    mean = float(exact.mean())
     return {
-        "rows_checked": n,
-        "max_rel_diff_vs_torch_float64_in_eps32": float(np.max(np.abs(ours - exact) / exact) / eps),
-        "max_rel_diff_vs_unchunked_float32_in_eps32": float(np.max(np.abs(ours - unchunked) / exact) / eps),
+        "rows_checked": len(y),
+        "ours_rows_vs_torch_float64": float(np.max(np.abs(ours - exact) / exact) / eps),
+        "ours_rows_vs_unchunked_float32": float(np.max(np.abs(ours - unchunked) / exact) / eps),
+        "timed_mean_vs_float64": {m: abs(float(timed[m]) - mean) / mean / eps for m in ("ours", "torch", "naive")},
+        "limit_eps32": ACCURACY_LIMIT_EPS32,
     }
+
+
+def accuracy_failures(acc: dict) -> list[str]:
+    """What of ours is further than the limit from its references (empty when all is within float32 rounding)."""
+    checks = {"per-row losses vs PyTorch float64": acc["ours_rows_vs_torch_float64"],
+              "per-row losses vs the unchunked float32 formula": acc["ours_rows_vs_unchunked_float32"],
+              "the timed mean vs the float64 mean": acc["timed_mean_vs_float64"]["ours"]}
+    return [f"{what}: {value:.2f} eps32" for what, value in checks.items() if not value <= acc["limit_eps32"]]
 
 
 def main() -> None:
@@ -183,13 +235,14 @@ def main() -> None:
     import torch
 
     info = machine()
+    threads = require_one_thread()
     z, y = make_inputs(rows, args.classes)
     logits_bytes = z.nbytes
     print(f"logits [{rows}, {args.classes}] float32 = {logits_bytes / 2**20:.0f} MiB; {reps} repetitions; "
           f"numpy {np.__version__}, torch {torch.__version__}; load at start {info['load_1_5_15']}", flush=True)
     calls = build_calls(z, y)
-    times = time_round_robin(calls, reps)
-    acc = accuracy(z, y)
+    times, timed = time_round_robin(calls, reps)
+    acc = accuracy(z, y, timed)
     del calls
     del z
     mem = {} if args.no_memory else measure_memory(rows, args.classes)
@@ -197,7 +250,7 @@ def main() -> None:
 
     result = {"machine": info, "rows": rows, "classes": args.classes, "reps": reps, "logits_bytes": logits_bytes,
               "seconds": {m: {c: describe(times[m][c]) for c in ("wall", "cpu")} for m in METHODS},
-              "ratios": {}, "memory": mem, "accuracy": acc}
+              "ratios": {}, "memory": mem, "accuracy": acc, "threads": threads}
     rows_out = []
     for m in METHODS:
         r = {c: ratios(times, m, "floor_out", c) for c in ("wall", "cpu")}
@@ -211,21 +264,27 @@ def main() -> None:
     path = save("reference_ce", result)
     print()
     print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
-          f"{info['load_at_end']} at end; OMP_NUM_THREADS={info['env']['OMP_NUM_THREADS']}, "
-          f"OPENBLAS_CORETYPE={info['env']['OPENBLAS_CORETYPE']}")
+          f"{info['load_at_end']} at end; OPENBLAS_CORETYPE={info['env']['OPENBLAS_CORETYPE']}; threads: "
+          + ", ".join(f"{k} {v}" for k, v in threads.items()))
     print(f"logits [{rows}, {args.classes}] float32 ({logits_bytes / 2**20:.0f} MiB), integer targets, mean reduction; "
           f"median [min, max] over {reps} repetitions")
     print(table(["method", "wall time", "/ floor (wall)", "/ floor (cpu)", "/ ours (wall)", "/ ours (cpu)",
                  "peak extra RSS", "tracemalloc peak"], rows_out))
-    print(f"accuracy (first {acc['rows_checked']} rows): ours vs PyTorch float64 max rel. diff "
-          f"{acc['max_rel_diff_vs_torch_float64_in_eps32']:.2f} eps32; ours vs unchunked float32 numpy "
-          f"{acc['max_rel_diff_vs_unchunked_float32_in_eps32']:.2f} eps32")
+    means = acc["timed_mean_vs_float64"]
+    print(f"accuracy (all {acc['rows_checked']} rows, relative, in float32 epsilons): ours per row vs PyTorch float64 "
+          f"{acc['ours_rows_vs_torch_float64']:.2f}, vs the unchunked float32 formula "
+          f"{acc['ours_rows_vs_unchunked_float32']:.2f}; the timed means vs the float64 mean: "
+          + ", ".join(f"{m} {v:.2f}" for m, v in means.items()) + f" (limit for ours: {acc['limit_eps32']:g})")
     t = result["ratios"]
     ours_mem = "-" if not mem else f"{100 * mem['ours'][0] / logits_bytes:.1f} % (RSS)"
     print(f"targets: torch / ours >= 2: {fmt(t['torch']['vs_ours']['wall'])} (wall); "
           f"ours / floor <= 2.5: {fmt(t['ours']['vs_floor_out']['wall'])} (wall); "
           f"extra memory <= 10 %: {ours_mem}")
     print(f"saved {path.relative_to(ROOT)}")
+    failures = accuracy_failures(acc)
+    if failures:
+        print("error: ours is not equal to its references to float32 rounding: " + "; ".join(failures), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
