@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,6 +77,30 @@ class Timer:
     def __exit__(self, *exc):
         self.wall = time.perf_counter() - self.wall0
         self.cpu = time.process_time() - self.cpu0
+
+
+def run_logged(cmd: list[str], log: Path, **kwargs) -> int:
+    """Run cmd to completion with its output in log; return its exit code.
+
+    On Ctrl-C the child is let finish its own clean-up (it got the terminal's SIGINT too; it is sent one if the
+    interrupt came to this process alone), killed only after a minute, and the KeyboardInterrupt passed on.
+    subprocess.run would kill it after a quarter of a second, in the middle of its clean-up.
+    """
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, **kwargs)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            raise
 
 
 def die(message: str) -> None:

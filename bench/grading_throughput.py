@@ -19,13 +19,20 @@ files in an identical course:
                      numpy, torch and pyplot once, and each worker forks the next notebook's
                      kernel while the current one is graded, as nbclient-prestart does
 
-Configurations run in a rotated order each repetition; ratios are taken within one
-repetition. Also measured: nbclient on an empty notebook and on one that only imports
+Configurations run forward, then backward (ABBA), the start rotated every two
+repetitions, so a drifting machine load favours none; ratios are taken within one
+repetition. The per-notebook overhead is taken only between serial configurations: the
+harness with one worker against bare nbclient (cold: every kernel starts and imports
+while the clock runs) and against nbclient-prestart (warm: start-up hidden as the
+harness hides it), so parallelism is not counted as negative overhead. Also measured: nbclient on an empty notebook and on one that only imports
 numpy, torch and matplotlib (kernel start-up and import cost), and the harness's seconds
 per notebook as its job table records them (kernel start hidden except for a job's first
 notebook, which also pays for starting the second one). Figures are printed
-last and saved to build/bench/grading_throughput.json. Everything generated goes
-under build/bench/grading/ (wiped at the start).
+last and saved to build/bench/grading_throughput.json, which is also written after every
+repetition ("complete": false until the last), so an interrupted run keeps what it
+measured. Everything generated goes under build/bench/grading/ (wiped at the start).
+The exit code is 1 when the graders disagree on a student's total in any repetition or
+a harness run reports an error: its times would not be of grading done right.
 """
 
 from __future__ import annotations
@@ -35,17 +42,15 @@ import copy
 import os
 import shutil
 import resource
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("PYTHONHASHSEED", "0")
+# as make runs grading and CI runs the tests, whatever the caller exported
+os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BUILD, ROOT, describe, die, fmt, load, machine, save, table  # noqa: E402
+from _common import BUILD, ROOT, describe, fmt, load, machine, run_logged, save, table  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 VENV_BIN = Path(sys.executable).parent
@@ -55,6 +60,7 @@ KINDS = ("perfect", "partial", "blank")
 CONFIGS = ("nbclient", "nbclient-prestart", "nbgrader", "harness-1", "harness-2")
 PRELOAD = "import numpy, torch, matplotlib.pyplot"
 CELL_TIMEOUT = 60
+SERIAL = ("nbclient", "nbclient-prestart", "nbgrader", "harness-1")  # one notebook at a time
 
 
 # --- the class -------------------------------------------------------------------------------
@@ -147,25 +153,28 @@ def submitted_files(build: Path) -> list[Path]:
 
 # --- configurations ------------------------------------------------------------------------------
 
-def run_cmd(cmd: list[str], env: dict, cwd: Path, log: Path, ok: tuple[int, ...] = (0,)) -> float:
-    """Run a command to completion (output to log); return wall seconds; exit when its code is not in ok."""
+class RunFailed(Exception):
+    """A configuration's command ended with an exit code that means it did not do the work."""
+
+
+def run_cmd(cmd: list[str], env: dict, cwd: Path, log: Path, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
+    """Run a command to completion (output to log); return (wall seconds, exit code); RunFailed when the code is
+    not in ok."""
     started = time.perf_counter()
-    with open(log, "w") as fh:
-        rc = subprocess.run(cmd, env=env, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT).returncode
+    rc = run_logged(cmd, log, env=env, cwd=cwd)
     seconds = time.perf_counter() - started
     if rc not in ok:
-        die(f"{' '.join(cmd)} failed with exit code {rc}; see {log}")
-    return seconds
+        raise RunFailed(f"{' '.join(cmd)} failed with exit code {rc}; see {log}")
+    return seconds, rc
 
 
-def harness(master: Path, workers: int, no_sandbox: bool, tag: str) -> float:
-    """`python -m autograder grade --workers N` on a fresh copy; wall seconds."""
-    build = copy_course(master, f"harness-{workers}-{tag}")
+def harness(build: Path, workers: int, no_sandbox: bool, tag: str) -> tuple[float, int]:
+    """`python -m autograder grade --workers N` on a fresh copy (build); (wall seconds, exit code)."""
     cmd = [sys.executable, "-m", "autograder", "grade", "--build", str(build), "--workers", str(workers)]
     if no_sandbox:
         cmd.append("--no-sandbox")
     env = dict(os.environ, PART_II_BUILD=str(build))
-    # 1: the harness graded, but some job reported an error (the totals check below says whether it matters)
+    # 1: the harness graded, but some job reported an error; kept, and the run's exit code reports it at the end
     return run_cmd(cmd, env, ROOT, WORK / f"harness-{workers}-{tag}.log", ok=(0, 1))
 
 
@@ -181,9 +190,9 @@ def job_table_seconds(build: Path) -> list[float]:
             if nb.get("status") == "graded"]
 
 
-def plain_nbgrader(master: Path, tag: str) -> float:
-    """Serial `nbgrader autograde part-ii` (no sandbox, nbgrader's defaults) on a fresh copy; wall seconds."""
-    build = copy_course(master, f"nbgrader-{tag}")
+def plain_nbgrader(build: Path, tag: str) -> tuple[float, int]:
+    """Serial `nbgrader autograde part-ii` (no sandbox, nbgrader's defaults) on a fresh copy (build); (wall seconds,
+    exit code)."""
     # nbgrader also reads the course root's nbgrader_config.py: the formgrader config that release writes there
     # turns Autograde off (autograder/formgrader.py), which is not nbgrader's default this baseline measures
     (build / "course" / "nbgrader_config.py").unlink(missing_ok=True)
@@ -272,10 +281,118 @@ def totals(build: Path) -> dict[str, float]:
         return {s.student.id: round(s.score, 6) for s in gb.assignment_submissions("part-ii")}
 
 
+def run_order(configs: list[str], rep: int) -> list[str]:
+    """The configurations' order in repetition rep: forward, then backward (ABBA), the start rotated every two."""
+    shift = (rep // 2) % len(configs)
+    order = configs[shift:] + configs[:shift]
+    return order if rep % 2 == 0 else order[::-1]
+
+
+def run_config(c: str, rep: int, master: Path, files: list[Path], sandbox: bool) -> dict:
+    """One configuration once: {"wall", "cpu", "rc", "build", "per_nb"}; the copy of the course is made before, and
+    the bookkeeping done after, the CPU window."""
+    tag = f"r{rep}"
+    build = None
+    if c == "nbgrader":
+        build = copy_course(master, f"nbgrader-{tag}")
+    elif c.startswith("harness"):
+        build = copy_course(master, f"{c}-{tag}")
+    cpu0 = cpu_seconds()
+    per_nb, rc = [], 0
+    if c in ("nbclient", "nbclient-prestart"):
+        t, per_nb = bare_nbclient(files, prestart=c == "nbclient-prestart")
+    elif c == "nbgrader":
+        t, rc = plain_nbgrader(build, tag)
+    else:
+        t, rc = harness(build, int(c.rsplit("-", 1)[1]), not sandbox, tag)
+    time.sleep(1)  # let exiting orphans finish, then reap them
+    reap_orphans()
+    return {"wall": t, "cpu": cpu_seconds() - cpu0, "rc": rc, "build": build, "per_nb": per_nb}
+
+
+def summarize(info: dict, students: int, n_nb: int, reps_done: int, reps: int, sandbox: bool, kcost: dict,
+              configs: list[str], seconds: dict, cpu: dict, per_nb: dict, totals_by_rep: list, exit_codes: dict) -> dict:
+    """Every figure of the repetitions done so far, as saved to the JSON file."""
+    result = {"machine": info, "students": students, "notebooks": n_nb, "reps": reps, "reps_done": reps_done,
+              "complete": reps_done == reps, "sandbox": sandbox, "kernel_costs": kcost,
+              "seconds": {c: describe(v) for c, v in seconds.items() if v},
+              "cpu_seconds": {c: describe(v) for c, v in cpu.items() if v},
+              "per_notebook": {c: describe(v) for c, v in per_nb.items() if v},
+              "exit_codes": exit_codes, "totals": totals_by_rep, "derived": {}}
+    if not reps_done:
+        return result
+    base, cold, warm = seconds.get("nbgrader"), seconds.get("nbclient"), seconds.get("nbclient-prestart")
+    for c in configs:
+        s = seconds[c]
+        serial = c in SERIAL
+        result["derived"][c] = {
+            "notebooks_per_minute": describe([60 * n_nb / t for t in s]),
+            "speedup_vs_nbgrader": describe([b / t for b, t in zip(base, s)]) if base else None,
+            # only between serial runs: a parallel one's shorter wall time is not less overhead
+            "overhead_vs_nbclient_s_per_notebook": (describe([(t - b) / n_nb for t, b in zip(s, cold)])
+                                                    if cold and serial and c != "nbclient" else None),
+            "overhead_vs_nbclient_prestart_s_per_notebook": (describe([(t - b) / n_nb for t, b in zip(s, warm)])
+                                                             if warm and serial and c != "nbclient-prestart" else None),
+            "cpu_s_per_notebook": describe([x / n_nb for x in cpu[c]]),
+            "cpu_overhead_vs_nbclient_s_per_notebook": (describe([(x - b) / n_nb for x, b in zip(cpu[c], cpu["nbclient"])])
+                                                        if cold and c != "nbclient" else None),
+        }
+    return result
+
+
+def failures(result: dict) -> list[str]:
+    """Why the measured grading cannot be trusted: graders that disagreed, harness runs that reported errors."""
+    out = []
+    for rep, totals_of in enumerate(result["totals"]):
+        if len({tuple(sorted(t.items())) for t in totals_of.values()}) > 1:
+            out.append(f"repetition {rep + 1}: the graders gave different totals ("
+                       + "; ".join(f"{c}: {t}" for c, t in totals_of.items()) + ")")
+    for c, codes in result["exit_codes"].items():
+        if any(codes):
+            out.append(f"{c} exited with {codes} (1: some job reported an error; see its log under {WORK})")
+    return out
+
+
+def print_report(result: dict, configs: list[str], n_notebooks: int, students: int) -> None:
+    """The figures, last on the screen."""
+    info, sandbox, kcost = result["machine"], result["sandbox"], result["kernel_costs"]
+    d = result["derived"]
+    show = lambda stat, digits=2, unit="": fmt(stat, digits, unit) if stat else "-"
+    rows = [[c, show(result["seconds"][c], 1, " s"), show(d[c]["notebooks_per_minute"], 1),
+             show(d[c]["speedup_vs_nbgrader"]), show(d[c]["overhead_vs_nbclient_s_per_notebook"], 2, " s"),
+             show(d[c]["overhead_vs_nbclient_prestart_s_per_notebook"], 2, " s"), show(d[c]["cpu_s_per_notebook"], 2, " s"),
+             show(d[c]["cpu_overhead_vs_nbclient_s_per_notebook"], 2, " s")] for c in configs]
+    print()
+    print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
+          f"{info['load_at_end']} at end")
+    print(f"class: {students} students x {n_notebooks} notebooks = {result['notebooks']} notebooks; harness "
+          f"{'in the bubblewrap sandbox' if sandbox else 'without sandbox'}; {result['reps']} repetitions, "
+          "median [min, max]")
+    print(table(["configuration", "wall time", "notebooks/min", "speed-up vs nbgrader",
+                 "wall overhead /nb vs nbclient", "vs nbclient-prestart", "CPU /nb", "CPU overhead /nb vs nbclient"], rows))
+    print("(wall overhead: only between serial configurations, one notebook at a time; nbclient starts a cold kernel "
+          "per notebook while the clock runs, nbclient-prestart hides that start-up as the harness does. "
+          "CPU: user + system seconds of the configuration's processes and kernels; the harness imports numpy, torch "
+          "and matplotlib once per submission, every nbclient kernel once per notebook, so its CPU overhead is "
+          "negative by design)")
+    if sandbox and any(c.startswith("harness") for c in configs):
+        print("(harness in the sandbox: bubblewrap's processes are orphaned to this process, a subreaper, and "
+              "counted when it reaps them; a process killed inside bubblewrap's PID namespace after its reaper "
+              "ended is not, so the harness's CPU figures are lower bounds. Each worker log also states what its "
+              "fork server and kernels used.)")
+    print(f"kernel start-up under nbclient: empty notebook {fmt(kcost['empty'], 2, ' s')}, "
+          f"'{PRELOAD}' only {fmt(kcost['imports'], 2, ' s')}")
+    for c, v in result["per_notebook"].items():
+        print(f"per notebook, {c}: {fmt(v, 2, ' s')}")
+    if result["totals"]:
+        agree = all(len({tuple(sorted(t.items())) for t in r.values()}) <= 1 for r in result["totals"])
+        print(f"total scores per student identical across graders in every repetition: {'yes' if agree else 'NO'}")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--students", type=int, help="students in the class (default 40; 2 with --quick)")
-    parser.add_argument("--reps", type=int, default=1, help="repetitions of every configuration (default 1)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--students", type=int, help="students in the class (default 40, which takes hours; 2 with --quick)")
+    parser.add_argument("--reps", type=int, default=2, help="repetitions of every configuration, at least 2 (default 2)")
     parser.add_argument("--kernel-reps", type=int, help="repetitions of the kernel start-up probes (default 5; 3 with --quick)")
     parser.add_argument("--quick", action="store_true", help="a 2-student class, for development")
     parser.add_argument("--no-sandbox", action="store_true", help="grade with the harness's --no-sandbox")
@@ -283,15 +400,20 @@ def main() -> None:
     args = parser.parse_args()
     students = args.students if args.students is not None else (2 if args.quick else 40)
     kernel_reps = args.kernel_reps if args.kernel_reps is not None else (3 if args.quick else 5)
-    if students < 1 or args.reps < 1 or kernel_reps < 1:
-        die(f"--students, --reps and --kernel-reps must be >= 1, got {students}, {args.reps}, {kernel_reps}")
+    if students < 1:
+        parser.error(f"--students must be at least 1, got {students}")
+    if args.reps < 2:
+        parser.error(f"--reps must be at least 2 (median, min and max need several repetitions), got {args.reps}")
+    if kernel_reps < 1:
+        parser.error(f"--kernel-reps must be at least 1, got {kernel_reps}")
     configs = [c for c in CONFIGS if not args.only or c in args.only]
     sandbox = not args.no_sandbox
     if sandbox:
-        from autograder.sandbox import bwrap_available
+        from autograder.sandbox import sandbox_problem
 
-        if not bwrap_available():
-            print("bubblewrap is not available: the harness grades with --no-sandbox", file=sys.stderr)
+        problem = sandbox_problem()
+        if problem:
+            print(f"{problem}: the harness grades with --no-sandbox", file=sys.stderr)
             sandbox = False
 
     info = machine()
@@ -311,83 +433,40 @@ def main() -> None:
     kcost = kernel_costs(kernel_reps)
     seconds = {c: [] for c in configs}
     cpu = {c: [] for c in configs}
-    per_nb = {}
-    agree = {}
+    per_nb, totals_by_rep, exit_codes = {}, [], {c: [] for c in configs if c.startswith("harness")}
+    result = None
     for rep in range(args.reps):
-        order = configs[rep % len(configs):] + configs[: rep % len(configs)]
-        for c in order:
+        totals_of = {}
+        for c in run_order(configs, rep):
             print(f"rep {rep + 1}/{args.reps}: {c} ...", flush=True)
-            cpu0 = cpu_seconds()
-            if c == "nbclient":
-                t, per_nb["nbclient"] = bare_nbclient(files, prestart=False)
-            elif c == "nbclient-prestart":
-                t, per_nb["nbclient-prestart"] = bare_nbclient(files, prestart=True)
-            elif c == "nbgrader":
-                t = plain_nbgrader(master, f"r{rep}")
-                agree["nbgrader"] = totals(WORK / f"nbgrader-r{rep}")
-            else:
-                w = int(c.rsplit("-", 1)[1])
-                t = harness(master, w, not sandbox, f"r{rep}")
-                agree[c] = totals(WORK / f"harness-{w}-r{rep}")
-                per_nb.setdefault(f"{c} (job table)", []).extend(job_table_seconds(WORK / f"harness-{w}-r{rep}"))
-            time.sleep(1)  # let exiting orphans finish, then reap them
-            reap_orphans()
-            seconds[c].append(t)
-            cpu[c].append(cpu_seconds() - cpu0)
-            print(f"  {t:.1f} s wall, {cpu[c][-1]:.1f} s CPU", flush=True)
-    info["load_at_end"] = [round(x, 2) for x in load()]
+            try:
+                run = run_config(c, rep, master, files, sandbox)
+            except RunFailed as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                sys.exit(1)
+            seconds[c].append(run["wall"])
+            cpu[c].append(run["cpu"])
+            if c in exit_codes:
+                exit_codes[c].append(run["rc"])
+            if run["build"] is not None:
+                totals_of[c] = totals(run["build"])
+            if c.startswith("harness"):
+                per_nb.setdefault(f"{c} (job table)", []).extend(job_table_seconds(run["build"]))
+            elif run["per_nb"]:
+                per_nb.setdefault(c, []).extend(run["per_nb"])
+            print(f"  {run['wall']:.1f} s wall, {run['cpu']:.1f} s CPU", flush=True)
+        totals_by_rep.append(totals_of)
+        info["load_at_end"] = [round(x, 2) for x in load()]
+        result = summarize(info, students, n_nb, rep + 1, args.reps, sandbox, kcost, configs, seconds, cpu, per_nb,
+                           totals_by_rep, exit_codes)
+        path = save("grading_throughput", result)
 
-    result = {"machine": info, "students": students, "notebooks": n_nb, "reps": args.reps,
-              "sandbox": sandbox, "kernel_costs": kcost, "seconds": {c: describe(v) for c, v in seconds.items()},
-              "cpu_seconds": {c: describe(v) for c, v in cpu.items()},
-              "per_notebook": {c: describe(v) for c, v in per_nb.items() if v}}
-    base = seconds.get("nbgrader")
-    bare = seconds.get("nbclient")
-    rows = []
-    for c in configs:
-        s = seconds[c]
-        nbpm = [60 * n_nb / t for t in s]
-        vs_nbgrader = describe([b / t for b, t in zip(base, s)]) if base else None
-        overhead = describe([(t - b) / n_nb for t, b in zip(s, bare)]) if bare else None
-        cpu_nb = describe([x / n_nb for x in cpu[c]])
-        cpu_over = describe([(x - b) / n_nb for x, b in zip(cpu[c], cpu["nbclient"])]) if bare else None
-        result.setdefault("derived", {})[c] = {"notebooks_per_minute": describe(nbpm), "speedup_vs_nbgrader": vs_nbgrader,
-                                               "overhead_vs_nbclient_s_per_notebook": overhead,
-                                               "cpu_s_per_notebook": cpu_nb, "cpu_overhead_vs_nbclient_s_per_notebook": cpu_over}
-        rows.append([c, fmt(describe(s), 1, " s"), fmt(describe(nbpm), 1), fmt(vs_nbgrader) if vs_nbgrader else "-",
-                     fmt(overhead, 2, " s") if overhead else "-", fmt(cpu_nb, 2, " s"),
-                     fmt(cpu_over, 2, " s") if cpu_over else "-"])
-    if agree:
-        ref = next(iter(agree.values()))
-        result["scores_agree"] = {c: v == ref for c, v in agree.items()}
-        result["totals"] = agree
-    path = save("grading_throughput", result)
-
-    print()
-    print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
-          f"{info['load_at_end']} at end")
-    print(f"class: {students} students x {len(notebooks)} notebooks = {n_nb} notebooks; harness "
-          f"{'in the bubblewrap sandbox' if sandbox else 'without sandbox'}; {args.reps} repetition(s), "
-          "median [min, max]")
-    print(table(["configuration", "wall time", "notebooks/min", "speed-up vs nbgrader", "wall overhead vs nbclient /nb",
-                 "CPU /nb", "CPU overhead vs nbclient /nb"], rows))
-    print("(CPU: user + system seconds of the configuration's processes and kernels; on a shared, loaded machine it is "
-          "the steadier measure of cost, while wall time also reflects how much of the machine the run got)")
-    if sandbox and any(c.startswith("harness") for c in configs):
-        print("(harness in the sandbox: bubblewrap's processes are orphaned to this process, a subreaper, and "
-              "counted when it reaps them; a process killed inside bubblewrap's PID namespace after its reaper "
-              "ended is not, so the harness's CPU figures are lower bounds. Each worker log also states what its "
-              "fork server and kernels used.)")
-    print(f"kernel start-up under nbclient: empty notebook {fmt(kcost['empty'], 2, ' s')}, "
-          f"'{PRELOAD}' only {fmt(kcost['imports'], 2, ' s')}")
-    for c, v in per_nb.items():
-        if not v:
-            continue
-        print(f"per notebook, {c}: {fmt(describe(v), 2, ' s')} (median {statistics.median(v):.2f} s)")
-    if agree:
-        print("total scores per student identical across graders: "
-              + ", ".join(f"{c}: {'yes' if ok else 'NO'}" for c, ok in result["scores_agree"].items()))
+    print_report(result, configs, len(notebooks), students)
     print(f"saved {path.relative_to(ROOT)}")
+    problems = failures(result)
+    if problems:
+        print("error: these times are not of grading done right:\n  " + "\n  ".join(problems), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
