@@ -213,7 +213,7 @@ def accuracy_failures(acc: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, help="rows of logits (default 4096; 512 with --quick)")
     parser.add_argument("--classes", type=int, default=50257, help="classes per row (default 50257, GPT-2's vocabulary)")
     parser.add_argument("--reps", type=int, help="timed repetitions, at least 3 (default 5; 3 with --quick)")
@@ -223,10 +223,12 @@ def main() -> None:
     args = parser.parse_args()
     rows = args.rows if args.rows is not None else (512 if args.quick else 4096)
     reps = args.reps if args.reps is not None else (3 if args.quick else 5)
-    if rows < 1 or args.classes < 2:
-        die(f"--rows must be >= 1 and --classes >= 2, got {rows} and {args.classes}")
+    if rows < 1:
+        parser.error(f"--rows must be at least 1, got {rows}")
+    if args.classes < 2:
+        parser.error(f"--classes must be at least 2, got {args.classes}")
     if reps < 3:
-        die(f"--reps must be >= 3 (median, min and max need several repetitions), got {reps}")
+        parser.error(f"--reps must be at least 3 (median, min and max need several repetitions), got {reps}")
     if args.memory_child:
         memory_child(args.memory_child, rows, args.classes)
         return

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -39,7 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, describe, die, fmt, load, machine, save, table  # noqa: E402
+from _common import ROOT, describe, die, fmt, load, machine, run_logged, save, table  # noqa: E402
 
 PHASES = {
     "unit": ["tests/test_reference.py", "tests/test_reference_chunked.py", "tests/test_arithmetic_data.py", "tests/test_checks.py",
@@ -65,7 +64,7 @@ def phase_of(path: str) -> str:
     return "other"
 
 
-def test_times(junit: Path) -> list[tuple[str, float, str]]:
+def junit_case_times(junit: Path) -> list[tuple[str, float, str]]:
     """(test file path, seconds, test id) for every test case in a JUnit XML report."""
     cases = []
     for case in ET.parse(junit).getroot().iter("testcase"):
@@ -121,9 +120,8 @@ def run_suite(log: Path, junit: Path) -> tuple[float, float, dict, str, int]:
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
                PYTHONHASHSEED="0")
     cpu0, machine0, t0 = children_cpu(), machine_cpu(), time.perf_counter()
-    with open(log, "w") as fh:
-        rc = subprocess.run([sys.executable, "-m", "pytest", f"--junitxml={junit}", "-o", "junit_family=xunit1"],
-                            cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+    rc = run_logged([sys.executable, "-m", "pytest", f"--junitxml={junit}", "-o", "junit_family=xunit1"], log,
+                    cwd=ROOT, env=env)
     wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
     used = {k: v - machine0[k] for k, v in machine_cpu().items()}
     lines = [m.group(1) for m in map(RESULT_LINE.match, log.read_text(errors="replace").splitlines()) if m]
@@ -131,11 +129,11 @@ def run_suite(log: Path, junit: Path) -> tuple[float, float, dict, str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=1, help="runs of the whole suite (default 1: it is heavy)")
     args = parser.parse_args()
     if args.reps < 1:
-        die(f"--reps must be >= 1, got {args.reps}")
+        parser.error(f"--reps must be at least 1, got {args.reps}")
     info = machine()
     workers = xdist_workers()
     logs = ROOT / "build" / "bench" / "test-suite-logs"
@@ -154,7 +152,7 @@ def main() -> None:
         results.append({"line": line, "exit_code": rc, "machine_cpu": used})
         print(f"  {wall:.1f} s wall, {cpu:.1f} s CPU reaped by pytest, machine busy {used['busy']:.0f} s "
               f"({busy_share[-1]:.0f} % of {info['nproc']} cores), steal {used['steal']:.0f} s: {line}", flush=True)
-        cases = test_times(junit) if junit.exists() else []
+        cases = junit_case_times(junit) if junit.exists() else []
         per_file = file_seconds(cases)
         sums = defaultdict(float)
         for path, seconds in per_file.items():
@@ -162,11 +160,11 @@ def main() -> None:
         for name in list(PHASES) + ["other"]:
             if name in sums:
                 per_phase[name].append(sums[name])
-        if per_file:
-            floors.append(schedule_floor(per_file, workers))
+        floors.append(schedule_floor(per_file, workers) if per_file else None)  # None: no JUnit report that run
         if rep == args.reps - 1:
             slowest = sorted(((s, n) for _p, s, n in cases), reverse=True)[:SLOWEST]
     info["load_at_end"] = [round(x, 2) for x in load()]
+    known = [f for f in floors if f is not None]
     worker_total = sum(describe(v)["median"] for v in per_phase.values())
     rows = [[n, fmt(describe(v), 1, " s"), f"{100 * describe(v)['median'] / worker_total:.0f} %"]
             for n, v in per_phase.items()]
@@ -177,7 +175,7 @@ def main() -> None:
               "machine_busy_cpu": describe(busy), "machine_busy_percent": describe(busy_share),
               "worker_seconds": {n: describe(v) for n, v in per_phase.items()}, "results": results,
               "slowest": [[n, s] for s, n in slowest], "xdist_workers": workers,
-              "file_seconds_last_run": per_file, "schedule_floor": describe(floors) if floors else None}
+              "file_seconds_last_run": per_file, "schedule_floor": describe(known) if known else None}
     path = save("test_suite_phases", result)
     print()
     print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
@@ -188,10 +186,10 @@ def main() -> None:
           f"pytest: {results[-1]['line']}")
     print(table(["phase", "worker time (setup + call + teardown)", "share"], rows))
     print(table(["longest files (last run)", "worker time", "share"], file_rows))
-    if floors:
-        ratio = describe([w / f for w, f in zip(walls, floors)])
+    if known:
+        ratio = describe([w / f for w, f in zip(walls, floors) if f is not None])  # each run against its own floor
         print(f"schedule floor (the longest file, or the worker time over {workers} workers): "
-              f"{fmt(describe(floors), 1, ' s')}; wall / floor {fmt(ratio, 2)} (near 1: no file order would be faster)")
+              f"{fmt(describe(known), 1, ' s')}; wall / floor {fmt(ratio, 2)} (near 1: no file order would be faster)")
     print("slowest tests (last run): " + "; ".join(f"{n} {s:.0f} s" for s, n in slowest))
     print(f"target: whole suite <= 240 s wall on 2 cores; logs in {logs.relative_to(ROOT)}; saved {path.relative_to(ROOT)}")
     sys.exit(1 if any(r["exit_code"] != 0 for r in results) else 0)
