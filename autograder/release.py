@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 
 from .cells import (cell_points, headings, is_hand_graded, leveled_headings, nbgrader_meta, numbered_cell,
-                    numbered_headings)
+                    numbered_headings, WARNING_PATTERN)
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
@@ -529,16 +529,27 @@ VALIDATE_WIDTH = 240  # characters of each line `nbgrader validate` prints of a 
 
 def student_nbgrader_config() -> str:
     """The student's nbgrader_config.py: JupyterLab started in the bundle gives Validate grading's default cell time
-    limit (nbgrader's own is 30 s, so a cell of 30 to 60 s failed Validate and passed grading); `nbgrader validate`
-    run there prints lines long enough for a check's message with its got and expected values (it cut them after 87
-    characters; the Validate button shows them whole)."""
+    limit (nbgrader's own is 30 s, so a cell of 30 to 60 s failed Validate and passed grading) and drops warnings as
+    grading does (a cell that only warned failed Validate); `nbgrader validate` run there prints lines long enough
+    for a check's message with its got and expected values (it cut them after 87 characters; the Validate button
+    shows them whole)."""
     return ("# Written by `python -m autograder release`. JupyterLab started in this folder reads it: the Validate\n"
             "# button then gives each cell as long as grading does by default; `nbgrader validate` here prints whole\n"
             "# check messages.\n"
             "c = get_config()  # noqa: F821\n"
             f"c.Execute.timeout = {math.ceil(DEFAULT_CELL_TIMEOUT)}\n"
             "c.Execute.interrupt_on_timeout = True\n"
-            f"c.Validator.width = {VALIDATE_WIDTH}\n")
+            f"c.Validator.width = {VALIDATE_WIDTH}\n"
+            "# Grading drops a cell's stderr output that is a Python warning (nbgrader's IgnorePattern), so a cell that\n"
+            "# only warned passes; Validate does the same here. nbgrader's Validator has no setting for its steps, so\n"
+            "# the step is added to their default list (nbgrader 0.9, as pinned in requirements.txt).\n"
+            "c.IgnorePattern.enabled = True\n"
+            f"c.IgnorePattern.pattern = {WARNING_PATTERN!r}\n"
+            "from nbgrader.preprocessors import IgnorePattern  # noqa: E402\n"
+            "from nbgrader.validator import Validator  # noqa: E402\n"
+            "_steps = Validator.preprocessors.default_args[0]\n"
+            "if IgnorePattern not in _steps:  # the file is read again for every Validate\n"
+            "    _steps.append(IgnorePattern)\n")
 
 
 def write_bundle(course: Course) -> tuple[Path, Path]:

@@ -302,6 +302,7 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     exec(compile(validate_config, "nbgrader_config.py", "exec"), {"get_config": lambda: config})
     assert config.Execute.timeout == DEFAULT_CELL_TIMEOUT and config.Execute.interrupt_on_timeout is True
     assert_validate_shows_whole_messages(config, tmp_path)
+    assert_validate_drops_warnings_as_grading_does(config, tmp_path)
 
     # one row per release notebook: its file and its points, as nbgrader's gradebook records them
     with build_env(build):
@@ -385,6 +386,27 @@ def assert_validate_shows_whole_messages(config, folder: Path) -> None:
     validator.validate_and_print(str(path))
     printed = " ".join(validator.stream.getvalue().split())  # the line as the terminal shows it, indent aside
     assert message in printed, printed
+
+
+def assert_validate_drops_warnings_as_grading_does(config, folder: Path) -> None:
+    """With the student's config, Validate passes a test cell that only printed a Python warning, as grading and check
+    do (they drop such stderr output), and still fails one that raised. It failed both: `F.kl_div(torch.log(
+    torch.tensor(q)), ...)` on tensors warns "To copy construct from a tensor..." (found by review)."""
+    from nbgrader.validator import Validator
+
+    def test_cell(grade_id, source):
+        cell = nbformat.v4.new_code_cell(source)
+        cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1, "grade_id": grade_id,
+                                     "schema_version": 3}
+        return cell
+
+    path = folder / "validate-warnings.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        test_cell("test_warns", "import warnings\nwarnings.warn('To copy construct from a tensor, use clone()')"),
+        test_cell("test_fails", "raise AssertionError('a real failure')"),
+    ]), path)
+    failed = Validator(config=config, ignore_checksums=True).validate(str(path)).get("failed", [])
+    assert [c["source"].splitlines()[0] for c in failed] == ["raise AssertionError('a real failure')"], failed
 
 
 def test_stated_points_are_read_outside_code_fences_and_from_task_headings():
