@@ -298,15 +298,16 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells.
 
     A failed test cell's message also names the first cell that failed since the previous test
-    cell, or else the first that failed in the setup (every cell before the first graded or
-    solution cell): its NameError is usually that cell's fault. An unfinished earlier exercise
+    cell, or else the first that failed earlier in its exercise (a second test cell of an answer
+    that failed half-way), or else the first that failed in the setup (every cell before the first
+    graded or solution cell): its NameError is usually that cell's fault. An unfinished earlier exercise
     is not the setup, so it is named only under its own test cell. Where the release's
     `raise NotImplementedError()` is still what ran, the message says the exercise is not answered
     yet and names its answer cell, under every test cell of that answer's exercise; a free-text
     answer that still reads as released (text_stub) says so too.
     """
     rows, heading = [], "(before the first exercise)"
-    setup_failure = since_last_test = answer_cell = None
+    setup_failure = since_last_test = section_failure = answer_cell = None
     unanswered, in_setup = False, True
     section = 0  # counts the exercise headings passed: two exercises may have the same heading, or none
     stub_section = None  # the section whose answer cell still raises NotImplementedError
@@ -317,6 +318,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
             setup_failure = cell_error(cell, number)
         if heading_after(cell, None) is not None:
             section += 1
+            section_failure = None
         heading = heading_after(cell, heading)  # as the feedback page's contents name it
         if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
             answer_cell = numbered_cell(cell, number)
@@ -324,6 +326,8 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         test = is_test_cell(cell)
         if not test and since_last_test is None:
             since_last_test = cell_error(cell, number)
+        if not test and section_failure is None:
+            section_failure = cell_error(cell, number)
         unanswered = unanswered or (cell.cell_type == "code" and raised(cell, "NotImplementedError"))
         if not meta.get("grade"):
             continue
@@ -332,7 +336,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
             message = EDITED if is_edited(cell) else outcome_message(cell)
             if message == WROTE_TO_STDERR:
                 message += stderr_excerpt(cell)
-            earlier = since_last_test or setup_failure
+            earlier = since_last_test or section_failure or setup_failure
             if unrun := error_named(cell, NOTEBOOK_TIMEOUT):  # nothing earlier is to blame: said below the table
                 message = f"✘ {unrun.evalue}"
             elif (unanswered or stub_section == section) and answer_cell and not message.startswith("✔") and message != EDITED:

@@ -687,6 +687,40 @@ def test_every_test_cell_of_an_unanswered_exercise_says_it_is_not_answered_yet_a
     assert rows["test_1b"].startswith(stub) and "not answered" not in rows["test_2"], rows
 
 
+def test_every_test_cell_of_an_answer_that_failed_half_way_names_the_answer_cell():
+    """Exercise 2.6's answer cell defines ex6_loss, then ex6_same_failure; when it fails at the first, both test cells
+    fail with a NameError. The second said only "name 'ex6_same_failure' is not defined", though the student did define
+    it (found by review). A failure in another exercise is not named under this one's tests."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from autograder.check import exercise_rows
+
+    def cell(source, grade_id=None, solution=False, error=None):
+        made = new_code_cell(source)
+        if grade_id or solution:
+            made.metadata["nbgrader"] = {"grade": bool(grade_id), "solution": solution, "grade_id": grade_id or "answer",
+                                         "points": 1 if grade_id else 0}
+        if error:
+            made.outputs = [new_output("error", ename=error[0], evalue=error[1], traceback=[])]
+        return made
+
+    nb = new_notebook(cells=[
+        new_markdown_cell("### 练习 1"),
+        cell("ex1 = broken()", solution=True, error=("NameError", "name 'broken' is not defined")),
+        cell("check_true('ex1', ex1)", "test_1", error=("NameError", "name 'ex1' is not defined")),
+        new_markdown_cell("### 练习 6"),
+        cell("ex6_loss = float(loss(z[None], y))\nex6_same_failure = 0", solution=True,
+             error=("TypeError", "expected logits [T, V]")),
+        cell("check_close('ex6_loss', ex6_loss, 0.5)", "test_loss", error=("NameError", "name 'ex6_loss' is not defined")),
+        cell("check_equal('ex6_same_failure', ex6_same_failure, 0)", "test_same",
+             error=("NameError", "name 'ex6_same_failure' is not defined")),
+    ])
+    rows = {grade_id: message for _, grade_id, _, message, _ in exercise_rows(nb)}
+    named = "[an earlier cell failed first: cell 5 (ex6_loss = float(loss(z[None], y))), TypeError: expected logits [T, V]"
+    assert named in rows["test_loss"] and named in rows["test_same"], rows
+    assert "cell 2" not in rows["test_loss"] + rows["test_same"], rows
+
+
 def test_check_says_a_pass_is_about_form_only_where_the_visible_checks_look_only_at_the_form(capsys):
     """Exercise 2.6's visible checks accept any of the four letters: its pass must not read as a right answer."""
     import nbformat
