@@ -58,9 +58,11 @@ def read_for_check(path: Path):
                               f"python -m autograder check {path / 'NAME.ipynb'}")
     if not path.exists():
         lab = REPO / "build" / "lab" / ASSIGNMENT
-        example = (f"e.g. {lab / path.name}" if (lab / path.name).is_file() else
-                   "e.g. build/lab/part-ii/02-shapes-and-loss.ipynb, which `make lab` unpacks" if not lab.is_dir() else
-                   f"e.g. one in {lab}")
+        if not lab.is_dir():  # nothing unpacked yet: an example path would not exist either
+            raise AutograderError(f"{path} does not exist (a relative path starts in the folder you run this in, "
+                                  f"{Path.cwd()}), and no student notebooks are unpacked yet: run `make lab` first, "
+                                  "which unpacks them into build/lab/part-ii/, or give the path of your own copy")
+        example = f"e.g. {lab / path.name}" if (lab / path.name).is_file() else f"e.g. one in {lab}"
         raise AutograderError(f"{path} does not exist (a relative path starts in the folder you run this in, "
                               f"{Path.cwd()}); give the notebook's path, {example}")
     if not path.is_file():

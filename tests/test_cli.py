@@ -133,14 +133,14 @@ def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, cap
 
 def test_a_notebook_check_cannot_find_gets_an_example_that_exists(tmp_path, monkeypatch):
     """The example path was always build/lab/part-ii/02-shapes-and-loss.ipynb, also when that was the path that had
-    just failed, before `make lab` (found by review): the unpacked copy of the name given, else the folder, else how
-    to make it."""
+    just failed, before `make lab` (found by review): the unpacked copy of the name given, else the folder; before
+    `make lab`, to run it first (an example named the unpacked 02, which did not exist yet: found by review)."""
     import autograder.check
     from autograder.check import read_for_check
 
     monkeypatch.setattr(autograder.check, "REPO", tmp_path)
-    with pytest.raises(AutograderError, match=r"e\.g\. build/lab/part-ii/02-shapes-and-loss\.ipynb, which `make lab` "
-                                              r"unpacks$"):
+    with pytest.raises(AutograderError, match=r"no student notebooks are unpacked yet: run `make lab` first, which "
+                                              r"unpacks them into build/lab/part-ii/, or give the path of your own copy$"):
         read_for_check(Path("build/lab/part-ii/02-shapes-and-loss.ipynb"))
     lab = tmp_path / "build" / "lab" / "part-ii"
     lab.mkdir(parents=True)
