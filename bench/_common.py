@@ -22,7 +22,8 @@ def load() -> tuple[float, float, float]:
 
 
 def machine() -> dict:
-    """nproc, CPU model (from /proc/cpuinfo), memory, load, Python and the thread-related environment."""
+    """nproc (this process's CPU affinity), CPU model (from /proc/cpuinfo), memory, load, Python and the thread-related
+    environment."""
     model = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -33,7 +34,7 @@ def machine() -> dict:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {
-        "nproc": os.cpu_count(),
+        "nproc": len(os.sched_getaffinity(0)),  # the CPUs this process may run on, as nproc counts them
         "cpu": model,
         "memory_gib": round(mem_gib, 1),
         "load_1_5_15": [round(x, 2) for x in load()],
