@@ -803,6 +803,15 @@ def remove_pages(course: Course, student: str) -> int:
     return len(pages)
 
 
+def graded_names(course: Course, graded: list[str]) -> str:
+    """'a, b (handed in again since: grade it again)': the students with an autograded folder, those whose grading no
+    longer stands for their hand-in marked, or 'none'."""
+    from .grade import job_rows, needs_regrade
+
+    stale = needs_regrade(course, {s: row for s, row in job_rows(course.db_url).items() if s in graded})
+    return ", ".join(f"{s} (handed in again since: grade it again)" if s in stale else s for s in graded) or "none"
+
+
 def feedback(course: Course, students: list[str] | None = None, workers: int | None = None,
              mathjax_url: str | None = None) -> FeedbackResult:
     """Write feedback for every graded student (or the ones named), `workers` students at a time, and check
@@ -821,7 +830,7 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         unknown = sorted(set(students) - set(known))
         if unknown:
             raise AutograderError(f"no graded or collected submission for {', '.join(unknown)}{case_hint(unknown, known)}; "
-                                  f"graded: {', '.join(graded) or 'none'}")
+                                  f"graded: {graded_names(course, graded)}")
         known = [s for s in known if s in students]
         graded = [s for s in graded if s in students]
     if not known:  # nothing collected either: grade would only say to collect first

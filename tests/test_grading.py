@@ -1209,6 +1209,10 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         assert f"removed the {len(earlier)} earlier pages" in result.errors["perfect"], result.errors["perfect"]
         assert not any(p.exists() for p in earlier)
         assert {p.parent.parent.name for p in result.written} == {"partial"}
+        with pytest.raises(AutograderError) as unknown:  # a typo: the list of graded students must not offer perfect
+            feedback(course, students=["perfekt"])
+        assert "perfect (handed in again since: grade it again)" in str(unknown.value), unknown.value
+        assert "partial (" not in str(unknown.value), unknown.value
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
