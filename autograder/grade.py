@@ -113,8 +113,11 @@ def sandbox_remedy(problem: str) -> str:
         return "Install it as root (`apt-get install bubblewrap`, or `make sysdeps-demo`)"
     if problem.startswith(("prlimit ", "setpriv ")):
         return "Install it as root (`apt-get install util-linux`)"
-    return ("Grade as root or where unprivileged user namespaces are allowed (a container may need "
-            "--privileged or a seccomp profile that permits them)")
+    if os.geteuid() == 0:
+        return ("Grade where bubblewrap may create namespaces (a container may need --privileged or a seccomp "
+                "profile that permits them)")
+    return ("Grade as root or where unprivileged user namespaces are allowed (a container may need --privileged or "
+            "a seccomp profile that permits them)")
 
 
 def sandbox_mode(no_sandbox: bool) -> bool:
