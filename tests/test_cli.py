@@ -652,30 +652,35 @@ def test_check_lists_each_graded_cell_under_its_exercise_heading_as_the_feedback
         assert expected and tests == expected, path.name
 
 
+def ran_cell(source, grade_id=None, solution=False, error=None):
+    """A code cell as check reads it after a run: a test cell (grade_id) or an answer cell (solution), ended by error
+    (ename, evalue) if given."""
+    from nbformat.v4 import new_code_cell, new_output
+
+    made = new_code_cell(source)
+    if grade_id or solution:
+        made.metadata["nbgrader"] = {"grade": bool(grade_id), "solution": solution, "grade_id": grade_id or "answer",
+                                     "points": 1 if grade_id else 0}
+    if error:
+        made.outputs = [new_output("error", ename=error[0], evalue=error[1], traceback=[])]
+    return made
+
+
 def test_every_test_cell_of_an_unanswered_exercise_says_it_is_not_answered_yet_and_no_other_exercise_s_does():
     """Exercise 1 has two test cells after one answer cell that still raises NotImplementedError: the second said only
     "NameError: name 'posterior' is not defined". Exercise 2 has no code answer cell of its own: its failure is its own."""
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+    from nbformat.v4 import new_markdown_cell, new_notebook
 
     from autograder.check import exercise_rows
-
-    def cell(source, grade_id=None, solution=False, error=None):
-        made = new_code_cell(source)
-        if grade_id or solution:
-            made.metadata["nbgrader"] = {"grade": bool(grade_id), "solution": solution, "grade_id": grade_id or "answer",
-                                         "points": 1 if grade_id else 0}
-        if error:
-            made.outputs = [new_output("error", ename=error[0], evalue=error[1], traceback=[])]
-        return made
 
     undefined = ("NameError", "name 'posterior' is not defined")
     nb = new_notebook(cells=[
         new_markdown_cell("### 练习 1"),
-        cell("# YOUR CODE HERE\nraise NotImplementedError()", solution=True, error=("NotImplementedError", "")),
-        cell("check_close('p', posterior([1, 1], [1, 1]), [0.5, 0.5])", "test_1a", error=undefined),
-        cell("check_close('p', posterior([1, 0], [0, 1]), [0, 1])", "test_1b", error=undefined),
+        ran_cell("# YOUR CODE HERE\nraise NotImplementedError()", solution=True, error=("NotImplementedError", "")),
+        ran_cell("check_close('p', posterior([1, 1], [1, 1]), [0.5, 0.5])", "test_1a", error=undefined),
+        ran_cell("check_close('p', posterior([1, 0], [0, 1]), [0, 1])", "test_1b", error=undefined),
         new_markdown_cell("### 练习 2"),
-        cell("check_true('p sums to 1', total == 1)", "test_2", error=("NameError", "name 'total' is not defined")),
+        ran_cell("check_true('p sums to 1', total == 1)", "test_2", error=("NameError", "name 'total' is not defined")),
     ])
     rows = {grade_id: message for _, grade_id, _, message, _ in exercise_rows(nb)}
     stub = "✘ not answered yet: cell 2 (# YOUR CODE HERE) still raises NotImplementedError"
@@ -691,28 +696,19 @@ def test_every_test_cell_of_an_answer_that_failed_half_way_names_the_answer_cell
     """Exercise 2.6's answer cell defines ex6_loss, then ex6_same_failure; when it fails at the first, both test cells
     fail with a NameError. The second said only "name 'ex6_same_failure' is not defined", though the student did define
     it (found by review). A failure in another exercise is not named under this one's tests."""
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+    from nbformat.v4 import new_markdown_cell, new_notebook
 
     from autograder.check import exercise_rows
 
-    def cell(source, grade_id=None, solution=False, error=None):
-        made = new_code_cell(source)
-        if grade_id or solution:
-            made.metadata["nbgrader"] = {"grade": bool(grade_id), "solution": solution, "grade_id": grade_id or "answer",
-                                         "points": 1 if grade_id else 0}
-        if error:
-            made.outputs = [new_output("error", ename=error[0], evalue=error[1], traceback=[])]
-        return made
-
     nb = new_notebook(cells=[
         new_markdown_cell("### 练习 1"),
-        cell("ex1 = broken()", solution=True, error=("NameError", "name 'broken' is not defined")),
-        cell("check_true('ex1', ex1)", "test_1", error=("NameError", "name 'ex1' is not defined")),
+        ran_cell("ex1 = broken()", solution=True, error=("NameError", "name 'broken' is not defined")),
+        ran_cell("check_true('ex1', ex1)", "test_1", error=("NameError", "name 'ex1' is not defined")),
         new_markdown_cell("### 练习 6"),
-        cell("ex6_loss = float(loss(z[None], y))\nex6_same_failure = 0", solution=True,
+        ran_cell("ex6_loss = float(loss(z[None], y))\nex6_same_failure = 0", solution=True,
              error=("TypeError", "expected logits [T, V]")),
-        cell("check_close('ex6_loss', ex6_loss, 0.5)", "test_loss", error=("NameError", "name 'ex6_loss' is not defined")),
-        cell("check_equal('ex6_same_failure', ex6_same_failure, 0)", "test_same",
+        ran_cell("check_close('ex6_loss', ex6_loss, 0.5)", "test_loss", error=("NameError", "name 'ex6_loss' is not defined")),
+        ran_cell("check_equal('ex6_same_failure', ex6_same_failure, 0)", "test_same",
              error=("NameError", "name 'ex6_same_failure' is not defined")),
     ])
     rows = {grade_id: message for _, grade_id, _, message, _ in exercise_rows(nb)}
