@@ -300,8 +300,8 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     """(exercise heading, grade id, points, message, passed) per graded cell; passed is None for manual cells.
 
     A failed test cell's message also names the first cell that failed since the previous test
-    cell, or else the first that failed earlier in its exercise (a second test cell of an answer
-    that failed half-way), or else the first that failed in the setup (every cell before the first
+    cell, or else the first that failed since its exercise's answer cell or heading (a second test
+    cell of an answer that failed half-way), or else the first that failed in the setup (every cell before the first
     graded or solution cell): its NameError is usually that cell's fault. An unfinished earlier exercise
     is not the setup, so it is named only under its own test cell. Where the release's
     `raise NotImplementedError()` is still what ran, the message says the exercise is not answered
@@ -325,6 +325,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
             answer_cell = numbered_cell(cell, number)
             stub_section = section if raised(cell, "NotImplementedError") else None
+            section_failure = None  # a new answer: an exercise without a heading of its own starts here
         test = is_test_cell(cell)
         if not test and since_last_test is None:
             since_last_test = cell_error(cell, number)

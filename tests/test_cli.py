@@ -715,6 +715,11 @@ def test_every_test_cell_of_an_answer_that_failed_half_way_names_the_answer_cell
     named = "[an earlier cell failed first: cell 5 (ex6_loss = float(loss(z[None], y))), TypeError: expected logits [T, V]"
     assert named in rows["test_loss"] and named in rows["test_same"], rows
     assert "cell 2" not in rows["test_loss"] + rows["test_same"], rows
+    # an exercise with no heading of its own starts at its answer cell: exercise 1's failure is not blamed there
+    nb.cells[3:3] = [ran_cell("ex2 = 3", solution=True),
+                     ran_cell("check_equal('ex2', ex2, 4)", "test_2", error=("AssertionError", "ex2: got 3, expected 4"))]
+    rows = {grade_id: message for _, grade_id, _, message, _ in exercise_rows(nb)}
+    assert rows["test_2"] == "✘ Failed: ex2: got 3, expected 4", rows["test_2"]
 
 
 def test_check_says_a_pass_is_about_form_only_where_the_visible_checks_look_only_at_the_form(capsys):
