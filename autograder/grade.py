@@ -107,19 +107,6 @@ class Running:
 
 # --- sandbox mode ------------------------------------------------------------------------
 
-def sandbox_remedy(problem: str) -> str:
-    """What to do about a sandbox_problem(): the package to install, or where bubblewrap works."""
-    if problem.startswith("bwrap "):
-        return "Install it as root (`apt-get install bubblewrap`, or `make sysdeps-demo`)"
-    if problem.startswith(("prlimit ", "setpriv ")):
-        return "Install it as root (`apt-get install util-linux`)"
-    if os.geteuid() == 0:
-        return ("Grade where bubblewrap may create namespaces (a container may need --privileged or a seccomp "
-                "profile that permits them)")
-    return ("Grade as root or where unprivileged user namespaces are allowed (a container may need --privileged or "
-            "a seccomp profile that permits them)")
-
-
 def sandbox_mode(no_sandbox: bool) -> bool:
     """True to grade in bubblewrap; refuse (AutograderError) when it is missing and not waived."""
     if no_sandbox:
@@ -134,7 +121,8 @@ def sandbox_mode(no_sandbox: bool) -> bool:
     problem = sandbox.sandbox_problem()
     if problem:
         raise AutograderError(f"{problem}, so student code cannot be sandboxed; refusing to grade. "
-                              f"{sandbox_remedy(problem)} or pass --no-sandbox to grade trusted code without a sandbox.")
+                              f"{sandbox.sandbox_remedy(problem)}, or pass --no-sandbox to grade trusted code without a "
+                              "sandbox.")
     return True
 
 

@@ -69,7 +69,7 @@ belongs in ``/usr/local``), the venv and the base interpreter's prefix (``config
 refuses a bound tree that holds the repository or the course); ``/proc/self/mountinfo`` names
 the host paths that are bound.
 
-Public API: ``bwrap_available()``, ``sandbox_problem()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
+Public API: ``bwrap_available()``, ``sandbox_problem()``, ``sandbox_remedy()``, ``SandboxLimits``, ``configure_sandbox()``, ``GradingExecute``
 (``prestart()``), ``discard_prestarted()``, ``prestarted_kernels()``, ``close_fork_servers()``.
 """
 
@@ -102,7 +102,7 @@ from .cells import KERNEL_DIED, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_ker
 from .course import sqlite_file
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
-__all__ = ["bwrap_available", "sandbox_problem", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
+__all__ = ["bwrap_available", "sandbox_problem", "sandbox_remedy", "SandboxLimits", "configure_sandbox", "GradingExecute", "SandboxedKernelManager",
            "discard_prestarted", "prestarted_kernels", "close_fork_servers"]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -158,6 +158,10 @@ def _run_as_nobody() -> bool:
     return os.geteuid() == 0
 
 
+PROBE_SECONDS = 30  # a trial run of bwrap takes well under a second; a loaded machine may need more
+NO_NAMESPACES = "cannot create the sandbox's namespaces here"
+
+
 @functools.lru_cache(maxsize=1)
 def sandbox_problem() -> str | None:
     """Why student code cannot be sandboxed here (what is missing or failing), or None when it can."""
@@ -171,14 +175,29 @@ def sandbox_problem() -> str | None:
              *_host_view(list(SYSTEM_TREES)), "--dev", "/dev", "--proc", "/proc", "--die-with-parent",
              *_drop_to_nobody(), "true"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_SECONDS)
+    except subprocess.TimeoutExpired:
+        return f"bubblewrap (bwrap) did not finish a trial run within {PROBE_SECONDS} s"
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"bubblewrap (bwrap) could not be run: {exc}"
+        return f"bubblewrap (bwrap) could not be run ({getattr(exc, 'strerror', None) or type(exc).__name__})"
     if done.returncode != 0:
         said = done.stderr.strip().splitlines()
-        return ("bubblewrap (bwrap) cannot create the sandbox's namespaces here"
-                + (f" ({said[-1]})" if said else f" (exit code {done.returncode})"))
+        return (f"bubblewrap (bwrap) {NO_NAMESPACES}"
+                + (f" ({said[-1][:300]})" if said else f" (exit code {done.returncode})"))
     return None
+
+
+def sandbox_remedy(problem: str) -> str:
+    """What to do about a sandbox_problem(), as a sentence: the package to install, or where bubblewrap works."""
+    if "(bubblewrap) is not installed" in problem:
+        return "Install it as root (`apt-get install bubblewrap`, or `make sysdeps-demo`)"
+    if "(util-linux) is not installed" in problem:
+        return "Install it as root (`apt-get install util-linux`)"
+    if NO_NAMESPACES in problem:
+        where = ("where bubblewrap may create namespaces" if os.geteuid() == 0 else
+                 "as root or where unprivileged user namespaces are allowed")
+        return f"Grade {where} (a container may need --privileged or a seccomp profile that permits them)"
+    return "Check that `bwrap --version` runs here, then try again"
 
 
 def bwrap_available() -> bool:
@@ -334,7 +353,7 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
         raise ValueError(f"readable paths must exist; missing: {', '.join(missing)}")
     problem = sandbox_problem()
     if problem:
-        raise RuntimeError(f"{problem}; install the 'bubblewrap' and 'util-linux' packages or grade with --no-sandbox")
+        raise RuntimeError(f"{problem}. {sandbox_remedy(problem)}, or grade with --no-sandbox")
     shown = list(dict.fromkeys([*readable, *_interpreter_paths()]))
     _check_nothing_secret_shown([*map(Path, SYSTEM_TREES + ETC_FILES), *shown, fork_server or scratch], config)
     km = config.SandboxedKernelManager

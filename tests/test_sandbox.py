@@ -251,18 +251,38 @@ def test_without_a_sandbox_tool_the_refusal_names_the_tool_and_its_package(monke
     assert choose_sandbox(no_sandbox=False) == (True, f"without a sandbox: {words}")
 
 
-def test_when_bubblewrap_cannot_make_namespaces_its_own_words_are_given(monkeypatch, sandbox_probe_reset):
-    """A host (a container) where bwrap exists but fails: the refusal quotes bwrap's last line, not "not available"."""
+@pytest.mark.parametrize("euid, remedy", [
+    (0, "Grade where bubblewrap may create namespaces (a container may need --privileged"),
+    (1000, "Grade as root or where unprivileged user namespaces are allowed (a container may need --privileged"),
+])
+def test_when_bubblewrap_cannot_make_namespaces_its_own_words_are_given(monkeypatch, sandbox_probe_reset, euid, remedy):
+    """A host (a container) where bwrap exists but fails: the refusal quotes bwrap's last line, not "not available",
+    and says where grading works; as root, not "grade as root" (found by review)."""
     from autograder.course import AutograderError
     from autograder.grade import sandbox_mode
 
     said = "bwrap: No permissions to create a new namespace, likely because the kernel does not allow it"
     monkeypatch.setattr(sandbox_probe_reset.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout="", stderr=said + "\n"))
+    monkeypatch.setattr(sandbox_probe_reset.os, "geteuid", lambda: euid)
     problem = sandbox_probe_reset.sandbox_problem()
     assert problem == f"bubblewrap (bwrap) cannot create the sandbox's namespaces here ({said})"
-    with pytest.raises(AutograderError, match=r"(may create namespaces|user namespaces are allowed) \(a container may need"):
+    with pytest.raises(AutograderError) as refused:
         sandbox_mode(no_sandbox=False)
+    assert f"{problem}, so student code cannot be sandboxed; refusing to grade. {remedy}" in str(refused.value)
+    assert (euid == 0) == ("Grade as root" not in str(refused.value)), refused.value
+
+
+def test_a_bubblewrap_trial_run_that_hangs_is_named_in_one_short_line(monkeypatch, sandbox_probe_reset):
+    """A trial run that timed out was reported with the whole bwrap command line (542 characters) and the advice for
+    namespaces (found by review)."""
+    def hangs(cmd, **kwargs):
+        raise subprocess.TimeoutExpired(cmd, kwargs.get("timeout"))
+
+    monkeypatch.setattr(sandbox_probe_reset.subprocess, "run", hangs)
+    problem = sandbox_probe_reset.sandbox_problem()
+    assert problem == f"bubblewrap (bwrap) did not finish a trial run within {sandbox_probe_reset.PROBE_SECONDS} s"
+    assert sandbox_probe_reset.sandbox_remedy(problem) == "Check that `bwrap --version` runs here, then try again"
 
 
 def test_the_cpu_limit_counts_from_after_the_start_up(isolation):
