@@ -303,6 +303,15 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     assert config.Execute.timeout == DEFAULT_CELL_TIMEOUT and config.Execute.interrupt_on_timeout is True
     assert_validate_shows_whole_messages(config, tmp_path)
     assert_validate_drops_warnings_as_grading_does(config, tmp_path)
+    # should Validator's list of steps live elsewhere (another traitlets), traitlets would drop the whole file on an
+    # error in it: the time limit and the width must still apply (found by review)
+    from nbgrader.validator import Validator
+
+    elsewhere = Config()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Validator, "preprocessors", object())
+        exec(compile(validate_config, "nbgrader_config.py", "exec"), {"get_config": lambda: elsewhere})
+    assert elsewhere.Execute.timeout == DEFAULT_CELL_TIMEOUT and elsewhere.Validator.width == config.Validator.width
 
     # one row per release notebook: its file and its points, as nbgrader's gradebook records them
     with build_env(build):
