@@ -83,24 +83,22 @@ class Timer:
 def run_logged(cmd: list[str], log: Path, **kwargs) -> int:
     """Run cmd to completion with its output in log; return its exit code.
 
-    On Ctrl-C the child is let finish its own clean-up (it got the terminal's SIGINT too; it is sent one if the
-    interrupt came to this process alone), killed only after a minute, and the KeyboardInterrupt passed on.
-    subprocess.run would kill it after a quarter of a second, in the middle of its clean-up.
+    The child runs in a session of its own, so the terminal's Ctrl-C reaches this process alone; it is passed on as
+    exactly one SIGINT (pytest and nbgrader take a second one as "abort now"), the child is let finish its clean-up,
+    killed only after a minute, and the KeyboardInterrupt raised again. subprocess.run would kill it after a quarter
+    of a second, in the middle of its clean-up.
     """
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, **kwargs)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
         try:
             return proc.wait()
         except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                proc.kill()
+                proc.wait()
             raise
 
 

@@ -24,15 +24,17 @@ repetitions, so a drifting machine load favours none; ratios are taken within on
 repetition. The per-notebook overhead is taken only between serial configurations: the
 harness with one worker against bare nbclient (cold: every kernel starts and imports
 while the clock runs) and against nbclient-prestart (warm: start-up hidden as the
-harness hides it), so parallelism is not counted as negative overhead. Also measured: nbclient on an empty notebook and on one that only imports
-numpy, torch and matplotlib (kernel start-up and import cost), and the harness's seconds
+harness hides it), so parallelism is not counted as negative overhead. Also measured:
+nbclient on an empty notebook and on one that only imports numpy, torch and matplotlib
+(kernel start-up and import cost), and the harness's seconds
 per notebook as its job table records them (kernel start hidden except for a job's first
 notebook, which also pays for starting the second one). Figures are printed
 last and saved to build/bench/grading_throughput.json, which is also written after every
 repetition ("complete": false until the last), so an interrupted run keeps what it
 measured. Everything generated goes under build/bench/grading/ (wiped at the start).
 The exit code is 1 when the graders disagree on a student's total in any repetition or
-a harness run reports an error: its times would not be of grading done right.
+a harness run reports an error (its times would not be of grading done right; each
+repetition says so as it ends), and 3 when a configuration's command fails outright.
 """
 
 from __future__ import annotations
@@ -434,7 +436,9 @@ def main() -> None:
     seconds = {c: [] for c in configs}
     cpu = {c: [] for c in configs}
     per_nb, totals_by_rep, exit_codes = {}, [], {c: [] for c in configs if c.startswith("harness")}
-    result = None
+    # written now, so a run that fails in its first repetition leaves no earlier run's figures standing as its own
+    save("grading_throughput", summarize(info, students, n_nb, 0, args.reps, sandbox, kcost, configs, seconds, cpu,
+                                         per_nb, totals_by_rep, exit_codes))
     for rep in range(args.reps):
         totals_of = {}
         for c in run_order(configs, rep):
@@ -443,7 +447,7 @@ def main() -> None:
                 run = run_config(c, rep, master, files, sandbox)
             except RunFailed as exc:
                 print(f"error: {exc}", file=sys.stderr)
-                sys.exit(1)
+                sys.exit(3)
             seconds[c].append(run["wall"])
             cpu[c].append(run["cpu"])
             if c in exit_codes:
@@ -456,6 +460,8 @@ def main() -> None:
                 per_nb.setdefault(c, []).extend(run["per_nb"])
             print(f"  {run['wall']:.1f} s wall, {run['cpu']:.1f} s CPU", flush=True)
         totals_by_rep.append(totals_of)
+        if len({tuple(sorted(t.items())) for t in totals_of.values()}) > 1:  # said now: a full run takes hours
+            print(f"  warning: the graders gave different totals in repetition {rep + 1}: {totals_of}", file=sys.stderr)
         info["load_at_end"] = [round(x, 2) for x in load()]
         result = summarize(info, students, n_nb, rep + 1, args.reps, sandbox, kcost, configs, seconds, cpu, per_nb,
                            totals_by_rep, exit_codes)

@@ -23,6 +23,7 @@ from pathlib import Path
 # one thread everywhere, whatever the caller exported: the target compares against PyTorch at one thread, and
 # numpy's BLAS (our first pass is a matrix-vector product) follows OPENBLAS_NUM_THREADS, not OMP_NUM_THREADS alone
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+EXPORTED_THREADS = {name: os.environ.get(name) for name in THREAD_VARIABLES}  # what the caller had set, for the record
 for _name in THREAD_VARIABLES:
     os.environ[_name] = "1"
 
@@ -96,11 +97,13 @@ def thread_counts() -> dict:
 
 
 def require_one_thread() -> dict:
-    """The thread counts, after checking that every pool runs one thread (exit 2 otherwise)."""
+    """The thread counts, after checking that every pool runs one thread (exit 1 otherwise)."""
     counts = thread_counts()
     many = {name: n for name, n in counts.items() if n != 1}
     if many:
-        die(f"every library must compute on one thread, but {', '.join(f'{k} uses {v}' for k, v in many.items())}")
+        print(f"error: every library must compute on one thread, but "
+              f"{', '.join(f'{k} uses {v}' for k, v in many.items())}", file=sys.stderr)
+        sys.exit(1)
     return counts
 
 
@@ -252,7 +255,8 @@ def main() -> None:
 
     result = {"machine": info, "rows": rows, "classes": args.classes, "reps": reps, "logits_bytes": logits_bytes,
               "seconds": {m: {c: describe(times[m][c]) for c in ("wall", "cpu")} for m in METHODS},
-              "ratios": {}, "memory": mem, "accuracy": acc, "threads": threads}
+              "ratios": {}, "memory": mem, "accuracy": acc, "threads": threads,
+              "exported_thread_variables": EXPORTED_THREADS}
     rows_out = []
     for m in METHODS:
         r = {c: ratios(times, m, "floor_out", c) for c in ("wall", "cpu")}

@@ -144,11 +144,12 @@ def main() -> None:
     for rep in range(args.reps):
         print(f"run {rep + 1}/{args.reps}: pytest (pytest.ini's options)", flush=True)
         junit = logs / f"junit-{rep}.xml"
+        junit.unlink(missing_ok=True)  # a report left by an earlier invocation must not stand for this run's
         wall, cpu, used, line, rc = run_suite(logs / f"suite-{rep}.log", junit)
         walls.append(wall)
         cpus.append(cpu)
         busy.append(used["busy"])
-        busy_share.append(100 * used["busy"] / (info["nproc"] * wall))
+        busy_share.append(100 * used["busy"] / (os.cpu_count() * wall))  # /proc/stat counts every CPU of the host
         results.append({"line": line, "exit_code": rc, "machine_cpu": used})
         print(f"  {wall:.1f} s wall, {cpu:.1f} s CPU reaped by pytest, machine busy {used['busy']:.0f} s "
               f"({busy_share[-1]:.0f} % of {info['nproc']} cores), steal {used['steal']:.0f} s: {line}", flush=True)
