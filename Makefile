@@ -66,7 +66,8 @@ demo: sysdeps-demo $(STAMP)
 ## the student's view: JupyterLab on the unpacked student zip (unpacked once; work stays in build/lab/part-ii)
 lab: $(STAMP)
 	@# release's report and next steps are the instructor's (hand out the zip, collect): a student needs neither
-	@test -d $(LAB_DIR)/part-ii || { $(RUN) $(BIN)/python -m autograder release --build build >/dev/null && \
+	@test -d $(LAB_DIR)/part-ii || { echo "preparing the student notebooks (the course's release)..." && \
+	  $(RUN) $(BIN)/python -m autograder release --build build >/dev/null && \
 	  $(BIN)/python -m zipfile -e build/course/student/part-ii.zip $(LAB_DIR) && \
 	  echo "unpacked the student notebooks into $(LAB_DIR)/part-ii: your work stays there"; }
 	cd $(LAB_DIR)/part-ii && $(RUN) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root)
