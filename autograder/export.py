@@ -234,7 +234,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         except MissingEntry:
             raise AutograderError(f"the gradebook has no assignment part-ii; {run_first(course, 'release')}") from None
         solution_names = {nb.name: {c.name for c in nb.solution_cells} for nb in assignment.notebooks}
-        sync_now(gb)  # the due date may have moved in formgrader since the last sync
+        sync_now(gb, course.config)  # the due date may have moved in formgrader since the last sync
         extended = extension_ends(gb.db)
         released_tests, answers = released_test_ids(course), released_answers(course)
         for student in sorted(gb.students, key=lambda s: s.id):

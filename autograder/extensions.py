@@ -87,8 +87,9 @@ def adopt_native_extensions(gb) -> None:
                                                      until=due + submission.extension))
 
 
-def sync_all(gb) -> None:
-    """Set every submission row's extension from the extension table (caller commits).
+def sync_all(gb, config) -> None:
+    """Set every submission row's extension from the extension table, and each late penalty for the lateness that
+    gives (caller commits); config: the course's nbgrader Config (its late-submission plugin).
 
     Run wherever the due date may have moved since the last sync: release --due-date, and export and
     feedback, which read lateness (formgrader's Edit assignment and `nbgrader db assignment` change the
@@ -98,19 +99,52 @@ def sync_all(gb) -> None:
     for submission in gb.assignment_submissions(ASSIGNMENT):
         if submission.extension is not None or submission.student.id in ends:
             sync_submission(gb, submission, ends)
+    reassess_late_penalties(gb, config)
 
 
-def sync_now(gb) -> None:
-    """Bring nbgrader's extension columns in line with the extension table and the due date now (one commit)."""
+def late_penalty_step(config):
+    """nbgrader's AssignLatePenalties with the course's configured plugin, as autograde runs it."""
+    from nbgrader.preprocessors import AssignLatePenalties
+
+    step = AssignLatePenalties(config=config)
+    step.init_plugin()
+    return step
+
+
+def reassess_late_penalties(gb, config) -> None:
+    """Set each graded notebook's late penalty as autograde would set it now (caller commits).
+
+    Autograde sets it once, from the lateness when it ran; an extension granted or removed, or a due date moved,
+    afterwards left it standing: export took 71 points off a student whose extension made them not late (found
+    by review). As nbgrader's AssignLatePenalties: none unless the hand-in is late, else the plugin's penalty on
+    the notebook's autograded points (its score when autograde ran), within [0, those points]. With nbgrader's
+    default plugin (penalty_method "none") every penalty stays none.
+    """
+    step = late_penalty_step(config)
+    for submission in gb.assignment_submissions(ASSIGNMENT):
+        late = submission.total_seconds_late
+        for notebook in submission.notebooks:
+            penalty = None
+            if late > 0:
+                points = sum(grade.auto_score or 0.0 for grade in notebook.grades)
+                given = step.plugin_inst.late_submission_penalty(submission.student.id, points, late)
+                penalty = None if given is None else min(max(float(given), 0.0), points)
+            if notebook.late_submission_penalty != penalty:
+                notebook.late_submission_penalty = penalty
+
+
+def sync_now(gb, config) -> None:
+    """Bring nbgrader's extension and late-penalty columns in line with the extension table and the due date now
+    (one commit); config: the course's nbgrader Config."""
     with one_transaction(gb.db):
         adopt_native_extensions(gb)
-        sync_all(gb)
+        sync_all(gb, config)
 
 
 def synced(course: Course) -> None:
     """sync_now on the course's gradebook."""
     with course.gradebook() as gb:
-        sync_now(gb)
+        sync_now(gb, course.config)
 
 
 def grant(course: Course, students: list[str], until: dt.datetime | None) -> list[Extension]:
@@ -140,6 +174,7 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
                     sync_submission(gb, gb.find_submission(ASSIGNMENT, student))
                 except MissingEntry:
                     pass  # not graded yet: grading writes the row and its extension
+            reassess_late_penalties(gb, course.config)
     return extensions(course)
 
 
@@ -158,7 +193,7 @@ def extensions(course: Course) -> list[Extension]:
     """Every extension of the course (nbgrader's own ones too), by student id."""
     with course.gradebook() as gb:
         due = released_due_date(course, gb)
-        sync_now(gb)
+        sync_now(gb, course.config)
         known = {s.id for s in gb.students}
         by_case: dict[str, list[str]] = {}
         for sid in sorted(known):

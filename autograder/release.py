@@ -171,7 +171,7 @@ def set_due_date(course: Course, due_date: dt.datetime | None) -> None:
     with course.gradebook() as gb, one_transaction(gb.db):  # a due date never lands without its extensions
         adopt_native_extensions(gb)  # at the end times they have under the old due date
         gb.find_assignment(ASSIGNMENT).duedate = due_date
-        sync_all(gb)  # a student's extension keeps its end time, so its interval changes with the due date
+        sync_all(gb, course.config)  # an extension keeps its end time, so its interval (and a penalty) change
 
 
 def due_date_of(course: Course) -> dt.datetime | None:

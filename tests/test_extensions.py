@@ -108,6 +108,41 @@ def test_the_worker_s_private_gradebook_gets_the_extension_for_nbgrader_s_late_p
         discard_job_dir(job_dir)
 
 
+def penalties(course: Course) -> dict[str, float]:
+    """{student: the submission's late penalty (nbgrader's sum over its notebooks)}."""
+    with course.gradebook() as gb:
+        return {s.student.id: s.late_submission_penalty for s in gb.assignment_submissions(ASSIGNMENT)}
+
+
+def test_a_late_penalty_follows_an_extension_or_a_moved_due_date_as_autograde_would_set_it(course):
+    """Autograde sets a late penalty once; an extension granted afterwards left it standing, so export took every
+    point off a student it reported as not late (a course with nbgrader's penalty_method "zero"; found by review).
+    The penalty now follows each change of lateness, computed by nbgrader's plugin on the autograded points (export
+    and feedback read this column after the same sync)."""
+    course.config.LateSubmissionPlugin.penalty_method = "zero"  # the whole score goes when late, as nbgrader's
+    with course.gradebook() as gb:
+        points = {}
+        for student in ("ann", "bob"):
+            for notebook in gb.find_submission(ASSIGNMENT, student).notebooks:
+                for grade in notebook.grades:  # full marks, as autograde would record them
+                    grade.auto_score = grade.max_score
+                # both are an hour late: what autograde's AssignLatePenalties wrote, the whole score
+                notebook.late_submission_penalty = notebook.score
+            gb.db.commit()
+            points[student] = gb.find_submission(ASSIGNMENT, student).score
+    assert points["ann"] > 0 and points["ann"] == points["bob"]
+    assert penalties(course) == {"ann": points["ann"], "bob": points["bob"]}
+    grant(course, ["ann"], DUE + 2 * HOUR)  # ann is not late any more
+    assert penalties(course) == {"ann": 0, "bob": points["bob"]}
+    grant(course, ["ann"], None)  # late again
+    assert penalties(course) == {"ann": points["ann"], "bob": points["bob"]}
+    set_due_date(course, DUE + 3 * HOUR)  # as release --due-date does: nobody is late
+    assert penalties(course) == {"ann": 0, "bob": 0}
+    course.config.LateSubmissionPlugin.penalty_method = "none"  # nbgrader's default: never a penalty
+    set_due_date(course, DUE)
+    assert penalties(course) == {"ann": 0, "bob": 0}
+
+
 @pytest.mark.parametrize("until, words", [
     (DUE, "an extension must end after the due date (2026-03-01 15:59 UTC); got 2026-03-01 15:59 UTC"),
     (DUE - HOUR, "must end after the due date"),
