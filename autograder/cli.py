@@ -13,9 +13,10 @@ exit codes:
   0    done
   1    done, but the output names something to look at: collect rejected files; grade could
        not grade a submission; extend named a student who is not in the gradebook; feedback
-       could not write a report; export left a student's scores empty; check found a failing,
-       edited or deleted test or a name grading rejects; demo gave a score other than
-       predicted or hit a grading or feedback error
+       could not write a report; export left a student's scores empty or found a hand score
+       outside its cell's points; check found a failing, edited or deleted test or a name
+       grading rejects; demo gave a score other than predicted or hit a grading or feedback
+       error
   2    nothing done: bad arguments or input, no course or release, the course busy, or a
        refusal the message explains (a download whose layout collect cannot tell, a release
        that would leak solutions, test cells changed since the release); also when the file
@@ -368,7 +369,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1 if result.errors else 0
     if args.command == "export":
         from .collect import NOT_FILED, load_collect_log, nobodys_files, shown
-        from .export import export, not_graded, waiting_for_a_grader
+        from .export import export, hand_scores_outside, not_graded, waiting_for_a_grader
 
         with course.lock("export"):
             written = export(course, bom=args.bom)
@@ -391,6 +392,12 @@ def _run(args: argparse.Namespace) -> int:
                   "(not graded yet, or flagged for review by a regrade): see needs_manual_grading; "
                   "run export again after grading them")
         code = 0
+        if outside := hand_scores_outside(written[0]):
+            n = len(outside)
+            print(f"{n} {'student has' if n == 1 else 'students have'} a hand score below 0 or above its cell's points "
+                  f"({listed(outside)}; the notes name the cells): correct {'it' if n == 1 else 'them'} in formgrader "
+                  "(points beyond the maximum are extra credit), then export again")
+            code = 1
         if pending := not_graded(written[0]):
             n = len(pending)
             print(f"{n} {'student is' if n == 1 else 'students are'} not graded yet ({listed(pending)}): "

@@ -1217,6 +1217,39 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_a_hand_score_outside_its_cell_s_points_is_named_by_export_which_exits_1(graded, capsys):
+    """formgrader's page keeps a hand score within 0..points, but its API and scripts on nbgrader's Gradebook do not:
+    5 on a 2-point answer made 02 read 19 / 16 in grades.csv and on the student's overview, and -1 passed as well,
+    export exiting 0 (found by review). Export now names each such score and exits 1."""
+    from autograder.cli import main
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        with course.gradebook() as gb:
+            submission = gb.find_submission("part-ii", "partial")
+            cells = [g for nb in sorted(submission.notebooks, key=lambda n: n.name)
+                     for g in sorted(nb.grades, key=lambda g: g.name) if g.max_score > 0]
+            by_hand = [g for g in cells if g.auto_score is None]
+            assert by_hand, "the shared class has an answer graded by hand"
+            # the other: a test cell, whose autograded score a hand score replaces (formgrader allows it)
+            high, low = by_hand[0], next(g for g in cells if g.auto_score is not None)
+            named = [(g.notebook.name, g.name, g.max_score) for g in (high, low)]
+            high.manual_score, low.manual_score = high.max_score + 3, -1
+            gb.db.commit()
+        with build_env(build):
+            code = main(["export", "--build", str(build)])
+        out = capsys.readouterr().out
+        assert code == 1, out
+        assert "1 student has a hand score below 0 or above its cell's points (partial; the notes name the cells)" in out
+        notes = read_grades(course)["partial"]["notes"]
+        (nb_high, id_high, max_high), (nb_low, id_low, max_low) = named
+        assert f"{nb_high} {id_high} {max_high + 3:g} of {max_high:g}" in notes, notes
+        assert f"{nb_low} {id_low} -1 of {max_low:g}" in notes, notes
+        assert "hand score" not in read_grades(course)["perfect"]["notes"]
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_after_a_failed_regrade_feedback_writes_no_page_and_export_leaves_the_scores_empty(graded, capsys):
     """A grading that failed (job state error) leaves the earlier grading's pages and scores standing for other files:
     feedback wrote pages from the old autograded notebook and export showed the old scores, exiting 0 (found by
