@@ -41,6 +41,17 @@ def choose_sandbox(no_sandbox: bool) -> tuple[bool, str]:
     return True, f"without a sandbox: {problem}"
 
 
+def manual_grading_hint(course: Course) -> str:
+    """The line saying how to grade the free-text answers: JupyterLab in the course folder, started in a subshell so
+    that the export and feedback commands after it run where they were typed, in the repository."""
+    as_root = " --allow-root" if os.geteuid() == 0 else ""  # JupyterLab refuses root without it
+    jupyter = shlex.quote(str(REPO / ".venv" / "bin" / "jupyter"))
+    return (f"manual grading: (cd {shlex.quote(str(course.root))} && {jupyter} lab{as_root})   "
+            f"(then Nbgrader > Formgrader > Manual Grading, with marking/<notebook>.md open beside it; afterwards run "
+            f"`python -m autograder export{build_option(course)}` and "
+            f"`python -m autograder feedback{build_option(course)}`)")
+
+
 def plot_totals(totals: dict[str, float], max_score: float, path: Path) -> Path:
     """Save a histogram of total scores (points) as PNG."""
     import matplotlib
@@ -178,9 +189,4 @@ def print_paths(course: Course, student_zip: Path, lms_zip: Path, grades_csv: Pa
     for label, path in items:
         print(f"  {label:<22} {path}")
     print(f"  {'grading mode':<22} {graded_mode} ({mode})")
-    as_root = " --allow-root" if os.geteuid() == 0 else ""  # JupyterLab refuses root without it
-    jupyter = shlex.quote(str(REPO / ".venv" / "bin" / "jupyter"))
-    print(f"\nmanual grading: cd {shlex.quote(str(course.root))} && {jupyter} lab{as_root}   "
-          f"(then Nbgrader > Formgrader > Manual Grading, with marking/<notebook>.md open beside it; afterwards run "
-          f"`python -m autograder export"
-          f"{build_option(course)}` and `... feedback{build_option(course)}`)")
+    print(f"\n{manual_grading_hint(course)}")

@@ -131,6 +131,32 @@ def test_bad_arguments_exit_nonzero_with_a_message(argv, words, empty_build, cap
     assert not (REPO / "course").exists() and not (REPO / "notebooks" / "course").exists()
 
 
+def test_the_demo_s_manual_grading_line_leaves_the_shell_where_export_and_feedback_run(tmp_path):
+    """The demo printed `cd COURSE && jupyter lab`, then export and feedback commands, which fail in the course folder
+    (no module named autograder; found by review). JupyterLab now starts in a subshell: run as printed (jupyter
+    replaced by `true`), the shell is still in the repository afterwards."""
+    import shlex
+
+    from traitlets.config import Config
+
+    from autograder.course import Course
+    from autograder.demo import manual_grading_hint
+
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path / "demo" / "course")
+    Path(config.CourseDirectory.root).mkdir(parents=True)
+    line = manual_grading_hint(Course(config))
+    command = line.removeprefix("manual grading: ").split("   ", 1)[0]
+    jupyter = shlex.quote(str(REPO / ".venv" / "bin" / "jupyter"))
+    assert f"{jupyter} lab" in command, line
+    done = subprocess.run(["bash", "-c", command.replace(f"{jupyter} lab", "true", 1) + " && pwd"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == str(REPO), (command, done.stdout, done.stderr)
+    for step in ("export", "feedback"):
+        assert f"`python -m autograder {step} --build {tmp_path / 'demo'}`" in line or \
+               f"`python -m autograder {step} --build {shlex.quote(str(tmp_path / 'demo'))}`" in line, line
+
+
 def test_a_notebook_check_cannot_find_gets_an_example_that_exists(tmp_path, monkeypatch):
     """The example path was always build/lab/part-ii/02-shapes-and-loss.ipynb, also when that was the path that had
     just failed, before `make lab` (found by review): the unpacked copy of the name given, else the folder; before
