@@ -776,7 +776,8 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
     if penalty:
         notes.append(f"a late penalty of {penalty:g} points is taken off the {raw:g} points the notebooks scored")
     if pending:
-        notes.append("provisional: answers your instructor grades by hand count as 0 until they are graded")
+        notes.append("provisional: answers your instructor grades by hand count as 0 until they are graded, and a "
+                     "score given before a regrade counts until it is reviewed")
     page = index_page(course, student)
     page.write_text(f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(ASSIGNMENT)}: feedback for {html.escape(student)}</title></head>
