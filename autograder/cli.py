@@ -34,7 +34,7 @@ import re
 import sys
 from pathlib import Path
 
-from .course import (DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, AutograderError, Course, build_flag, build_option,
+from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, AutograderError, Course, build_flag, build_option,
                      gradebook_error, listed, load_config)
 from .demo import DEMO_CELL_TIMEOUT, DEMO_NOTEBOOK_TIMEOUT
 
@@ -426,6 +426,13 @@ def per_notebook(notes: dict[str, list[str]]) -> str:
     return "; ".join(f"{nb}: {', '.join(items)}" for nb, items in sorted(notes.items()))
 
 
+def awaiting_a_grader(course: Course) -> list[str]:
+    """Graded students with answers waiting for a grader in formgrader (not graded by hand yet, or flagged for review
+    by a regrade), by id."""
+    with course.gradebook() as gb:
+        return sorted(s.student.id for s in gb.assignment_submissions(ASSIGNMENT) if s.needs_manual_grade)
+
+
 def print_next_step(course: Course, rejected: bool = False, unfiled: bool = False) -> None:
     """After release or collect: the command to run next (grade; collect before any hand-in; feedback and export once
     every hand-in is graded);
@@ -442,6 +449,13 @@ def print_next_step(course: Course, rejected: bool = False, unfiled: bool = Fals
             + ([f"{again} {'student is' if again == 1 else 'students are'} to be graded again"] if again else [])
         print(f"next: `python -m autograder grade{build}` ({'; '.join(parts)})")
     elif course.submitted_students():
+        if hand := awaiting_a_grader(course):
+            n = len(hand)
+            print(f"next: nothing to grade (every collected hand-in is graded); answers of {n} "
+                  f"{'student' if n == 1 else 'students'} ({listed(hand)}) wait for a grader in formgrader (JupyterLab "
+                  f"started in {course.root}: Nbgrader > Formgrader > Manual Grading), then `python -m autograder "
+                  f"feedback{build}` and `python -m autograder export{build}` write the pages and grades.csv")
+            return
         print(f"next: nothing to grade (every collected hand-in is graded); `python -m autograder feedback{build}` and "
               f"`python -m autograder export{build}` write the pages and grades.csv, `python -m autograder collect "
               f"PATH{build}` files new hand-ins")

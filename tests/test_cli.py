@@ -1620,6 +1620,28 @@ def test_grading_with_a_released_notebooks_source_gone_says_so(tmp_path, capsys,
             in err and "Traceback" not in err), err
 
 
+def test_with_answers_waiting_for_a_grader_the_next_step_points_to_formgrader(tmp_path, capsys, monkeypatch):
+    """Every hand-in graded but an answer waiting for a grader (here flagged, as a regrade flags a hand score): the
+    next step said only "nothing to grade" and to run feedback and export, which would give provisional scores (found
+    by review). It names the students and formgrader first."""
+    from autograder.course import Course
+    from shared_builds import build_env
+
+    build, _ = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol",))
+    with build_env(build):
+        course = Course.load(build)
+    with course.gradebook() as gb:
+        grade = next(g for nb in gb.find_submission("part-ii", "carol").notebooks for g in nb.grades)
+        grade.needs_manual_grade = True
+        gb.db.commit()
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 0 and out.endswith(
+        f"next: nothing to grade (every collected hand-in is graded); answers of 1 student (carol) wait for a grader in "
+        f"formgrader (JupyterLab started in {build.resolve() / 'course'}: Nbgrader > Formgrader > Manual Grading), then "
+        f"`python -m autograder feedback --build {build}` and `python -m autograder export --build {build}` write the "
+        "pages and grades.csv\n"), err + out
+
+
 def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the_grades_stand(tmp_path, capsys,
                                                                                                monkeypatch):
     """A hidden check the model answer fails was released, every graded student queued again, and the next grade
