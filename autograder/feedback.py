@@ -762,6 +762,9 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
         scored = {nb.name: (nb.score, nb.needs_manual_grade) for nb in (submission.notebooks if submission else [])}
         raw = submission.score if submission else 0.0
         penalty = (submission.late_submission_penalty or 0.0) if submission else 0.0
+        late = (submission.total_seconds_late or 0) if submission else 0
+        lateness = (f"handed in late: {late_by(late)} after {'your extended' if submission.extension else 'the'} due "
+                    f"date ({both_clocks(submission.duedate)})") if late else None
     rows, pending = [], False
     for nb in course.notebook_names():
         score, waiting = scored.get(nb, (0.0, False)) if nb in graded else (0.0, False)
@@ -772,7 +775,7 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
         link = f'<a href="{quote(ASSIGNMENT)}/{quote(nb)}.html">{name}</a>' if nb in graded | explained else name
         rows.append(f"<tr><td>{link}</td><td>{html.escape(what)}</td></tr>")
     total = max(0.0, raw - penalty)
-    notes = []
+    notes = [lateness] if lateness else []  # as each notebook's page opens with it
     if penalty:
         notes.append(f"a late penalty of {penalty:g} points is taken off the {raw:g} points the notebooks scored")
     if pending:

@@ -1391,6 +1391,14 @@ def test_an_extension_puts_a_late_hand_in_on_time_in_export_and_feedback_and_cou
                 assert (f"1 h 3 min after your extended due date ({partial_until:%Y-%m-%d %H:%M} UTC, "
                         f"{beijing:%Y-%m-%d %H:%M} Beijing time)") in text, text[:1500]
         assert {p.parent.parent.name for p in pages} == {"perfect", "partial"}
+        # the overview says it too, which said nothing of lateness (found by review)
+        from autograder.feedback import index_page
+
+        overview = {s: page_text(index_page(course, s).read_text(encoding="utf-8")) for s in ("perfect", "partial")}
+        assert (f"Handed in late: 1 h 3 min after your extended due date ({partial_until:%Y-%m-%d %H:%M} UTC, "
+                f"{partial_until + dt.timedelta(hours=8):%Y-%m-%d %H:%M} Beijing time)") in overview["partial"], \
+            overview["partial"]
+        assert "late" not in overview["perfect"].lower(), overview["perfect"]
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
