@@ -250,10 +250,14 @@ def not_run_for_time(nb) -> list[str]:
     return [nbgrader_meta(cell)["grade_id"] for cell in nb.cells if is_test_cell(cell) and unrun_for_time(cell)]
 
 
+def error_named(cell, name: str):
+    """The error output of the exception `name` the code cell's run ended with, or None."""
+    return next((o for o in cell.get("outputs", []) if o.get("output_type") == "error" and o.get("ename") == name), None)
+
+
 def stopped_by_budget(cell) -> bool:
     """A cell the notebook's time budget stopped while it ran (BudgetedExecute says so in its CellTimeoutError)."""
-    error = next((o for o in cell.get("outputs", [])
-                  if o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"), None)
+    error = error_named(cell, "CellTimeoutError")
     return error is not None and str(error.get("evalue", "")).startswith(BUDGET_SPENT)
 
 

@@ -38,8 +38,9 @@ import re
 from pathlib import Path
 
 from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
-                    checks_format_only, cut_at_time_limit, first_line, grade_ids, graded_cells_of, heading_after, is_edited,
-                    is_test_cell, nbgrader_meta, numbered_cell, outcome_message, stopped_by_budget, stopped_kernel)
+                    checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids, graded_cells_of,
+                    heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell, outcome_message,
+                    stopped_by_budget, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config
@@ -284,11 +285,6 @@ FORMAT_OK = ("✔ Form only: the visible checks look at the answer's form, not a
              "tests decide that when your notebook is graded.")
 EDITED = ("✘ This test cell was changed: grading uses the released cell, so this result does not count. "
           "Undo the change (copy the cell from a fresh copy of the notebook).")
-
-
-def error_named(cell, name: str):
-    """The error output of the exception `name` the code cell's run ended with, or None."""
-    return next((o for o in cell.get("outputs", []) if o.output_type == "error" and o.get("ename") == name), None)
 
 
 def raised(cell, name: str) -> bool:
