@@ -174,8 +174,7 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
                     sync_submission(gb, gb.find_submission(ASSIGNMENT, student))
                 except MissingEntry:
                     pass  # not graded yet: grading writes the row and its extension
-            reassess_late_penalties(gb, course.config)
-    return extensions(course)
+    return extensions(course)  # its sync sets the late penalties for the new lateness
 
 
 def released_due_date(course: Course, gb):
