@@ -308,13 +308,19 @@ class GetGradesNotingPending(GetGrades):
             meta["comment"] = f"{meta['comment']}\n\n{note}" if meta.get("comment") else note
 
 
+def after_due_date(seconds: float, due, extended: bool) -> str:
+    """'1 h 3 min after your extended due date (… UTC, … Beijing time)': how late, for a student (due naive UTC,
+    including the student's extension when extended)."""
+    return f"{late_by(seconds)} after {'your extended' if extended else 'the'} due date ({both_clocks(due)})"
+
+
 def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = False) -> str:
     """The note opening a page handed in after the due date (times naive UTC, as nbgrader keeps them; due
     includes the student's extension, when extended) -> markdown."""
     cost = (f"It costs {penalty:g} points (the late penalty)." if penalty else
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
-    return (f"**Handed in late.** Your hand-in is dated {both_clocks(handed_in)}, {late_by(seconds)} after "
-            f"{'your extended' if extended else 'the'} due date ({both_clocks(due)}). {cost}")
+    return (f"**Handed in late.** Your hand-in is dated {both_clocks(handed_in)}, "
+            f"{after_due_date(seconds, due, extended)}. {cost}")
 
 
 def both_clocks(moment) -> str:
@@ -763,8 +769,8 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
         raw = submission.score if submission else 0.0
         penalty = (submission.late_submission_penalty or 0.0) if submission else 0.0
         late = (submission.total_seconds_late or 0) if submission else 0
-        lateness = (f"handed in late: {late_by(late)} after {'your extended' if submission.extension else 'the'} due "
-                    f"date ({both_clocks(submission.duedate)})") if late else None
+        lateness = (f"handed in late: {after_due_date(late, submission.duedate, submission.extension is not None)}"
+                    if late else None)
     rows, pending = [], False
     for nb in course.notebook_names():
         score, waiting = scored.get(nb, (0.0, False)) if nb in graded else (0.0, False)
