@@ -14,6 +14,11 @@ if str(CODE) not in sys.path:
     sys.path.insert(0, str(CODE))
 
 import shared_builds  # noqa: E402 - after the path setup, like every test module's imports
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
+
+# Hypothesis keeps its example database and constants cache in the build folder, with the rest of
+# the generated state, not in .hypothesis/ beside the sources (wherever pytest was started from).
+set_hypothesis_home_dir(REPO / "build" / "hypothesis")
 
 
 def _is_controller(config) -> bool:
