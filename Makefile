@@ -65,12 +65,23 @@ demo: sysdeps-demo $(STAMP)
 
 ## the student's view: JupyterLab on the unpacked student zip (unpacked once; work stays in build/lab/part-ii)
 lab: $(STAMP)
-	@# release's report and next steps are the instructor's (hand out the zip, collect): a student needs neither
-	@test -d $(LAB_DIR)/part-ii || { echo "preparing the student notebooks (the course's release)..." && \
-	  $(RUN) $(BIN)/python -m autograder release --build build >/dev/null && \
-	  $(BIN)/python -m zipfile -e build/course/student/part-ii.zip $(LAB_DIR) && \
+	@# release's report and next steps are the instructor's (hand out the zip, collect): a student needs neither.
+	@# The release is a course of its own in build/lab/course: an instructor's course in build/course, with its
+	@# hand-ins, is never released again behind their back.
+	@test -d $(LAB_DIR)/part-ii || { echo "preparing the student notebooks (a release of the course into $(LAB_DIR)/course)..." && \
+	  $(RUN) $(BIN)/python -m autograder release --build $(LAB_DIR) >/dev/null && \
+	  $(BIN)/python -m zipfile -e $(LAB_DIR)/course/student/part-ii.zip $(LAB_DIR) && \
 	  echo "unpacked the student notebooks into $(LAB_DIR)/part-ii: your work stays there"; }
 	cd $(LAB_DIR)/part-ii && $(RUN) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
+## deletes build/; refuses while it holds a course with hand-ins or a student's notebooks (FORCE=1 deletes them too)
 clean:
+	@kept=""; \
+	[ -n "$$(ls -A build/course/submitted 2>/dev/null)" ] && \
+	  kept="$$kept\n  build/course: a course with collected hand-ins (its gradebook, hand grades and submissions)"; \
+	[ -d $(LAB_DIR)/part-ii ] && kept="$$kept\n  $(LAB_DIR)/part-ii: the student notebooks make lab unpacked, and the work in them"; \
+	if [ -n "$$kept" ] && [ "$(FORCE)" != 1 ]; then \
+	  printf "make clean: not deleting build/, which holds$$kept\nCopy out what you need, then run: make clean FORCE=1\n" >&2; \
+	  exit 1; \
+	fi
 	rm -rf build
