@@ -21,6 +21,7 @@ import csv
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 
@@ -28,7 +29,7 @@ from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_c
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
-from .grade import job_rows, needs_regrade
+from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -55,9 +56,10 @@ def capped(notes: list[str], kind: str) -> list[str]:
 
 
 def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool = False,
-                  grade: str = "python -m autograder grade") -> tuple[str, list[str]]:
+                  grade: str = "python -m autograder grade", gone: bool = False) -> tuple[str, list[str]]:
     """(status, reasons) of one student from the collect report and the job table; stale: handed in
-    again after the job was graded; grade: the command that grades them (with the course's --build)."""
+    again after the job was graded; grade: the command that grades them (with the course's --build); gone: the
+    gradebook lost the grades of their graded job (grade.grades_gone)."""
     collected = collect_log["students"].get(student, {})
     notes = capped([f"rejected {r['file']}: {r['reason']}" for r in collect_log["rejected"] if r.get("student") == student],
                    "rejected")
@@ -84,6 +86,8 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     if stale:
         return "not graded", notes + ["handed in again after grading (collect filed newer files); "
                                       f"run `{grade}`"]
+    if gone:
+        return "not graded", notes + [f"{GRADES_GONE}; run `{grade}`"]
     for nb, r in sorted(json.loads(job["notebooks"] or "{}").items()):
         if r["status"] == "error":
             notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
@@ -225,6 +229,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
     collect_log = load_collect_log(course)
     jobs = job_rows(course.db_url)
     stale = needs_regrade(course, jobs)
+    grades_lost = grades_gone(course, jobs)
     from nbgrader.api import MissingEntry
 
     rows, cells = [], []
@@ -237,9 +242,12 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         sync_now(gb, course.config)  # the due date may have moved in formgrader since the last sync
         extended = extension_ends(gb.db)
         released_tests, answers = released_test_ids(course), released_answers(course)
-        for student in sorted(gb.students, key=lambda s: s.id):
+        students = {s.id: s for s in gb.students}
+        for lost in grades_lost - set(students):  # removed from the gradebook with their grades: a row still says so
+            students[lost] = SimpleNamespace(id=lost, last_name=None, first_name=None, email=None)
+        for student in sorted(students.values(), key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale,
-                                          f"python -m autograder grade{build_option(course)}")
+                                          f"python -m autograder grade{build_option(course)}", student.id in grades_lost)
             handed_in = submitted_cells(course, student.id)
             if tampered := tampered_tests(handed_in, released_tests):
                 notes += tampered

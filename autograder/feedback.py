@@ -852,7 +852,7 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     synced(course)  # the pages read lateness from nbgrader's columns
     signatures = hidden_lines(course)
     result = FeedbackResult()
-    from .grade import job_rows, needs_regrade
+    from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade
 
     every_job = job_rows(course.db_url)
     jobs = {s: row for s, row in every_job.items() if s in graded}  # hash only these hand-ins
@@ -865,6 +865,9 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     for student in sorted(needs_regrade(course, jobs)):
         result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
                                   f"{run_first(course, 'grade')}")
+        graded.remove(student)
+    for student in sorted(grades_gone(course, jobs) - set(result.errors)):  # nbgrader would fail on them, unexplained
+        result.errors[student] = f"{GRADES_GONE}: no feedback written; {run_first(course, 'grade')}"
         graded.remove(student)
     for student in sorted(s for s, row in jobs.items() if row["state"] == "error" and s in graded):
         # the pages of an earlier grading would stand for a hand-in whose new grading failed (found by review)

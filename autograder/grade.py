@@ -169,11 +169,47 @@ def needs_regrade(course: Course, jobs: dict[str, dict]) -> set[str]:
             and _digest(course.step_dir("submitted", student)) != row["digest"]}
 
 
+def _submitters(connection) -> set[str]:
+    """Ids of the students whose part-ii submission (their grades) the gradebook holds, read on an open
+    connection or session."""
+    from nbgrader.api import Assignment, SubmittedAssignment
+
+    return {row[0] for row in connection.execute(
+        select(SubmittedAssignment.student_id).join(Assignment, SubmittedAssignment.assignment_id == Assignment.id)
+        .where(Assignment.name == ASSIGNMENT))}
+
+
+def gradebook_submitters(db_url: str) -> set[str]:
+    """_submitters of the gradebook at db_url (none before the first release)."""
+    from nbgrader.api import SubmittedAssignment
+
+    engine = create_engine(db_url, future=True)
+    try:
+        if not inspect(engine).has_table(SubmittedAssignment.__tablename__):
+            return set()
+        with engine.connect() as conn:
+            return _submitters(conn)
+    finally:
+        engine.dispose()
+
+
+GRADES_GONE = ("the gradebook holds no grades of this hand-in (removed from it, e.g. by `nbgrader db student "
+               "remove`)")
+
+
+def grades_gone(course: Course, jobs: dict[str, dict]) -> set[str]:
+    """Collected students whose job is done but whose grades the gradebook no longer holds: a done job always
+    committed a submission, so something outside the harness removed it (`nbgrader db student remove`)."""
+    done = {student for student, row in jobs.items()
+            if row["state"] == "done" and course.step_dir("submitted", student).is_dir()}
+    return done - gradebook_submitters(course.db_url) if done else set()
+
+
 def to_grade(course: Course) -> list[str]:
-    """Collected students the next `grade` grades: no finished job yet (none, pending, failed), or one for other
-    files than those collected now."""
+    """Collected students the next `grade` grades: no finished job yet (none, pending, failed), one for other
+    files than those collected now, or one whose grades the gradebook lost."""
     jobs = job_rows(course.db_url)
-    stale = needs_regrade(course, jobs)
+    stale = needs_regrade(course, jobs) | grades_gone(course, jobs)
     return [s for s in course.submitted_students() if jobs.get(s, {}).get("state") != "done" or s in stale]
 
 
@@ -182,6 +218,8 @@ def plan_jobs(session, course: Course, students: list[str], force: bool, write: 
     """Bring the job table up to date (without write, only tell); return (students to grade, students skipped as
     already graded)."""
     existing = {r.student_id: r for r in session.execute(select(JOBS).where(JOBS.c.assignment == ASSIGNMENT))}
+    # a done job whose grades were removed from the gradebook behind our back is graded again, not skipped
+    in_gradebook = _submitters(session)
     todo, skipped = [], []
     for student in students:
         digest = _digest(course.step_dir("submitted", student))
@@ -194,7 +232,7 @@ def plan_jobs(session, course: Course, students: list[str], force: bool, write: 
                                                  state="pending", attempts=0, commits=0))
             todo.append(student)
             continue
-        if row.state == "done" and row.digest == digest and not force:
+        if row.state == "done" and row.digest == digest and not force and student in in_gradebook:
             skipped.append(student)
             continue
         if not write:

@@ -1575,6 +1575,34 @@ def one_notebook_course(tmp_path, capsys, monkeypatch, name: str = "02-shapes-an
     return build, sources / f"{name}.ipynb"
 
 
+def test_a_student_removed_from_the_gradebook_behind_the_harness_s_back_is_named_and_graded_again(tmp_path, capfd,
+                                                                                                  monkeypatch):
+    """`nbgrader db student remove` took a collected, graded student's grades out of the gradebook: grade skipped them
+    as already graded, export left them out of grades.csv and exited 0, and feedback said only "NbGraderException:
+    Please see the the above traceback" (found by review). Nothing collected may drop out of sight."""
+    capsys = capfd
+    from autograder.course import Course
+    from shared_builds import read_grades_csv
+
+    build, _ = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol", "dave"))
+    with Course.load(build).gradebook() as gb:
+        gb.remove_student("dave")
+    code, err, out = run(["export", "--build", str(build)], capsys)
+    assert code == 1 and "1 student is not graded yet (dave): its scores are left empty" in err + out, err + out
+    rows = read_grades_csv(build / "course" / "reports" / "grades.csv")
+    assert set(rows) == {"carol", "dave"}, rows
+    assert rows["dave"]["status"] == "not graded" and rows["dave"]["score"] == "", rows["dave"]
+    assert "the gradebook holds no grades of this hand-in (removed from it" in rows["dave"]["notes"], rows["dave"]
+    code, err, out = run(["feedback", "--build", str(build)], capsys)
+    assert code == 1 and "dave: ERROR the gradebook holds no grades of this hand-in (removed from it" in out + err, err + out
+    assert "NbGraderException" not in out + err, err + out
+    code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
+    assert code == 0 and "graded 1" in out, err + out
+    assert run(["export", "--build", str(build)], capsys)[0] == 0
+    again = read_grades_csv(build / "course" / "reports" / "grades.csv")
+    assert again["dave"]["status"] == again["carol"]["status"] and again["dave"]["score"] == again["carol"]["score"], again
+
+
 def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standing(tmp_path, capfd, monkeypatch):
     """`grade --force` reset the jobs before recording the sources; a model answer that failed its own check then
     refused the grading with every forced student exported as 'not graded', scores empty, after screens of the other
