@@ -937,6 +937,65 @@ def restore_metadata(nb: nbformat.NotebookNode, released: dict[str, tuple[str, d
     return restored
 
 
+def _cell_key(cell) -> tuple[str, str]:
+    """A cell as order matching compares it: its type and its source without surrounding blanks."""
+    return cell.cell_type, cell.source.strip()
+
+
+def _defined_name(source: str) -> str | None:
+    """The first function a stub defines ('def softmax_a(' -> 'def softmax_a('), or None."""
+    match = re.search(r"^def\s+(\w+)\s*\(", source, re.MULTILINE)
+    return f"def {match.group(1)}(" if match else None
+
+
+def _gap_pairs(ours: list, theirs: list) -> list[tuple]:
+    """(release cell, handed-in cell) pairs between two runs of unchanged cells: one for one when both sides hold the
+    same kinds of cells in the same order; otherwise each released answer to the one cell of its kind that defines
+    its stub's function (a code answer) or is the only cell of its kind there (a written answer)."""
+    if [c.cell_type for c in ours] == [c.cell_type for c in theirs]:
+        return list(zip(ours, theirs))
+    pairs = []
+    for mine in ours:
+        if not mine.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        same_kind = [c for c in theirs if c.cell_type == mine.cell_type]
+        if mine.cell_type == "code":
+            name = _defined_name(mine.source)
+            same_kind = [c for c in same_kind if name and re.search(rf"^{re.escape(name)}", c.source, re.MULTILINE)]
+        if len(same_kind) == 1:
+            pairs.append((mine, same_kind[0]))
+    return pairs
+
+
+def restore_metadata_by_order(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -> int:
+    """Give back the release's nbgrader metadata to the cells of a notebook that has none left at all (its editor
+    dropped it and kept no cell ids, so restore_metadata found nothing), matching by source and order; return how
+    many. A notebook with some nbgrader metadata is left as it is: its missing cells were deleted, not stripped.
+
+    Cells the student did not change (given code, tests, headings) are found by their source; an answer by its place
+    between them (_gap_pairs).
+    """
+    if any("nbgrader" in c.metadata for c in nb.cells):
+        return 0
+    have = set()
+    ours, theirs = list(released.cells), list(nb.cells)
+    matcher = difflib.SequenceMatcher(None, [_cell_key(c) for c in ours], [_cell_key(c) for c in theirs], autojunk=False)
+    pairs = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pairs += zip(ours[i1:i2], theirs[j1:j2])
+        elif tag == "replace":
+            pairs += _gap_pairs(ours[i1:i2], theirs[j1:j2])
+    restored = 0
+    for mine, cell in pairs:
+        meta = mine.metadata.get("nbgrader")
+        if meta and "nbgrader" not in cell.metadata and cell.cell_type == mine.cell_type and meta.get("grade_id") not in have:
+            cell.metadata["nbgrader"] = copy.deepcopy(meta)
+            have.add(meta.get("grade_id"))
+            restored += 1
+    return restored
+
+
 def released_files(course: Course) -> dict[str, str]:
     """sha256 -> path of every non-notebook file of the student bundle (code/, data/), to recognise echoed copies."""
     if not course.bundle_dir.is_dir():
@@ -967,10 +1026,12 @@ def checkpoint_owner(path: PurePosixPath, notebooks: list[str], owner: str | Non
 
 def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str] | None = None,
              owner: str | None = None, release_cells: dict[str, dict[str, tuple[str, dict]]] | None = None,
-             known: frozenset[str] = frozenset()) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
+             known: frozenset[str] = frozenset(), release: dict[str, nbformat.NotebookNode] | None = None
+             ) -> tuple[list[Filed], list[Record], list[Record], dict[str, set[str]]]:
     """Sort entries into filed notebooks, rejected and ignored files; also return every student seen with the
     Canvas people ('name_userid') whose file names gave that id. With owner, every file is that student's.
-    release_cells (see graded_release_cells) puts back nbgrader metadata an editor dropped. A top-level file whose
+    release_cells (see graded_release_cells) puts back nbgrader metadata an editor dropped; release (the release's
+    notebooks) puts it back where the editor dropped the cell ids too. A top-level file whose
     name gives no notebook ('1011_mywork.ipynb') is the student its name starts with when that id is in known (the
     gradebook) or names another file of the download; otherwise nobody's, rejected with how to file it."""
     filed, rejected, ignored, seen = [], [], [], {}
@@ -1072,6 +1133,10 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
             if restored := restore_metadata(nb, (release_cells or {}).get(notebook, {})):
                 again = (f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the "
                          "release (the editor dropped it; matched by cell id)")
+                note = f"{note}; {again}" if note else again
+            if notebook in (release or {}) and (restored := restore_metadata_by_order(nb, release[notebook])):
+                again = (f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the "
+                         "release (the editor dropped it and the cell ids; matched by source and order)")
                 note = f"{note}; {again}" if note else again
         except NotANotebook as exc:
             rejected.append(Record(str(e.path), wrong_name or str(exc), student, source=e, damaged=wrong_name is None,
@@ -1715,7 +1780,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                               f"be filed as {student}'s; --student is for a download of one student's files: collect a "
                               "class download without it, or copy this student's files out under names of their own")
     filed, rejected, ignored, seen = classify(entries, notebooks, released, owner=student,
-                                              release_cells=graded_release_cells(release), known=known)
+                                              release_cells=graded_release_cells(release), known=known,
+                                              release=release)
     filed, shared = split_shared_ids(filed, seen)
     stubs = released_answers(release)
     filed, duplicates = drop_duplicates(filed, stubs, notebooks)

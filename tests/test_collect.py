@@ -1091,6 +1091,76 @@ def test_nbgrader_metadata_an_editor_dropped_is_put_back_from_the_release_by_cel
     assert "lacks 1 of its 1 answer cells (ex_a)" in lost_cells_reason({**job, "student": "lou"}, "02-shapes-and-loss")
 
 
+def test_nbgrader_metadata_dropped_with_the_cell_ids_is_put_back_by_source_and_order(course, tmp_path):
+    """An editor that keeps no cell ids (nbformat 4.4 or older, as older Jupyter and some other editors write) and drops nbgrader's
+    metadata left collect nothing to match by: the notebook scored 0 "lacking" every answer cell it held (found by
+    review). Unchanged cells are matched by their source, an answer by its place between them, or by the function
+    its stub defines when the student added cells beside it; a cell two ways ambiguous is left alone."""
+    import copy
+
+    def meta(grade_id, kind, points=0):
+        return {"grade": kind != "answer", "solution": kind in ("answer", "written"), "locked": kind in ("test", "given"),
+                "grade_id": grade_id, "schema_version": 3, **({"points": points} if kind in ("test", "written") else {})}
+
+    v4 = nbformat.v4
+    cells = [v4.new_markdown_cell("# 02"), v4.new_code_cell("import numpy as np"),
+             v4.new_code_cell("def softmax_a(z):\n    # YOUR CODE HERE\n    raise NotImplementedError()"),
+             v4.new_code_cell("print(softmax_a([1.0]))"), v4.new_code_cell("assert softmax_a([0.0]) == [1.0]"),
+             v4.new_markdown_cell("### 2.2 written"), v4.new_markdown_cell("YOUR ANSWER HERE"),
+             v4.new_code_cell("def loss_b(p):\n    # YOUR CODE HERE\n    raise NotImplementedError()"),
+             v4.new_code_cell("assert loss_b(1.0) == 0.0")]
+    kinds = {2: ("ex_a", "answer"), 4: ("test_a", "test", 2), 6: ("written_b", "written", 1), 7: ("ex_b", "answer"),
+             8: ("test_b", "test", 1), 1: ("setup", "given")}
+    for i, args in kinds.items():
+        cells[i].metadata["nbgrader"] = meta(*args)
+    release = v4.new_notebook(cells=cells)
+    nbformat.write(release, course.release_dir / "02-shapes-and-loss.ipynb")
+
+    def handed_in(edit):
+        nb = copy.deepcopy(release)
+        nb.nbformat_minor = 4
+        edit(nb.cells)
+        for cell in nb.cells:
+            cell.pop("id", None)
+            cell.metadata.pop("nbgrader", None)
+        return nbformat.writes(nb, version=4).encode()
+
+    def answered(cells):
+        cells[2].source = "def softmax_a(z):\n    return [1.0]"
+        cells[6].source = "因为……"
+        cells[7].source = "def loss_b(p):\n    return 0.0"
+
+    def scratch(cells):  # a cell of the student's own beside answer b, which names its function too
+        answered(cells)
+        cells.insert(8, v4.new_code_cell("loss_b(0.5)  # trying it"))
+
+    def twice(cells):  # two definitions of loss_b beside each other: which one is the answer cannot be told
+        answered(cells)
+        cells.insert(8, v4.new_code_cell("def loss_b(p):\n    return 1.0"))
+
+    deleted = copy.deepcopy(release)  # metadata kept, answer b deleted and a cell of the student's in its place
+    deleted.cells[7] = v4.new_code_cell("print('my own cell')")
+    download = write_tree(tmp_path / "d", {"kim/02-shapes-and-loss.ipynb": handed_in(answered),
+                                           "lou/02-shapes-and-loss.ipynb": handed_in(scratch),
+                                           "max/02-shapes-and-loss.ipynb": handed_in(twice),
+                                           "ned/02-shapes-and-loss.ipynb": nbformat.writes(deleted).encode()})
+    report = collect(course, download)
+    ids = {}
+    for student in ("kim", "lou", "max", "ned"):
+        filed = nbformat.reads(submitted(course, student)["02-shapes-and-loss.ipynb"].decode(), 4)
+        ids[student] = [c.metadata.get("nbgrader", {}).get("grade_id") for c in filed.cells]
+    release_ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in cells]
+    assert ids["kim"] == release_ids, ids
+    assert ids["lou"] == release_ids[:8] + [None] + release_ids[8:], ids
+    assert ids["max"] == release_ids[:7] + [None, None, "test_b"], ids  # answer b left alone, the rest put back
+    assert ids["ned"] == release_ids[:7] + [None, "test_b"], ids  # a deleted answer is not found in another cell
+    filed = nbformat.reads(submitted(course, "kim")["02-shapes-and-loss.ipynb"].decode(), 4)
+    assert filed.cells[2].source == "def softmax_a(z):\n    return [1.0]" and filed.cells[6].source == "因为……"
+    assert filed.cells[4].metadata["nbgrader"] == cells[4].metadata["nbgrader"]
+    assert any("nbgrader metadata of 6 cells put back from the release (the editor dropped it and the cell ids; "
+               "matched by source and order)" in n for n in report.students["kim"].notes), report.students["kim"].notes
+
+
 def graded_notebook(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
     """A notebook of (grade id, kind) cells, kind 'answer' or 'test', with nbgrader metadata as a release has it."""
     nb = nbformat.v4.new_notebook()
