@@ -1092,10 +1092,10 @@ def test_nbgrader_metadata_an_editor_dropped_is_put_back_from_the_release_by_cel
 
 
 def test_nbgrader_metadata_dropped_with_the_cell_ids_is_put_back_by_source_and_order(course, tmp_path):
-    """An editor that keeps no cell ids (nbformat 4.4 or older, as older Jupyter and some other editors write) and drops nbgrader's
-    metadata left collect nothing to match by: the notebook scored 0 "lacking" every answer cell it held (found by
-    review). Unchanged cells are matched by their source, an answer by its place between them, or by the function
-    its stub defines when the student added cells beside it; a cell two ways ambiguous is left alone."""
+    """An editor that keeps no cell ids (nbformat 4.4 or older, as older Jupyter and some other editors write) and
+    drops nbgrader's metadata left collect nothing to match by: the notebook scored 0 "lacking" every answer cell it
+    held (found by review). Unchanged cells are matched by their source, an answer by its place between them, or by
+    the function its stub defines when the student added cells beside it; a cell two ways ambiguous is left alone."""
     import copy
 
     def meta(grade_id, kind, points=0):
