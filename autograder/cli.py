@@ -31,6 +31,7 @@ import asyncio
 import errno
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -302,9 +303,12 @@ def _run(args: argparse.Namespace) -> int:
                           ("; it had none" if student not in had else "") +
                           ("; not in the gradebook either (no hand-in of theirs collected): is the id right?"
                            if student in unknown else ""))
+                print_after_extend(course, [s for s in named if s in had])
                 return 1 if unknown else 0  # nothing removed for an id no hand-in has: a typo?
         for ext in shown:
             print(describe(ext, as_given(args.until[0]) if args.student else "", build_option(course)))
+        if args.student:
+            print_after_extend(course, named)
         return 1 if any(not ext.known for ext in shown) else 0  # an id no hand-in has: a typo?
     if args.command == "release":
         from .release import KEEP, as_given, naive_utc, release
@@ -431,6 +435,19 @@ def awaiting_a_grader(course: Course) -> list[str]:
     by a regrade), by id."""
     with course.gradebook() as gb:
         return sorted(s.student.id for s in gb.assignment_submissions(ASSIGNMENT) if s.needs_manual_grade)
+
+
+def print_after_extend(course: Course, changed: list[str]) -> None:
+    """After extend: of the students whose due date changed, the graded ones' pages and grades.csv still show the
+    lateness they were written with, so name the commands that write them again."""
+    from .grade import job_rows
+
+    jobs = job_rows(course.db_url)
+    if graded := [s for s in changed if jobs.get(s, {}).get("commits")]:
+        build = build_option(course)
+        students = " ".join(f"--student {shlex.quote(s)}" for s in graded)
+        print(f"next: `python -m autograder feedback {students}{build}` and `python -m autograder export{build}` write "
+              "the new lateness into the pages and grades.csv (those written before still show the old)")
 
 
 def print_next_step(course: Course, rejected: bool = False, unfiled: bool = False) -> None:

@@ -1371,7 +1371,11 @@ def test_an_extension_puts_a_late_hand_in_on_time_in_export_and_feedback_and_cou
             for student, until in (("perfect", perfect_until), ("partial", partial_until)):
                 assert main(["extend", "--student", student, "--until", f"{until.isoformat(sep=' ')} UTC",
                              "--build", str(build)]) == 0
-                assert f"{student}: until {until:%Y-%m-%d %H:%M} UTC" in capsys.readouterr().out
+                out = capsys.readouterr().out
+                assert f"{student}: until {until:%Y-%m-%d %H:%M} UTC" in out, out
+                # the pages written before still say late: the next step writes them again (found by review)
+                assert (f"next: `python -m autograder feedback --student {student} --build {build}` and `python -m "
+                        f"autograder export --build {build}` write the new lateness") in out, out
             export(course)
         rows = read_grades(course)
         assert f"extension until {perfect_until:%Y-%m-%d %H:%M} UTC" in rows["perfect"]["notes"]
