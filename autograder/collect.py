@@ -1787,7 +1787,11 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     filed, duplicates = drop_duplicates(filed, stubs, notebooks)
     rejected = unreadable + rejected + shared + duplicates
     if not seen and not filed:
-        raise AutograderError(f"{no_student_files(path, entries, rejected, ignored)}\n{LAYOUTS_HELP}")
+        why = no_student_files(path, entries, rejected, ignored)
+        if not entries and not rejected:  # nothing at all: not a layout trouble, so no screen of layouts
+            raise AutograderError(f"{why}: is it the LMS download? (`python -m autograder collect --help` "
+                                  "lists the layouts collect reads)")
+        raise AutograderError(f"{why}\n{LAYOUTS_HELP}")
     if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
         fix = ("give --student the id the gradebook has" if student is not None else
                "rename the folders or files so that each student has one id, the one already in the gradebook where "

@@ -304,7 +304,10 @@ def test_collect_exits_0_when_all_is_filed_1_when_a_file_is_rejected_2_when_noth
     assert "judy/02-shapes-and-loss.ipynb: invalid JSON" in out, out
     (tmp_path / "nothing").mkdir()  # refused, nothing filed: 2, as for bad arguments
     assert main(["collect", str(tmp_path / "nothing")]) == 2
-    assert f"collect: error: found no files in {tmp_path / 'nothing'}\n" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert (f"collect: error: found no files in {tmp_path / 'nothing'}: is it the LMS download? "
+            "(`python -m autograder collect --help` lists the layouts collect reads)\n") in err, err
+    assert "accepted layouts" not in err, "an empty folder is no layout trouble: no screen of layouts (found by review)"
 
 
 @pytest.mark.parametrize("files, words", [
