@@ -440,10 +440,11 @@ def awaiting_a_grader(course: Course) -> list[str]:
 def print_after_extend(course: Course, changed: list[str]) -> None:
     """After extend: of the students whose due date changed, the graded ones' pages and grades.csv still show the
     lateness they were written with, so name the commands that write them again."""
-    from .grade import job_rows
+    from .grade import job_rows, needs_regrade
 
     jobs = job_rows(course.db_url)
-    if graded := [s for s in changed if jobs.get(s, {}).get("commits")]:
+    again = needs_regrade(course, jobs)  # handed in since: feedback refuses them until they are graded again
+    if graded := [s for s in changed if jobs.get(s, {}).get("state") == "done" and s not in again]:
         build = build_option(course)
         students = " ".join(f"--student {shlex.quote(s)}" for s in graded)
         print(f"next: `python -m autograder feedback {students}{build}` and `python -m autograder export{build}` write "

@@ -29,7 +29,7 @@ from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_c
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
-from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade
+from .grade import GRADES_GONE, NOT_IN_GRADEBOOK, grades_gone, job_rows, needs_regrade
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -243,11 +243,15 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         extended = extension_ends(gb.db)
         released_tests, answers = released_test_ids(course), released_answers(course)
         students = {s.id: s for s in gb.students}
-        for lost in grades_lost - set(students):  # removed from the gradebook with their grades: a row still says so
-            students[lost] = SimpleNamespace(id=lost, last_name=None, first_name=None, email=None)
+        # a collected student removed from the gradebook (nbgrader db student remove) keeps a row saying so
+        removed = (set(course.submitted_students()) | set(collect_log["students"])) - set(students)
+        for student_id in removed:
+            students[student_id] = SimpleNamespace(id=student_id, last_name=None, first_name=None, email=None)
         for student in sorted(students.values(), key=lambda s: s.id):
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale,
                                           f"python -m autograder grade{build_option(course)}", student.id in grades_lost)
+            if student.id in removed and student.id not in grades_lost:
+                notes.append(NOT_IN_GRADEBOOK)
             handed_in = submitted_cells(course, student.id)
             if tampered := tampered_tests(handed_in, released_tests):
                 notes += tampered

@@ -1577,30 +1577,39 @@ def one_notebook_course(tmp_path, capsys, monkeypatch, name: str = "02-shapes-an
 
 def test_a_student_removed_from_the_gradebook_behind_the_harness_s_back_is_named_and_graded_again(tmp_path, capfd,
                                                                                                   monkeypatch):
-    """`nbgrader db student remove` took a collected, graded student's grades out of the gradebook: grade skipped them
-    as already graded, export left them out of grades.csv and exited 0, and feedback said only "NbGraderException:
-    Please see the the above traceback" (found by review). Nothing collected may drop out of sight."""
+    """`nbgrader db student remove --force` took a collected, graded student's grades out of the gradebook: grade
+    skipped them as already graded, export left them out of grades.csv and exited 0, and feedback said only
+    "NbGraderException: Please see the the above traceback"; `nbgrader db student remove` (no grades, no --force
+    needed) dropped a collected student not graded yet from grades.csv too (found by review). Nothing collected may
+    drop out of sight."""
     capsys = capfd
-    from autograder.course import Course
     from shared_builds import read_grades_csv
 
     build, _ = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol", "dave"))
-    with Course.load(build).gradebook() as gb:
-        gb.remove_student("dave")
+    collect_unanswered(tmp_path, capsys, build, ("erin",))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for removal in (["dave", "--force"], ["erin"]):  # nbgrader's own command, where the README says to run it
+        done = subprocess.run(["nbgrader", "db", "student", "remove", *removal], cwd=build / "course", env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
     code, err, out = run(["export", "--build", str(build)], capsys)
-    assert code == 1 and "1 student is not graded yet (dave): its scores are left empty" in err + out, err + out
+    assert code == 1 and "2 students are not graded yet (dave, erin): their scores are left empty" in err + out, err + out
     rows = read_grades_csv(build / "course" / "reports" / "grades.csv")
-    assert set(rows) == {"carol", "dave"}, rows
+    assert set(rows) == {"carol", "dave", "erin"}, rows
     assert rows["dave"]["status"] == "not graded" and rows["dave"]["score"] == "", rows["dave"]
     assert "the gradebook holds no grades of this hand-in (removed from it" in rows["dave"]["notes"], rows["dave"]
+    assert rows["erin"]["status"] == "not graded" and rows["erin"]["score"] == "", rows["erin"]
+    assert "collected, but not in the gradebook (removed from it" in rows["erin"]["notes"], rows["erin"]
     code, err, out = run(["feedback", "--build", str(build)], capsys)
     assert code == 1 and "dave: ERROR the gradebook holds no grades of this hand-in (removed from it" in out + err, err + out
     assert "NbGraderException" not in out + err, err + out
     code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
-    assert code == 0 and "graded 1" in out, err + out
+    assert code == 0 and "graded 2" in out, err + out
     assert run(["export", "--build", str(build)], capsys)[0] == 0
     again = read_grades_csv(build / "course" / "reports" / "grades.csv")
-    assert again["dave"]["status"] == again["carol"]["status"] and again["dave"]["score"] == again["carol"]["score"], again
+    for student in ("dave", "erin"):
+        assert (again[student]["status"], again[student]["score"]) == (again["carol"]["status"], again["carol"]["score"])
+        assert "gradebook" not in again[student]["notes"], again[student]
 
 
 def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standing(tmp_path, capfd, monkeypatch):
