@@ -14,7 +14,7 @@ BROWSER_PACKAGES := chromium chromium-driver fonts-wqy-microhei
 POSTGRES_PACKAGES := postgresql
 LAB_DIR := build/lab
 
-.PHONY: venv sysdeps sysdeps-demo test test-unit demo lab clean
+.PHONY: venv sysdeps sysdeps-demo test test-unit demo lab lab-notebooks clean
 
 venv: $(STAMP)
 
@@ -64,15 +64,17 @@ demo: sysdeps-demo $(STAMP)
 	$(RUN) $(BIN)/python -m autograder demo
 
 ## the student's view: JupyterLab on the unpacked student zip (unpacked once; work stays in build/lab/part-ii)
-lab: $(STAMP)
-	@# release's report and next steps are the instructor's (hand out the zip, collect): a student needs neither.
-	@# The release is a course of its own in build/lab/course: an instructor's course in build/course, with its
-	@# hand-ins, is never released again behind their back.
+lab: lab-notebooks
+	cd $(LAB_DIR)/part-ii && $(RUN) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# make lab's notebooks, unpacked once. The release is a course of its own in $(LAB_DIR)/course with its own
+# gradebook (PART_II_DB_URL may name an instructor's): an instructor's course is never released again behind
+# their back. release's report and next steps are the instructor's (hand out the zip, collect): a student needs neither.
+lab-notebooks: $(STAMP)
 	@test -d $(LAB_DIR)/part-ii || { echo "preparing the student notebooks (a release of the course into $(LAB_DIR)/course)..." && \
-	  $(RUN) $(BIN)/python -m autograder release --build $(LAB_DIR) >/dev/null && \
+	  env -u PART_II_DB_URL -u PART_II_BUILD $(RUN) $(BIN)/python -m autograder release --build $(LAB_DIR) >/dev/null && \
 	  $(BIN)/python -m zipfile -e $(LAB_DIR)/course/student/part-ii.zip $(LAB_DIR) && \
 	  echo "unpacked the student notebooks into $(LAB_DIR)/part-ii: your work stays there"; }
-	cd $(LAB_DIR)/part-ii && $(RUN) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 ## deletes build/; refuses while it holds a course with hand-ins or a student's notebooks (FORCE=1 deletes them too)
 clean:

@@ -1411,6 +1411,28 @@ def test_a_build_folder_whose_name_a_url_would_misread_keeps_its_gradebook_insid
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([build.name, "download"])
 
 
+def test_make_lab_releases_a_course_of_its_own_and_leaves_the_instructors_gradebook_alone(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """`make lab` released the course in build/course again, behind an instructor previewing the student view (its
+    hand-ins then read as not graded); released into a folder of its own, it still wrote the gradebook
+    PART_II_DB_URL names (found by review)."""
+    build, _ = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol",))
+    gradebook = build / "course" / "gradebook.db"
+    before = gradebook.read_bytes()
+    lab = tmp_path / "lab"
+    env = {**os.environ, "PART_II_DB_URL": f"sqlite:///{gradebook}", "PART_II_BUILD": str(build)}
+    done = subprocess.run(["make", "--no-print-directory", "lab-notebooks", f"LAB_DIR={lab}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"unpacked the student notebooks into {lab}/part-ii" in done.stdout, done.stdout
+    assert gradebook.read_bytes() == before, "the instructor's gradebook was written"
+    recorded = lab / "course" / "gradebook-url.txt"  # where release notes a gradebook other than the course's own
+    assert not recorded.exists(), f"the lab's course uses {recorded.read_text()}, not a gradebook of its own"
+    assert (lab / "course" / "gradebook.db").is_file() and (lab / "part-ii" / "02-shapes-and-loss.ipynb").is_file()
+    code, err, out = run(["export", "--build", str(build)], capsys)
+    assert code == 0 and "not graded" not in err + out, err + out
+
+
 def test_the_demos_manual_grading_command_runs_as_printed_in_a_folder_with_spaces(tmp_path, capsys, monkeypatch):
     """The demo's `cd COURSE && jupyter lab` line printed the course folder unquoted: pasted into a shell, a build
     folder with a space or '&' in its name sent cd somewhere else."""
