@@ -280,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
                               "the extensions)")
     course = Course.load(args.build, create=args.command == "release")  # the others need a released course
     if args.command == "extend":
-        from .extensions import describe, extensions, gradebook_students, grant
+        from .extensions import NOT_IN_GRADEBOOK, collected_students, describe, extensions, gradebook_students, grant
         from .release import as_given, naive_utc
 
         if args.student is None:
@@ -298,10 +298,12 @@ def _run(args: argparse.Namespace) -> int:
             if until is None:
                 known = gradebook_students(course)
                 unknown = [s for s in named if s not in had and s not in known]
+                seen = collected_students(course)
                 for student in named:
                     print(f"{student}: no extension (the assignment's due date applies)" +
                           ("; it had none" if student not in had else "") +
-                          ("; not in the gradebook either (no hand-in of theirs collected): is the id right?"
+                          (f"; {NOT_IN_GRADEBOOK}" if student in unknown and student in seen else
+                           "; not in the gradebook either (no hand-in of theirs collected): is the id right?"
                            if student in unknown else ""))
                 print_after_extend(course, [s for s in named if s in had])
                 return 1 if unknown else 0  # nothing removed for an id no hand-in has: a typo?
@@ -440,10 +442,11 @@ def awaiting_a_grader(course: Course) -> list[str]:
 def print_after_extend(course: Course, changed: list[str]) -> None:
     """After extend: of the students whose due date changed, the graded ones' pages and grades.csv still show the
     lateness they were written with, so name the commands that write them again."""
-    from .grade import job_rows, needs_regrade
+    from .grade import grades_gone, job_rows, needs_regrade
 
     jobs = job_rows(course.db_url)
-    again = needs_regrade(course, jobs)  # handed in since: feedback refuses them until they are graded again
+    # handed in since, or their grades removed from the gradebook: feedback refuses them until they are graded again
+    again = needs_regrade(course, jobs) | grades_gone(course, jobs)
     if graded := [s for s in changed if jobs.get(s, {}).get("state") == "done" and s not in again]:
         build = build_option(course)
         students = " ".join(f"--student {shlex.quote(s)}" for s in graded)

@@ -28,8 +28,8 @@ import nbformat
 from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_cell, nbgrader_meta, not_run_for_time
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
-from .extensions import extension_ends, nbgrader_interval, sync_now, utc_time
-from .grade import GRADES_GONE, NOT_IN_GRADEBOOK, grades_gone, job_rows, needs_regrade
+from .extensions import NOT_IN_GRADEBOOK, extension_ends, nbgrader_interval, sync_now, utc_time
+from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -83,11 +83,11 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
         return "error", notes + [f"grading failed: {job['error']}"]
     if job["state"] != "done":
         return "not graded", notes + [f"grading {job['state']}; run `{grade}`"]
+    if gone:  # first: said after "handed in again", it would go unsaid for a student who also did that
+        return "not graded", notes + [f"{GRADES_GONE}; run `{grade}`"]
     if stale:
         return "not graded", notes + ["handed in again after grading (collect filed newer files); "
                                       f"run `{grade}`"]
-    if gone:
-        return "not graded", notes + [f"{GRADES_GONE}; run `{grade}`"]
     for nb, r in sorted(json.loads(job["notebooks"] or "{}").items()):
         if r["status"] == "error":
             notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
@@ -251,7 +251,10 @@ def export(course: Course, bom: bool = False) -> list[Path]:
             status, notes = student_notes(student.id, collect_log, jobs.get(student.id), student.id in stale,
                                           f"python -m autograder grade{build_option(course)}", student.id in grades_lost)
             if student.id in removed and student.id not in grades_lost:
-                notes.append(NOT_IN_GRADEBOOK)
+                # grade adds back a student with a filed hand-in; one whose files were all rejected it never sees
+                notes.append(NOT_IN_GRADEBOOK + ("" if course.step_dir("submitted", student.id).is_dir() else
+                                                 f"; `nbgrader db student add {student.id}`, run in {course.root}, "
+                                                 "puts them back"))
             handed_in = submitted_cells(course, student.id)
             if tampered := tampered_tests(handed_in, released_tests):
                 notes += tampered

@@ -38,6 +38,7 @@ class Extension:
     due_date: dt.datetime | None  # the assignment's due date (naive UTC), None when it has none
     known: bool  # the student is in the gradebook (collect has filed a hand-in of theirs)
     suggestions: tuple[str, ...] = ()  # when not known: students of the gradebook whose ids differ only in case
+    collected: bool = False  # when not known: collect saw them, and they were removed from the gradebook since
 
     @property
     def interval(self) -> dt.timedelta | None:
@@ -197,8 +198,9 @@ def extensions(course: Course) -> list[Extension]:
         by_case: dict[str, list[str]] = {}
         for sid in sorted(known):
             by_case.setdefault(id_key(sid), []).append(sid)
+        seen = collected_students(course)
         return [Extension(student, until, due, student in known,
-                          () if student in known else tuple(by_case.get(id_key(student), ())))
+                          () if student in known else tuple(by_case.get(id_key(student), ())), student in seen)
                 for student, until in sorted(extension_ends(gb.db).items())]
 
 
@@ -206,6 +208,16 @@ def gradebook_students(course: Course) -> set[str]:
     """The ids of the students in course's gradebook (each collected at least once)."""
     with course.gradebook() as gb:
         return {s.id for s in gb.students}
+
+
+def collected_students(course: Course) -> set[str]:
+    """The ids collect has seen (a hand-in filed, or only files it rejected): each was added to the gradebook then."""
+    from .collect import load_collect_log
+
+    return set(course.submitted_students()) | set(load_collect_log(course)["students"])
+
+
+NOT_IN_GRADEBOOK = "collected, but not in the gradebook (removed from it, e.g. by `nbgrader db student remove`)"
 
 
 def describe(ext: Extension, given: str = "", build: str = "") -> str:
@@ -227,8 +239,10 @@ def describe(ext: Extension, given: str = "", build: str = "") -> str:
     elif ext.suggestions:
         line += (f"; not in the gradebook, but {' and '.join(ext.suggestions)} are: ids are case-sensitive, did you mean "
                  "one of them?")
+    elif not ext.known and ext.collected:
+        line += f"; {NOT_IN_GRADEBOOK}"
     elif not ext.known:
         line += "; not in the gradebook yet (no hand-in of theirs collected: is the id right?)"
-    if not ext.known:
+    if not ext.known and not ext.collected:
         line += f" (`python -m autograder extend --student {ext.student} --until none{build}` removes it)"
     return line

@@ -195,7 +195,6 @@ def gradebook_submitters(db_url: str) -> set[str]:
 
 GRADES_GONE = ("the gradebook holds no grades of this hand-in (removed from it, e.g. by `nbgrader db student "
                "remove --force`)")
-NOT_IN_GRADEBOOK = "collected, but not in the gradebook (removed from it, e.g. by `nbgrader db student remove`)"
 
 
 def grades_gone(course: Course, jobs: dict[str, dict]) -> set[str]:

@@ -1421,8 +1421,11 @@ def test_make_lab_releases_a_course_of_its_own_and_leaves_the_instructors_gradeb
     before = gradebook.read_bytes()
     lab = tmp_path / "lab"
     env = {**os.environ, "PART_II_DB_URL": f"sqlite:///{gradebook}", "PART_II_BUILD": str(build)}
-    done = subprocess.run(["make", "--no-print-directory", "lab-notebooks", f"LAB_DIR={lab}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
+    # what a make lab run with the variable set recorded before it was left out (found by review)
+    (lab / "course").mkdir(parents=True)
+    (lab / "course" / "gradebook-url.txt").write_text(f"sqlite:///{gradebook}\n")
+    done = subprocess.run(["make", "--no-print-directory", "lab-notebooks", f"LAB_DIR={lab}", "STAMP="], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=900)  # STAMP=: no pip run on the venv
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"unpacked the student notebooks into {lab}/part-ii" in done.stdout, done.stdout
     assert gradebook.read_bytes() == before, "the instructor's gradebook was written"
@@ -1609,15 +1612,21 @@ def test_a_student_removed_from_the_gradebook_behind_the_harness_s_back_is_named
 
     build, _ = one_notebook_course(tmp_path, capsys, monkeypatch, graded=("carol", "dave"))
     collect_unanswered(tmp_path, capsys, build, ("erin",))
+    (tmp_path / "rita-download" / "rita").mkdir(parents=True)  # handed in only a file collect rejects
+    (tmp_path / "rita-download" / "rita" / "notes.txt").write_text("my answers")
+    assert run(["collect", str(tmp_path / "rita-download"), "--build", str(build)], capsys)[0] == 1
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    for removal in (["dave", "--force"], ["erin"]):  # nbgrader's own command, where the README says to run it
+    for removal in (["dave", "--force"], ["erin"], ["rita"]):  # nbgrader's own command, where the README says to run it
         done = subprocess.run(["nbgrader", "db", "student", "remove", *removal], cwd=build / "course", env=env,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     code, err, out = run(["export", "--build", str(build)], capsys)
     assert code == 1 and "2 students are not graded yet (dave, erin): their scores are left empty" in err + out, err + out
     rows = read_grades_csv(build / "course" / "reports" / "grades.csv")
-    assert set(rows) == {"carol", "dave", "erin"}, rows
+    assert set(rows) == {"carol", "dave", "erin", "rita"}, rows
+    assert rows["rita"]["status"] == "no valid notebook", rows["rita"]  # grade never adds her back: the note says how
+    assert (f"collected, but not in the gradebook (removed from it, e.g. by `nbgrader db student remove`); `nbgrader db "
+            f"student add rita`, run in {build / 'course'}, puts them back") in rows["rita"]["notes"], rows["rita"]
     assert rows["dave"]["status"] == "not graded" and rows["dave"]["score"] == "", rows["dave"]
     assert "the gradebook holds no grades of this hand-in (removed from it" in rows["dave"]["notes"], rows["dave"]
     assert rows["erin"]["status"] == "not graded" and rows["erin"]["score"] == "", rows["erin"]

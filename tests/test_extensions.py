@@ -235,3 +235,21 @@ def test_the_command_grants_lists_and_removes(course, capsys):
     assert capsys.readouterr().out == "ann: no extension (the assignment's due date applies); it had none\n"
     assert main(["extend", "--student", "ann", "--until", "2026-03-01 23:59 Asia/Shanghai", "--build", build]) == 2
     assert "an extension must end after the due date" in capsys.readouterr().err
+
+
+def test_a_collected_student_removed_from_the_gradebook_is_named_as_such_not_as_a_typo(course, capsys):
+    """extend said "no hand-in of theirs collected: is the id right?" of a student whose hand-in was collected and
+    who was then removed with `nbgrader db student remove` (found by review)."""
+    build = str(course.root.parent)
+    course.step_dir("submitted", "cal").mkdir(parents=True)  # collected; not in the gradebook (removed since)
+    assert main(["extend", "--student", "cal", "--until", "2026-03-03 15:59 UTC", "--build", build]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("cal: until 2026-03-03 15:59 UTC (2 d after the due date); collected, but not in the "
+                          "gradebook (removed from it, e.g. by `nbgrader db student remove`)\n"), out
+    assert "is the id right" not in out and "removes it" not in out, out
+    assert main(["extend", "--student", "cal", "--until", "none", "--build", build]) == 0
+    capsys.readouterr()
+    assert main(["extend", "--student", "cal", "--until", "none", "--build", build]) == 1
+    assert capsys.readouterr().out == ("cal: no extension (the assignment's due date applies); it had none; collected, "
+                                       "but not in the gradebook (removed from it, e.g. by `nbgrader db student "
+                                       "remove`)\n")
