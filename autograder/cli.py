@@ -442,11 +442,10 @@ def awaiting_a_grader(course: Course) -> list[str]:
 def print_after_extend(course: Course, changed: list[str]) -> None:
     """After extend: of the students whose due date changed, the graded ones' pages and grades.csv still show the
     lateness they were written with, so name the commands that write them again."""
-    from .grade import grades_gone, job_rows, needs_regrade
+    from .grade import grading_stale, job_rows
 
     jobs = job_rows(course.db_url)
-    # handed in since, or their grades removed from the gradebook: feedback refuses them until they are graded again
-    again = needs_regrade(course, jobs) | grades_gone(course, jobs)
+    again = grading_stale(course, jobs)  # feedback refuses them until they are graded again
     if graded := [s for s in changed if jobs.get(s, {}).get("state") == "done" and s not in again]:
         build = build_option(course)
         students = " ".join(f"--student {shlex.quote(s)}" for s in graded)

@@ -28,7 +28,7 @@ import nbformat
 from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_cell, nbgrader_meta, not_run_for_time
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
-from .extensions import NOT_IN_GRADEBOOK, extension_ends, nbgrader_interval, sync_now, utc_time
+from .extensions import NOT_IN_GRADEBOOK, collected_students, extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
@@ -244,7 +244,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
         released_tests, answers = released_test_ids(course), released_answers(course)
         students = {s.id: s for s in gb.students}
         # a collected student removed from the gradebook (nbgrader db student remove) keeps a row saying so
-        removed = (set(course.submitted_students()) | set(collect_log["students"])) - set(students)
+        removed = collected_students(course, collect_log) - set(students)
         for student_id in removed:
             students[student_id] = SimpleNamespace(id=student_id, last_name=None, first_name=None, email=None)
         for student in sorted(students.values(), key=lambda s: s.id):

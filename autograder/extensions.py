@@ -210,11 +210,13 @@ def gradebook_students(course: Course) -> set[str]:
         return {s.id for s in gb.students}
 
 
-def collected_students(course: Course) -> set[str]:
-    """The ids collect has seen (a hand-in filed, or only files it rejected): each was added to the gradebook then."""
+def collected_students(course: Course, collect_log: dict | None = None) -> set[str]:
+    """The ids collect has seen (a hand-in filed, or only files it rejected): each was added to the gradebook then
+    (collect_log: the collect report when the caller has read it already)."""
     from .collect import load_collect_log
 
-    return set(course.submitted_students()) | set(load_collect_log(course)["students"])
+    log = load_collect_log(course) if collect_log is None else collect_log
+    return set(course.submitted_students()) | set(log["students"])
 
 
 NOT_IN_GRADEBOOK = "collected, but not in the gradebook (removed from it, e.g. by `nbgrader db student remove`)"

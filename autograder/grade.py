@@ -205,11 +205,17 @@ def grades_gone(course: Course, jobs: dict[str, dict]) -> set[str]:
     return done - gradebook_submitters(course.db_url) if done else set()
 
 
+def grading_stale(course: Course, jobs: dict[str, dict]) -> set[str]:
+    """Students whose done job no longer stands: handed in again since (needs_regrade), or their grades removed from
+    the gradebook (grades_gone). The next `grade` grades them again; feedback writes them no pages until then."""
+    return needs_regrade(course, jobs) | grades_gone(course, jobs)
+
+
 def to_grade(course: Course) -> list[str]:
     """Collected students the next `grade` grades: no finished job yet (none, pending, failed), one for other
     files than those collected now, or one whose grades the gradebook lost."""
     jobs = job_rows(course.db_url)
-    stale = needs_regrade(course, jobs) | grades_gone(course, jobs)
+    stale = grading_stale(course, jobs)
     return [s for s in course.submitted_students() if jobs.get(s, {}).get("state") != "done" or s in stale]
 
 
