@@ -44,8 +44,9 @@ def machine() -> dict:
 
 
 def describe(values: list[float]) -> dict:
-    """Median, min and max of repeated measurements."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+    """Median, min and max of repeated measurements, and the measurements themselves (to trace an outlier)."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
+            "values": list(values)}
 
 
 def fmt(stat: dict, digits: int = 2, unit: str = "") -> str:
@@ -58,6 +59,12 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def record_name(name: str, full: bool) -> str:
+    """The JSON file's name for a run: name for a full run (the figures README quotes), name-dev for a quick or
+    partial one, so that a development run never replaces the record."""
+    return name if full else f"{name}-dev"
 
 
 def save(name: str, result: dict) -> Path:

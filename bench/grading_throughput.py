@@ -9,14 +9,18 @@ collected once by the harness, then copied, so every configuration grades identi
 files in an identical course:
 
     nbclient         every submitted notebook executed by bare nbclient, one fresh kernel
-                     each, serially (the cost of running the cells and nothing else)
-    nbclient-prestart  the same, with the next notebook's kernel started (and numpy,
-                     torch and matplotlib imported in it) while the current one runs;
+                     each, serially, killed at once after its last cell (the cost of running
+                     the cells and nothing else); each notebook in the form nbgrader runs it,
+                     its locked cells (the tests, hidden ones included) put back from the
+                     source notebook, so all configurations run the same cells
+    nbclient-prestart  the same, with the next notebook's kernel started (and the modules the
+                     harness's fork server preloads imported in it: numpy, torch,
+                     matplotlib.pyplot, jsonschema, sympy) while the current one runs;
                      every notebook still gets a fresh process (a prototype for the harness)
     nbgrader         plain `nbgrader autograde part-ii`, serial, no sandbox
     harness-1, -2    `python -m autograder grade --workers N` (sandbox when bwrap works); each
                      submission's kernels are forked from one fork server that imported
-                     numpy, torch and pyplot once, and each worker forks the next notebook's
+                     those modules once, and each worker forks the next notebook's
                      kernel while the current one is graded, as nbclient-prestart does
 
 Configurations run forward, then backward (ABBA), the start rotated every two
@@ -25,13 +29,16 @@ repetition. The per-notebook overhead is taken only between serial configuration
 harness with one worker against bare nbclient (cold: every kernel starts and imports
 while the clock runs) and against nbclient-prestart (warm: start-up hidden as the
 harness hides it), so parallelism is not counted as negative overhead. Also measured:
-nbclient on an empty notebook and on one that only imports numpy, torch and matplotlib
+nbclient on an empty notebook and on one that only imports what the harness preloads
 (kernel start-up and import cost), and the harness's seconds
 per notebook as its job table records them (kernel start hidden except for a job's first
 notebook, which also pays for starting the second one). Figures are printed
-last and saved to build/bench/grading_throughput.json, which is also written after every
-repetition ("complete": false until the last), so an interrupted run keeps what it
-measured. Everything generated goes under build/bench/grading/ (wiped at the start).
+last and saved to build/bench/grading_throughput.json (grading_throughput-dev.json for a
+--quick or --only run, so that it never replaces a full run's record), which is also
+written after every repetition ("complete": false until the last), so an interrupted run
+keeps what it measured. The trusted checks' expected values are recorded once before any
+timing: the harness's first `grade` after the sources change pays that recording (a run
+of each source notebook), which nbgrader never does. Everything generated goes under build/bench/grading/ (wiped at the start).
 The exit code is 1 when the graders disagree on a student's total in any repetition or
 a harness run reports an error (its times would not be of grading done right; each
 repetition says so as it ends), and 3 when a configuration's command fails outright.
@@ -52,15 +59,18 @@ from pathlib import Path
 os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BUILD, ROOT, describe, fmt, load, machine, run_logged, save, table  # noqa: E402
+from _common import BUILD, ROOT, describe, fmt, load, machine, record_name, run_logged, save, table  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
+from autograder.sandbox import PRELOAD_MODULES  # noqa: E402
 VENV_BIN = Path(sys.executable).parent
 os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"  # nbgrader calls alembic from PATH
 WORK = BUILD / "grading"
 KINDS = ("perfect", "partial", "blank")
 CONFIGS = ("nbclient", "nbclient-prestart", "nbgrader", "harness-1", "harness-2")
-PRELOAD = "import numpy, torch, matplotlib.pyplot"
+# what the harness's fork server imports once per submission (autograder/sandbox.py), so that the pre-started
+# baseline hides exactly the imports the harness hides
+PRELOAD = "import " + ", ".join(PRELOAD_MODULES)
 CELL_TIMEOUT = 60
 SERIAL = ("nbclient", "nbclient-prestart", "nbgrader", "harness-1")  # one notebook at a time
 
@@ -109,6 +119,35 @@ def warm_records(build: Path, notebooks: list[str]) -> None:
     from autograder.grade import expected_records
 
     expected_records(Course.load(build), notebooks)
+
+
+def autograded_forms(build: Path, files: list[Path]) -> list[Path]:
+    """Each submitted notebook as nbgrader's autograde runs it: every cell the source notebook locks (its tests,
+    hidden ones included) put back from the source notebook, as nbgrader's OverwriteCells does, so that the
+    bare-nbclient baselines run the same cells as nbgrader and the harness; written under WORK/baseline."""
+    import nbformat
+
+    from autograder.cells import nbgrader_meta
+    from autograder.course import Course
+
+    course = Course.load(build)
+    locked = {}
+    for path in sorted(course.source_dir.glob("*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        locked[path.stem] = {meta["grade_id"]: c.source for c in cells if (meta := nbgrader_meta(c)).get("grade_id")
+                             and (meta.get("locked") or (meta.get("grade") and not meta.get("solution")))}
+    out = []
+    for f in files:
+        nb = nbformat.read(f, as_version=4)
+        for cell in nb.cells:
+            source = locked[f.stem].get(nbgrader_meta(cell).get("grade_id"))
+            if source is not None:
+                cell.source = source
+        dest = WORK / "baseline" / f.parent.parent.name / f.name  # submitted/<student>/part-ii/<notebook>
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, dest)
+        out.append(dest)
+    return out
 
 
 def copy_course(master: Path, name: str) -> Path:
@@ -212,8 +251,9 @@ def run_notebook(path: Path, km=None) -> float:
     scratch = WORK / "scratch"
     scratch.mkdir(exist_ok=True)
     started = time.perf_counter()
+    # killed at once, as the harness and the pre-started path kill theirs: a graceful shutdown waits about 0.6 s
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True, km=km,
-                            resources={"metadata": {"path": str(scratch)}})
+                            shutdown_kernel="immediate", resources={"metadata": {"path": str(scratch)}})
     client.execute(cwd=str(scratch)) if km is None else client.execute()
     return time.perf_counter() - started
 
@@ -256,7 +296,7 @@ def bare_nbclient(files: list[Path], prestart: bool) -> tuple[float, list[float]
 
 
 def kernel_costs(reps: int) -> dict:
-    """nbclient seconds for an empty notebook and for one that only imports numpy, torch and matplotlib."""
+    """nbclient seconds for an empty notebook and for one that only imports what the harness preloads."""
     import nbformat
 
     out = {}
@@ -374,8 +414,8 @@ def print_report(result: dict, configs: list[str], n_notebooks: int, students: i
                  "wall overhead /nb vs nbclient", "vs nbclient-prestart", "CPU /nb", "CPU overhead /nb vs nbclient"], rows))
     print("(wall overhead: only between serial configurations, one notebook at a time; nbclient starts a cold kernel "
           "per notebook while the clock runs, nbclient-prestart hides that start-up as the harness does. "
-          "CPU: user + system seconds of the configuration's processes and kernels; the harness imports numpy, torch "
-          "and matplotlib once per submission, every nbclient kernel once per notebook, so its CPU overhead is "
+          "CPU: user + system seconds of the configuration's processes and kernels; the harness imports its preloaded "
+          "modules once per submission, every nbclient kernel once per notebook, so its CPU overhead is "
           "negative by design)")
     if sandbox and any(c.startswith("harness") for c in configs):
         print("(harness in the sandbox: bubblewrap's processes are orphaned to this process, a subreaper, and "
@@ -394,7 +434,7 @@ def print_report(result: dict, configs: list[str], n_notebooks: int, students: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, help="students in the class (default 40, which takes hours; 2 with --quick)")
-    parser.add_argument("--reps", type=int, default=2, help="repetitions of every configuration, at least 2 (default 2)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of every configuration, at least 3 (default 3)")
     parser.add_argument("--kernel-reps", type=int, help="repetitions of the kernel start-up probes (default 5; 3 with --quick)")
     parser.add_argument("--quick", action="store_true", help="a 2-student class, for development")
     parser.add_argument("--no-sandbox", action="store_true", help="grade with the harness's --no-sandbox")
@@ -404,8 +444,8 @@ def main() -> None:
     kernel_reps = args.kernel_reps if args.kernel_reps is not None else (3 if args.quick else 5)
     if students < 1:
         parser.error(f"--students must be at least 1, got {students}")
-    if args.reps < 2:
-        parser.error(f"--reps must be at least 2 (median, min and max need several repetitions), got {args.reps}")
+    if args.reps < 3:  # the median of two is their mean
+        parser.error(f"--reps must be at least 3 (median, min and max need several repetitions), got {args.reps}")
     if kernel_reps < 1:
         parser.error(f"--kernel-reps must be at least 1, got {kernel_reps}")
     configs = [c for c in CONFIGS if not args.only or c in args.only]
@@ -429,6 +469,7 @@ def main() -> None:
     n_nb = len(files)
     print(f"{n_nb} submitted notebooks ({len(notebooks)} per student); recording trusted checks", flush=True)
     warm_records(master, notebooks)
+    baseline = autograded_forms(master, files)
     os.environ["PART_II_ROOT"] = str(master / "course" / "student" / "part-ii")  # bare kernels' code/ and data/
 
     print(f"kernel start-up probes ({kernel_reps} each)", flush=True)
@@ -437,14 +478,15 @@ def main() -> None:
     cpu = {c: [] for c in configs}
     per_nb, totals_by_rep, exit_codes = {}, [], {c: [] for c in configs if c.startswith("harness")}
     # written now, so a run that fails in its first repetition leaves no earlier run's figures standing as its own
-    save("grading_throughput", summarize(info, students, n_nb, 0, args.reps, sandbox, kcost, configs, seconds, cpu,
+    name = record_name("grading_throughput", full=not args.only and not args.quick)
+    save(name, summarize(info, students, n_nb, 0, args.reps, sandbox, kcost, configs, seconds, cpu,
                                          per_nb, totals_by_rep, exit_codes))
     for rep in range(args.reps):
         totals_of = {}
         for c in run_order(configs, rep):
             print(f"rep {rep + 1}/{args.reps}: {c} ...", flush=True)
             try:
-                run = run_config(c, rep, master, files, sandbox)
+                run = run_config(c, rep, master, baseline, sandbox)
             except RunFailed as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 sys.exit(3)
@@ -465,7 +507,7 @@ def main() -> None:
         info["load_at_end"] = [round(x, 2) for x in load()]
         result = summarize(info, students, n_nb, rep + 1, args.reps, sandbox, kcost, configs, seconds, cpu, per_nb,
                            totals_by_rep, exit_codes)
-        path = save("grading_throughput", result)
+        path = save(name, result)
 
     print_report(result, configs, len(notebooks), students)
     print(f"saved {path.relative_to(ROOT)}")

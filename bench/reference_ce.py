@@ -9,7 +9,8 @@ machine slows numerator and denominator alike. Reported: median [min, max] over 
 repetitions, for wall time and for this process's CPU time. Peak extra memory is
 measured once per method in a fresh subprocess (RSS high-water mark minus RSS with
 the logits already in memory) and, for the numpy paths, with tracemalloc.
-Figures are printed last and saved to build/bench/reference_ce.json.
+Figures are printed last and saved to build/bench/reference_ce.json (reference_ce-dev.json for a run at
+another size, or without the memory measurement, so that it never replaces the full run's record).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ for _name in THREAD_VARIABLES:
     os.environ[_name] = "1"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, Timer, describe, die, fmt, load, machine, save, table  # noqa: E402
+from _common import ROOT, Timer, describe, die, fmt, load, machine, record_name, save, table  # noqa: E402
 
 # float32 rounding: each result within this many float32 epsilons (relative) of the one it is compared with
 ACCURACY_LIMIT_EPS32 = 2.0
@@ -267,7 +268,8 @@ def main() -> None:
         tracetxt = "-" if traced is None else f"{100 * traced / logits_bytes:.2f} %"
         rows_out.append([LABELS[m], fmt(describe(times[m]["wall"]), 3, " s"), fmt(r["wall"]), fmt(r["cpu"]),
                          fmt(vs_ours["wall"]), fmt(vs_ours["cpu"]), memtxt, tracetxt])
-    path = save("reference_ce", result)
+    full = rows == 4096 and args.classes == 50257 and not args.no_memory  # the run README quotes
+    path = save(record_name("reference_ce", full), result)
     print()
     print(f"machine: {info['nproc']} x {info['cpu']}, {info['memory_gib']} GiB; load {info['load_1_5_15']} at start, "
           f"{info['load_at_end']} at end; OPENBLAS_CORETYPE={info['env']['OPENBLAS_CORETYPE']}; threads: "
