@@ -32,6 +32,7 @@ limit). A notebook over LARGE_NOTEBOOK_BYTES gets a note to clear its saved outp
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import re
@@ -43,7 +44,7 @@ from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNIN
                     stopped_by_budget, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
-from .course import ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config
+from .course import ASSIGNMENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, load_config
 
 
 # a notebook this large has outputs saved that a hand-in does not need (the course's run notebooks take under 0.1 MiB)
@@ -168,20 +169,50 @@ def cell_places(source, grade_ids: list[str]) -> list[str]:
     return [places.get(g, g) for g in grade_ids]
 
 
-def changed_course_files(folder: Path) -> list[str]:
-    """The course files (code/part-ii, data/part-ii) of the course folder above folder whose bytes differ from this
-    repository's, which grading uses: an edited tolerance in checks.py makes a failing answer pass here only."""
+def released_digests(root: Path) -> dict[str, str] | None:
+    """{path inside the course folder: sha256} of the course files as released, from the course-files.sha256 the
+    release wrote into the student zip; None without one (a copy of the repository, or a zip of an older release)."""
+    listing = root / COURSE_FILES_LIST
+    if not listing.is_file():
+        return None
+    digests = {}
+    for line in listing.read_text(encoding="utf-8", errors="replace").splitlines():
+        digest, sep, rel = line.partition("  ")
+        if sep and re.fullmatch(r"[0-9a-f]{64}", digest):
+            digests[rel] = digest
+    return digests
+
+
+def course_files(root: Path) -> list[tuple[str, Path]]:
+    """(path inside the course folder, file) of every course file (code/part-ii, data/part-ii) under root."""
+    return [(p.relative_to(root).as_posix(), p) for part in ("code/part-ii", "data/part-ii")
+            for p in sorted((root / part).rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+
+
+def changed_course_files(folder: Path) -> tuple[list[str], bool]:
+    """(the course files of the course folder above folder that the student changed, whether they were compared with
+    the release's course-files.sha256): grading uses the course's own copies, so an edited tolerance in checks.py
+    makes a failing answer pass here only. Without that list the files are compared with this repository's."""
     root = course_folder_of(folder)
     if root is None or root.resolve() == REPO.resolve():
+        return [], False
+    digests = released_digests(root)
+    if digests is not None:
+        return [rel for rel, path in course_files(root)
+                if rel in digests and hashlib.sha256(path.read_bytes()).hexdigest() != digests[rel]], True
+    return [rel for rel, path in course_files(root)
+            if (REPO / rel).is_file() and path.read_bytes() != (REPO / rel).read_bytes()], False
+
+
+def other_release_files(folder: Path) -> list[str]:
+    """The course files of the course folder above folder that are as its release shipped them but differ from this
+    repository's: the student's zip and this repository come from different versions of the course."""
+    root = course_folder_of(folder)
+    if root is None or root.resolve() == REPO.resolve() or (digests := released_digests(root)) is None:
         return []
-    changed = []
-    for part in ("code/part-ii", "data/part-ii"):
-        for theirs in sorted((root / part).rglob("*")):
-            ours = REPO / part / theirs.relative_to(root / part)
-            if theirs.is_file() and "__pycache__" not in theirs.parts and ours.is_file() \
-                    and theirs.read_bytes() != ours.read_bytes():
-                changed.append(theirs.relative_to(root).as_posix())
-    return changed
+    return [rel for rel, path in course_files(root)
+            if rel in digests and (REPO / rel).is_file() and (data := path.read_bytes()) != (REPO / rel).read_bytes()
+            and hashlib.sha256(data).hexdigest() == digests[rel]]
 
 
 def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) -> str | None:
@@ -427,7 +458,8 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
         print(problem, flush=True)
     deleted, unanswerable = deleted_cells(nb, course[best])
     folder = Path(path).resolve().parent
-    changed = changed_course_files(folder)
+    changed, listed = changed_course_files(folder)
+    other_release = other_release_files(folder)
     if note := size_note(Path(path), nb):
         print(note, flush=True)
     cells = sum(c.cell_type == "code" for c in nb.cells)
@@ -458,10 +490,17 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
               "grading does not put the cell back. Copy the cell back from a fresh copy of the notebook (unzip the "
               "course zip again in another folder), move your answer into it, and run the check again.")
     if changed:
-        print(f"✘ course files changed in your copy: {', '.join(changed)} (they differ from {REPO}'s). Grading runs "
-              "your notebook with the course's own copies, so results here may differ from the grade: put the "
-              "released files back (unzip the course zip again) and run the check again. (If your zip comes from "
-              "another version of the course than this repository, check with a repository of that version.)")
+        against = (f"they differ from the copies your course zip shipped, listed in its {COURSE_FILES_LIST}" if listed
+                   else f"they differ from {REPO}'s")
+        print(f"✘ course files changed in your copy: {', '.join(changed)} ({against}). Grading runs your notebook "
+              "with the course's own copies, so results here may differ from the grade: put the released files back "
+              "(unzip the course zip again) and run the check again." + ("" if listed else " (If your zip comes from "
+              "another version of the course than this repository, check with a repository of that version.)"))
+    if other_release:
+        print(f"note: your copy of {', '.join(other_release)} is as your course zip shipped it, but differs from "
+              f"{REPO}'s: the zip and this repository come from different versions of the course. The check ran with "
+              "your copy; if the course was released again since you downloaded it, get the new zip's code/ and "
+              "data/ folders.")
     if slow := timed_out_cells(nb):
         print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "

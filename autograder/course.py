@@ -36,6 +36,9 @@ BEIJING = zoneinfo.ZoneInfo("Asia/Shanghai")  # the students' clock: the student
 # runs there
 SHELL_BUILD = os.environ.get("PART_II_BUILD") or None
 BUNDLE_CONTENT = ("code", "data")  # top-level course folders shipped to students, each as <name>/part-ii
+# in the student bundle: the sha256 of every file of BUNDLE_CONTENT as released (`sha256sum -c` reads it), so that
+# `check` tells a student's edits from a repository that has moved on since the release
+COURSE_FILES_LIST = "course-files.sha256"
 
 
 class AutograderError(Exception):

@@ -14,6 +14,7 @@ each hand-graded question with its model answer and marking note, to read beside
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import math
 import re
@@ -27,7 +28,7 @@ import nbformat
 
 from .cells import (cell_points, headings, is_hand_graded, leveled_headings, nbgrader_meta, numbered_cell,
                     numbered_headings, WARNING_PATTERN)
-from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
+from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
                      AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
                      sqlite_file)
 
@@ -556,6 +557,12 @@ def student_nbgrader_config() -> str:
             "    pass\n")
 
 
+def course_files_list(files: dict[str, bytes]) -> str:
+    """`sha256sum` lines ('<hex>  <path>') of the bundle's code/ and data/ files (path inside the bundle -> bytes)."""
+    shipped = sorted(rel for rel in files if rel.split("/", 1)[0] in BUNDLE_CONTENT)
+    return "".join(f"{hashlib.sha256(files[rel]).hexdigest()}  {rel}\n" for rel in shipped)
+
+
 def write_bundle(course: Course) -> tuple[Path, Path]:
     """Write the unpacked student bundle and its zip from scratch; return (bundle folder, zip)."""
     pins = pinned_versions()
@@ -564,6 +571,7 @@ def write_bundle(course: Course) -> tuple[Path, Path]:
     files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins, due_date_of(course)).encode()
     files["requirements.txt"] = requirements.encode()
     files["nbgrader_config.py"] = student_nbgrader_config().encode()
+    files[COURSE_FILES_LIST] = course_files_list(files).encode()
     if course.bundle_dir.exists():
         shutil.rmtree(course.bundle_dir)
     course.bundle_zip.parent.mkdir(parents=True, exist_ok=True)

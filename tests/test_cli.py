@@ -609,6 +609,43 @@ def test_check_names_deleted_test_and_answer_cells_and_changed_course_files_and_
     assert f"visible tests passed: {len(tests) - 1} of {len(tests) - 1} cells" in out, out
 
 
+def test_check_tells_a_student_s_edit_of_a_course_file_from_a_zip_of_another_release(tmp_path, monkeypatch, capsys):
+    """Found by review: a zip released before the repository's data/ gained a case failed the check untouched, with
+    advice (unzip again) that could not help. The zip's course-files.sha256 now says what was released: a file as
+    released but unlike the repository's gets a note, a file changed since the release the ✘."""
+    import hashlib
+    import shutil
+
+    import nbformat
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.delenv("PART_II_ROOT", raising=False)
+    course = tmp_path / "course"  # the unpacked student zip
+    for part in ("code/part-ii", "data/part-ii"):
+        shutil.copytree(REPO / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    # the release this zip came from had a data file unlike the repository's (whitespace: the same JSON)
+    with open(course / "data/part-ii/arithmetic.json", "a", encoding="utf-8") as fh:
+        fh.write("\n")
+    listed = sorted(p for p in course.rglob("*") if p.is_file())
+    (course / "course-files.sha256").write_text("".join(
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(course).as_posix()}\n" for p in listed))
+    with open(course / "code/part-ii/checks.py", "a", encoding="utf-8") as fh:  # the student's own edit
+        fh.write("\n# RTOL loosened by the student\n")
+    (course / "part-ii").mkdir()
+    nbformat.write(nb, course / "part-ii" / path.name)
+    code, _, out = run(["check", str(course / "part-ii" / path.name)], capsys)
+    assert code == 1, out
+    assert ("✘ course files changed in your copy: code/part-ii/checks.py (they differ from the copies your course zip "
+            "shipped, listed in its course-files.sha256). Grading runs") in out, out
+    assert (f"note: your copy of data/part-ii/arithmetic.json is as your course zip shipped it, but differs from "
+            f"{REPO}'s") in out, out
+
+    # the student puts the file back as released: the check passes, the note stays
+    shutil.copy(REPO / "code/part-ii/checks.py", course / "code/part-ii/checks.py")
+    code, _, out = run(["check", str(course / "part-ii" / path.name)], capsys)
+    assert code == 0 and "course files changed" not in out and "note: your copy of data/part-ii/arithmetic.json" in out, out
+
+
 def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_failures(tmp_path, monkeypatch, capsys):
     """A warning on stderr passes (grading strips it with nbgrader's IgnorePattern); an unfinished first
     exercise is named under its own test cell only, not under a later exercise's failure."""

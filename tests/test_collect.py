@@ -1290,11 +1290,14 @@ def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(cou
     whole inside the student's folder, code/ and data/ are the course's folders, not two more students, and the
     unchanged files are passed over, not rejected."""
     bundle = course.bundle_dir
+    listing = f"{'0' * 64}  code/part-ii/probability_practice.py\n".encode()
     write_tree(bundle, {"code/part-ii/probability_practice.py": b"# the reference\n", "data/part-ii/cases.json": b"{}\n",
-                        "README.md": "# 学生版\n".encode(), "requirements.txt": b"numpy==2.4.6\n"})
+                        "README.md": "# 学生版\n".encode(), "requirements.txt": b"numpy==2.4.6\n",
+                        "course-files.sha256": listing})
     download = write_tree(tmp_path / "d", {
         "olga/part-ii/02-shapes-and-loss.ipynb": notebook_bytes("olga 02"),
         "olga/part-ii/README.md": "# 学生版\n".encode(),
+        "olga/part-ii/course-files.sha256": listing,
         "olga/part-ii/requirements.txt": b"numpy==2.4.6\n",
         "olga/part-ii/code/part-ii/probability_practice.py": b"# the reference\n",
         "olga/part-ii/data/part-ii/cases.json": b"{}\n"})
@@ -1306,14 +1309,19 @@ def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(cou
         "unchanged copy of the released course file code/part-ii/probability_practice.py",
         "unchanged copy of the released course file data/part-ii/cases.json",
         "unchanged copy of the released course file README.md",
-        "unchanged copy of the released course file requirements.txt"}, (report.rejected, report.ignored)
-    # a release with a due date rewrites README.md: an earlier one handed back is still a course file, not a reject
+        "unchanged copy of the released course file requirements.txt",
+        "unchanged copy of the released course file course-files.sha256"}, (report.rejected, report.ignored)
+    # a release with a due date rewrites README.md, one with new course files the list of their digests: an earlier
+    # one handed back is still a course file, not a reject
     (bundle / "README.md").write_text("# 学生版\n截止时间：……\n", encoding="utf-8")
+    (bundle / "course-files.sha256").write_bytes(listing.replace(b"0" * 64, b"1" * 64))
     (download / "olga/part-ii/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("olga 02, again"))
     report = collect(course, download)
     assert not report.rejected, report.rejected
     assert [r.reason for r in report.ignored if r.file == "olga/part-ii/README.md"] == [
         "the student release's README.md (from another release, or edited): a course file, not a submission"]
+    assert [r.reason for r in report.ignored if r.file == "olga/part-ii/course-files.sha256"] == [
+        "the student release's course-files.sha256 (from another release, or edited): a course file, not a submission"]
 
 
 def test_a_notebook_under_a_name_of_its_own_is_filed_by_its_exercises_and_other_rejects_reach_the_student(course, tmp_path):

@@ -261,6 +261,7 @@ def _imported_modules(source: str) -> set[str]:
 def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_versions(release_dir, tmp_path):
     """A student with only the zip gets a README naming each notebook with its points and a requirements.txt
     pinning, at the versions grading runs, every package the notebooks and the bundled code import."""
+    import hashlib
     import importlib.metadata as md
     import sys
     import zipfile
@@ -277,7 +278,13 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
         validate_config = zf.read("part-ii/nbgrader_config.py").decode()
         requirements = zf.read("part-ii/requirements.txt").decode()
         code = {n: zf.read(n).decode() for n in zf.namelist() if n.startswith("part-ii/code/") and n.endswith(".py")}
+        listing = zf.read("part-ii/course-files.sha256").decode()
+        course_files = {n[len("part-ii/"):]: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist()
+                        if n.startswith(("part-ii/code/", "part-ii/data/")) and not n.endswith("/")}
     assert code, "the zip carries no code/part-ii"
+    # the digests check uses to tell a student's edits: every shipped code/ and data/ file, as `sha256sum -c` reads them
+    assert dict(reversed(line.split("  ", 1)) for line in listing.splitlines()) == course_files
+    assert "course-files.sha256" in readme and "另外三个文件不用交回" in readme
 
     # the pins are the versions installed from the repo's requirements.txt, i.e. the grading environment
     pins = dict(line.split("==") for line in requirements.splitlines() if line and not line.startswith("#"))
