@@ -12,7 +12,10 @@ files in an identical course:
                      each, serially, killed at once after its last cell (the cost of running
                      the cells and nothing else); each notebook in the form nbgrader runs it,
                      its locked cells (the tests, hidden ones included) put back from the
-                     source notebook, so all configurations run the same cells
+                     source notebook, so all configurations run the same cells (but for the
+                     harness's trusted checks: its kernels never compute the expected values,
+                     which the harness recorded once and compares outside the kernel;
+                     nbgrader's and these compute and compare them in the kernel)
     nbclient-prestart  the same, with the next notebook's kernel started (and the modules the
                      harness's fork server preloads imported in it: numpy, torch,
                      matplotlib.pyplot, jsonschema, sympy) while the current one runs;
@@ -34,7 +37,8 @@ nbclient on an empty notebook and on one that only imports what the harness prel
 per notebook as its job table records them (kernel start hidden except for a job's first
 notebook, which also pays for starting the second one). Figures are printed
 last and saved to build/bench/grading_throughput.json (grading_throughput-dev.json for a
---quick or --only run, so that it never replaces a full run's record), which is also
+--quick or --only run, one without the sandbox, or a class under 4 students, so that it
+never replaces a full run's record), which is also
 written after every repetition ("complete": false until the last), so an interrupted run
 keeps what it measured. The trusted checks' expected values are recorded once before any
 timing: the harness's first `grade` after the sources change pays that recording (a run
@@ -123,9 +127,11 @@ def warm_records(build: Path, notebooks: list[str]) -> None:
 
 def autograded_forms(build: Path, files: list[Path]) -> list[Path]:
     """Each submitted notebook as nbgrader's autograde runs it: every cell the source notebook locks (its tests,
-    hidden ones included) put back from the source notebook, as nbgrader's OverwriteCells does, so that the
-    bare-nbclient baselines run the same cells as nbgrader and the harness; written under WORK/baseline."""
+    hidden ones included) put back from the source notebook (type and source, as nbgrader's OverwriteCells puts
+    them back), so that the bare-nbclient baselines run the cells nbgrader and the harness run; written under
+    WORK/baseline. Deleted cells are not restored (the harness does that): the synthetic class deletes none."""
     import nbformat
+    from nbgrader.utils import is_locked
 
     from autograder.cells import nbgrader_meta
     from autograder.course import Course
@@ -134,15 +140,15 @@ def autograded_forms(build: Path, files: list[Path]) -> list[Path]:
     locked = {}
     for path in sorted(course.source_dir.glob("*.ipynb")):
         cells = nbformat.read(path, as_version=4).cells
-        locked[path.stem] = {meta["grade_id"]: c.source for c in cells if (meta := nbgrader_meta(c)).get("grade_id")
-                             and (meta.get("locked") or (meta.get("grade") and not meta.get("solution")))}
+        locked[path.stem] = {nbgrader_meta(c)["grade_id"]: c for c in cells
+                             if nbgrader_meta(c).get("grade_id") and is_locked(c)}
     out = []
     for f in files:
         nb = nbformat.read(f, as_version=4)
         for cell in nb.cells:
             source = locked[f.stem].get(nbgrader_meta(cell).get("grade_id"))
             if source is not None:
-                cell.source = source
+                cell.cell_type, cell.source = source.cell_type, source.source
         dest = WORK / "baseline" / f.parent.parent.name / f.name  # submitted/<student>/part-ii/<notebook>
         dest.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dest)
@@ -478,7 +484,8 @@ def main() -> None:
     cpu = {c: [] for c in configs}
     per_nb, totals_by_rep, exit_codes = {}, [], {c: [] for c in configs if c.startswith("harness")}
     # written now, so a run that fails in its first repetition leaves no earlier run's figures standing as its own
-    name = record_name("grading_throughput", full=not args.only and not args.quick)
+    # the run README quotes: every configuration, in the sandbox, a class of 4 or more (--students 3 is a quick look)
+    name = record_name("grading_throughput", full=not args.only and not args.quick and sandbox and students >= 4)
     save(name, summarize(info, students, n_nb, 0, args.reps, sandbox, kcost, configs, seconds, cpu,
                                          per_nb, totals_by_rep, exit_codes))
     for rep in range(args.reps):
