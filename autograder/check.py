@@ -171,16 +171,17 @@ def cell_places(source, grade_ids: list[str]) -> list[str]:
 
 def released_digests(root: Path) -> dict[str, str] | None:
     """{path inside the course folder: sha256} of the course files as released, from the course-files.sha256 the
-    release wrote into the student zip; None without one (a copy of the repository, or a zip of an older release)."""
+    release wrote into the student zip; None without a readable one (a copy of the repository, a zip of an older
+    release, or a list an editor emptied)."""
     listing = root / COURSE_FILES_LIST
     if not listing.is_file():
         return None
     digests = {}
-    for line in listing.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in listing.read_text(encoding="utf-8-sig", errors="replace").splitlines():  # -sig: an editor's BOM
         digest, sep, rel = line.partition("  ")
         if sep and re.fullmatch(r"[0-9a-f]{64}", digest):
             digests[rel] = digest
-    return digests
+    return digests or None
 
 
 def course_files(root: Path) -> list[tuple[str, Path]]:
@@ -189,30 +190,31 @@ def course_files(root: Path) -> list[tuple[str, Path]]:
             for p in sorted((root / part).rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
 
 
-def changed_course_files(folder: Path) -> tuple[list[str], bool]:
-    """(the course files of the course folder above folder that the student changed, whether they were compared with
-    the release's course-files.sha256): grading uses the course's own copies, so an edited tolerance in checks.py
-    makes a failing answer pass here only. Without that list the files are compared with this repository's."""
+def course_file_drift(folder: Path) -> tuple[list[str], list[str], bool]:
+    """(the course files the student changed or deleted, those as their release shipped them but unlike this
+    repository's, whether their release's course-files.sha256 was there to tell the two apart) of the course folder
+    above folder. Grading uses the course's own copies, so an edited tolerance in checks.py makes a failing answer
+    pass here only; a zip of another release than this repository's is no edit. A file the same as this
+    repository's is never an edit, and without the list every file unlike this repository's counts as one."""
     root = course_folder_of(folder)
     if root is None or root.resolve() == REPO.resolve():
-        return [], False
+        return [], [], False
     digests = released_digests(root)
-    if digests is not None:
-        return [rel for rel, path in course_files(root)
-                if rel in digests and hashlib.sha256(path.read_bytes()).hexdigest() != digests[rel]], True
-    return [rel for rel, path in course_files(root)
-            if (REPO / rel).is_file() and path.read_bytes() != (REPO / rel).read_bytes()], False
-
-
-def other_release_files(folder: Path) -> list[str]:
-    """The course files of the course folder above folder that are as its release shipped them but differ from this
-    repository's: the student's zip and this repository come from different versions of the course."""
-    root = course_folder_of(folder)
-    if root is None or root.resolve() == REPO.resolve() or (digests := released_digests(root)) is None:
-        return []
-    return [rel for rel, path in course_files(root)
-            if rel in digests and (REPO / rel).is_file() and (data := path.read_bytes()) != (REPO / rel).read_bytes()
-            and hashlib.sha256(data).hexdigest() == digests[rel]]
+    changed, other_release = [], []
+    present = dict(course_files(root))
+    for rel, path in present.items():
+        data, ours = path.read_bytes(), REPO / rel
+        if ours.is_file() and data == ours.read_bytes():
+            continue
+        if digests is None or rel not in digests:
+            if ours.is_file():  # nothing says what was released: this repository's copy is the reference
+                changed.append(rel)
+        elif hashlib.sha256(data).hexdigest() != digests[rel]:
+            changed.append(rel)
+        elif ours.is_file():
+            other_release.append(rel)
+    changed += [f"{rel} (missing)" for rel in sorted(digests or {}) if rel not in present]
+    return changed, other_release, digests is not None
 
 
 def naming_problem(path: Path, best: str, course: dict[str, dict[str, bool]]) -> str | None:
@@ -458,8 +460,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
         print(problem, flush=True)
     deleted, unanswerable = deleted_cells(nb, course[best])
     folder = Path(path).resolve().parent
-    changed, listed = changed_course_files(folder)
-    other_release = other_release_files(folder)
+    changed, other_release, listed = course_file_drift(folder)
     if note := size_note(Path(path), nb):
         print(note, flush=True)
     cells = sum(c.cell_type == "code" for c in nb.cells)
@@ -499,8 +500,8 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     if other_release:
         print(f"note: your copy of {', '.join(other_release)} is as your course zip shipped it, but differs from "
               f"{REPO}'s: the zip and this repository come from different versions of the course. The check ran with "
-              "your copy; if the course was released again since you downloaded it, get the new zip's code/ and "
-              "data/ folders.")
+              "your copy, and grading uses the course's, so the two may differ; if the course was released again "
+              "since you downloaded it, unzip the new zip in another folder and move your notebooks into it.")
     if slow := timed_out_cells(nb):
         print(f"✘ did not finish within {timeout:g} s and was interrupted: {', '.join(slow)}; grading interrupts a cell "
               f"after its cell timeout too ({DEFAULT_CELL_TIMEOUT:g} s unless your instructor set another), and the "

@@ -646,6 +646,39 @@ def test_check_tells_a_student_s_edit_of_a_course_file_from_a_zip_of_another_rel
     assert code == 0 and "course files changed" not in out and "note: your copy of data/part-ii/arithmetic.json" in out, out
 
 
+def test_course_file_drift_trusts_the_repository_s_bytes_and_names_deleted_files(tmp_path, monkeypatch):
+    """Found by review: a file as this repository has it was an edit when the list said otherwise (a student who
+    took the new release's code/ kept the old list); an emptied or BOM-prefixed list turned the comparison off, and a
+    listed file the student deleted went unnamed."""
+    import hashlib
+    import shutil
+
+    from autograder.check import course_file_drift
+
+    monkeypatch.delenv("PART_II_ROOT", raising=False)
+    course = tmp_path / "course"
+    for part in ("code/part-ii", "data/part-ii"):
+        shutil.copytree(REPO / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    folder = course / "part-ii"
+    folder.mkdir()
+    files = sorted(p.relative_to(course).as_posix() for p in course.rglob("*") if p.is_file())
+    digests = {rel: hashlib.sha256((course / rel).read_bytes()).hexdigest() for rel in files}
+    old, gone, edited, unlisted = "code/part-ii/checks.py", "data/part-ii/arithmetic.json", files[0], files[-1]
+    assert len({old, gone, edited, unlisted}) == 4, files
+    digests[old] = hashlib.sha256(b"the release before").hexdigest()  # the student's checks.py is this repository's
+    del digests[unlisted]
+    listing = course / "course-files.sha256"
+    listing.write_text("\ufeff" + "".join(f"{d}  {rel}\n" for rel, d in digests.items()), encoding="utf-8")
+    (course / gone).unlink()
+    for rel in (edited, unlisted):
+        with open(course / rel, "ab") as fh:
+            fh.write(b"\n# edited\n")
+    assert course_file_drift(folder) == (sorted([edited, unlisted]) + [f"{gone} (missing)"], [], True)
+
+    listing.write_text("\n", encoding="utf-8")  # emptied: this repository's copies are the reference again
+    assert course_file_drift(folder) == (sorted([edited, unlisted]), [], False)
+
+
 def test_check_ignores_warnings_as_grading_does_and_names_only_this_exercise_s_failures(tmp_path, monkeypatch, capsys):
     """A warning on stderr passes (grading strips it with nbgrader's IgnorePattern); an unfinished first
     exercise is named under its own test cell only, not under a later exercise's failure."""
