@@ -28,9 +28,9 @@ import nbformat
 
 from .cells import (cell_points, headings, is_hand_graded, leveled_headings, nbgrader_meta, numbered_cell,
                     numbered_headings, WARNING_PATTERN)
-from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
-                     AutograderError, Course, fast_new_gradebooks, one_transaction, quiet_nbgrader_logs, record_db_url,
-                     sqlite_file)
+from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT,
+                     DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, fast_new_gradebooks, one_transaction,
+                     quiet_nbgrader_logs, record_db_url, sqlite_file)
 
 # what must never reach a student, beyond the exact markers: nbgrader removes only exactly spelt markers (a stray END
 # line silently), so a misspelt one leaves the hidden tests in; hidden checks are the only ones that pass reveal=False;
