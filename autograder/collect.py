@@ -816,6 +816,11 @@ def clear_outputs(nb: nbformat.NotebookNode) -> int:
     return len(nbformat.writes(nb).encode("utf-8"))
 
 
+def joined(note: str, more: str) -> str:
+    """A file's collect note with one more remark after it ('; ' between them, none before a first one)."""
+    return f"{note}; {more}" if note else more
+
+
 def without_outputs(nb: nbformat.NotebookNode, size: int, note: str) -> tuple[nbformat.NotebookNode, str]:
     """nb (size bytes, over MAX_NOTEBOOK_BYTES) with every code cell's outputs removed, and the note saying so.
 
@@ -827,7 +832,7 @@ def without_outputs(nb: nbformat.NotebookNode, size: int, note: str) -> tuple[nb
         raise NotANotebook(f"too large ({mib(size)}, and {mib(left)} without its outputs; "
                            f"the limit is {mib(MAX_NOTEBOOK_BYTES)})")
     removed = f"outputs removed: the file was {mib(size)} (limit {mib(MAX_NOTEBOOK_BYTES)}); grading runs the cells again"
-    return nb, f"{note}; {removed}" if note else removed
+    return nb, joined(note, removed)
 
 
 def unique_cell_ids(raw: dict) -> tuple[int, int]:
@@ -936,6 +941,11 @@ def restore_metadata(nb: nbformat.NotebookNode, released: dict[str, tuple[str, d
             cell.metadata["nbgrader"] = copy.deepcopy(kept[1])
             restored += 1
     return restored
+
+
+def restored_note(restored: int, how: str) -> str:
+    """The note on nbgrader metadata put back into `restored` cells of a hand-in (how: why it was lost, how matched)."""
+    return f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the release ({how})"
 
 
 def _cell_key(cell) -> tuple[str, str]:
@@ -1130,15 +1140,12 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                 others = f" and none of {notebook}'s" if hit else ""
                 named, notebook = notebook or e.path.stem, held
                 moved = f"named {e.path.name}, but it holds the exercises of {held}{others}: filed as {held}.ipynb"
-                note = f"{note}; {moved}" if note else moved
+                note = joined(note, moved)
             if restored := restore_metadata(nb, (release_cells or {}).get(notebook, {})):
-                again = (f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the "
-                         "release (the editor dropped it; matched by cell id)")
-                note = f"{note}; {again}" if note else again
+                note = joined(note, restored_note(restored, "the editor dropped it; matched by cell id"))
             if notebook in (release or {}) and (restored := restore_metadata_by_order(nb, release[notebook])):
-                again = (f"nbgrader metadata of {restored} {'cell' if restored == 1 else 'cells'} put back from the "
-                         "release (the editor dropped it and the cell ids; matched by source and order)")
-                note = f"{note}; {again}" if note else again
+                note = joined(note, restored_note(restored, "the editor dropped it and the cell ids; matched by source "
+                                                            "and order"))
         except NotANotebook as exc:
             rejected.append(Record(str(e.path), wrong_name or str(exc), student, source=e, damaged=wrong_name is None,
                                    time=timestamp or e.mtime))
