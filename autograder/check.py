@@ -44,8 +44,8 @@ from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNIN
                     stopped_by_budget, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
-from .course import (ASSIGNMENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError,
-                     load_config)
+from .course import (ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
+                     AutograderError, load_config)
 
 
 # a notebook this large has outputs saved that a hand-in does not need (the course's run notebooks take under 0.1 MiB)
@@ -186,9 +186,10 @@ def released_digests(root: Path) -> dict[str, str] | None:
 
 
 def course_files(root: Path) -> list[tuple[str, Path]]:
-    """(path inside the course folder, file) of every course file (code/part-ii, data/part-ii) under root."""
-    return [(p.relative_to(root).as_posix(), p) for part in ("code/part-ii", "data/part-ii")
-            for p in sorted((root / part).rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    """(path inside the course folder, file) of every course file (code/part-ii, data/part-ii: the folders release
+    ships) under root."""
+    return [(p.relative_to(root).as_posix(), p) for top in BUNDLE_CONTENT
+            for p in sorted((root / top / ASSIGNMENT).rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
 
 
 def course_file_drift(folder: Path) -> tuple[list[str], list[str], bool]:
