@@ -38,11 +38,12 @@ per notebook as its job table records them (kernel start hidden except for a job
 notebook, which also pays for starting the second one). Figures are printed
 last and saved to build/bench/grading_throughput.json (grading_throughput-dev.json for a
 --quick or --only run, one without the sandbox, or a class under 4 students, so that it
-never replaces a full run's record), which is also
-written after every repetition ("complete": false until the last), so an interrupted run
-keeps what it measured. The trusted checks' expected values are recorded once before any
-timing: the harness's first `grade` after the sources change pays that recording (a run
-of each source notebook), which nbgrader never does. Everything generated goes under build/bench/grading/ (wiped at the start).
+never replaces a full run's record), which is also written after every repetition
+("complete": false until the last), so an interrupted run keeps what it measured. The
+trusted checks' expected values are recorded once before any timing: the harness's first
+`grade` after the sources change pays that recording (a run of each source notebook),
+which nbgrader never does. Everything generated goes under build/bench/grading/ (wiped
+at the start).
 The exit code is 1 when the graders disagree on a student's total in any repetition or
 a harness run reports an error (its times would not be of grading done right; each
 repetition says so as it ends), and 3 when a configuration's command fails outright.
@@ -486,8 +487,8 @@ def main() -> None:
     # written now, so a run that fails in its first repetition leaves no earlier run's figures standing as its own
     # the run README quotes: every configuration, in the sandbox, a class of 4 or more (--students 3 is a quick look)
     name = record_name("grading_throughput", full=not args.only and not args.quick and sandbox and students >= 4)
-    save(name, summarize(info, students, n_nb, 0, args.reps, sandbox, kcost, configs, seconds, cpu,
-                                         per_nb, totals_by_rep, exit_codes))
+    save(name, summarize(info, students, n_nb, 0, args.reps, sandbox, kcost, configs, seconds, cpu, per_nb,
+                         totals_by_rep, exit_codes))
     for rep in range(args.reps):
         totals_of = {}
         for c in run_order(configs, rep):
