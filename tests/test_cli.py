@@ -570,11 +570,17 @@ def test_a_build_folder_that_cannot_be_created_is_reported_without_a_traceback(e
     assert "Traceback" not in err
 
 
+def _course_files_copy(course: Path) -> Path:
+    """course, made to hold a copy of this repository's code/part-ii and data/part-ii, as an unpacked student zip does."""
+    for part in ("code/part-ii", "data/part-ii"):
+        shutil.copytree(REPO / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return course
+
+
 def test_check_names_deleted_test_and_answer_cells_and_changed_course_files_and_fails(tmp_path, monkeypatch, capsys):
     """A solved notebook without one of its test cells is not a pass: grading puts the test back and scores it. Its
     written-answer cell deleted (the answer moved to a cell of the student's own) passed with exit 0 and cost its
     points; an edited tolerance in the student's checks.py turned failures into passes that grading does not give."""
-    import shutil
 
     import nbformat
 
@@ -582,9 +588,7 @@ def test_check_names_deleted_test_and_answer_cells_and_changed_course_files_and_
 
     path, nb = _smallest_source_notebook()
     monkeypatch.delenv("PART_II_ROOT", raising=False)
-    course = tmp_path / "course"  # the unpacked student zip: the notebook's setup cell finds code/ above it
-    for part in ("code/part-ii", "data/part-ii"):
-        shutil.copytree(REPO / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    course = _course_files_copy(tmp_path / "course")  # the unpacked student zip: the setup cell finds code/ above it
     with open(course / "code/part-ii/checks.py", "a", encoding="utf-8") as fh:
         fh.write("\n# RTOL loosened by the student\n")
     meta = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
@@ -620,9 +624,7 @@ def test_check_tells_a_student_s_edit_of_a_course_file_from_a_zip_of_another_rel
 
     path, nb = _smallest_source_notebook()
     monkeypatch.delenv("PART_II_ROOT", raising=False)
-    course = tmp_path / "course"  # the unpacked student zip
-    for part in ("code/part-ii", "data/part-ii"):
-        shutil.copytree(REPO / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    course = _course_files_copy(tmp_path / "course")  # the unpacked student zip
     # the release this zip came from had a data file unlike the repository's (whitespace: the same JSON)
     with open(course / "data/part-ii/arithmetic.json", "a", encoding="utf-8") as fh:
         fh.write("\n")
@@ -651,14 +653,11 @@ def test_course_file_drift_trusts_the_repository_s_bytes_and_names_deleted_files
     took the new release's code/ kept the old list); an emptied or BOM-prefixed list turned the comparison off, and a
     listed file the student deleted went unnamed."""
     import hashlib
-    import shutil
 
     from autograder.check import course_file_drift
 
     monkeypatch.delenv("PART_II_ROOT", raising=False)
-    course = tmp_path / "course"
-    for part in ("code/part-ii", "data/part-ii"):
-        shutil.copytree(REPO / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    course = _course_files_copy(tmp_path / "course")
     folder = course / "part-ii"
     folder.mkdir()
     files = sorted(p.relative_to(course).as_posix() for p in course.rglob("*") if p.is_file())
