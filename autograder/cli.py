@@ -150,7 +150,8 @@ def _student_id(text: str) -> str:
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by grade and demo."""
     parser.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1,
-                        help="submissions graded in parallel (default: the number of cores, %(default)s here)")
+                        help="submissions graded in parallel (default: the number of cores, %(default)s here); "
+                             "the next one's sandbox starts early beside them")
     parser.add_argument("--cell-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="a cell running longer is interrupted and scored as failed "
                              f"({_defaults(DEFAULT_CELL_TIMEOUT, DEMO_CELL_TIMEOUT)})")

@@ -15,6 +15,13 @@ run) or not (running/pending, graded again from scratch by the next run); worker
 with this process (worker.die_with_parent), and their sandboxes with them (bwrap's
 --die-with-parent). A re-run skips done jobs whose submission is
 unchanged, unless ``--force``; ``commits`` counts how often a job's grades were written.
+
+Warming up. A job's worker first starts its sandbox, the fork server's imports and its
+first kernel (about 2 s), then waits for its go. While a job grades its last notebooks
+(worker.WARM_AHEAD), the next job is started to warm up beside it, and it gets its go
+when a slot frees: so at most ``workers`` jobs grade at once, and the start-up of each
+submission's sandbox is hidden behind the one before it. A warming job is "running" in
+the table (its worker exists), but its time budget begins only with its go.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import shutil
@@ -34,6 +42,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
@@ -101,8 +110,19 @@ class Running:
     student: str
     proc: multiprocessing.process.BaseProcess
     job_dir: Path
-    started: float
+    started: float  # when its budget began: at its start, or at its go when it was warmed up first
     budget: float
+    go: Any = None  # multiprocessing Event: set, the worker grades; unset, it waits, warmed up (run_job)
+    ahead: Any = None  # multiprocessing Event the worker sets when its last notebooks begin
+
+    @property
+    def warming(self) -> bool:
+        """Started ahead of its turn: its sandbox warms up, it grades nothing yet and its budget has not begun."""
+        return self.go is not None and not self.go.is_set()
+
+    def nearly_done(self) -> bool:
+        """Grading its last notebooks (worker.WARM_AHEAD): time to warm the next job up."""
+        return not self.warming and self.ahead is not None and self.ahead.is_set()
 
 
 # --- sandbox mode ------------------------------------------------------------------------
@@ -551,11 +571,11 @@ def worker_context():
     return ctx
 
 
-def start_worker(ctx, job_dir: Path):
-    """Start autograder.worker.child_main(JOB_DIR) in a fresh forked process (its own session)."""
+def start_worker(ctx, job_dir: Path, go=None, ahead=None):
+    """Start autograder.worker.child_main(JOB_DIR, go, ahead) in a fresh forked process (its own session)."""
     from .worker import child_main
 
-    proc = ctx.Process(target=child_main, args=(str(job_dir),), name=f"grade {job_dir.name}")
+    proc = ctx.Process(target=child_main, args=(str(job_dir), go, ahead), name=f"grade {job_dir.name}")
     proc.start()
     return proc
 
@@ -703,17 +723,50 @@ class Scheduler:
         self.budget = len(notebooks) * ((options.notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT) + 60) + 120
         self.interrupted = False  # set by the run's signal handler (see _note_interrupts)
 
-    def start(self, student: str) -> None:
-        """Prepare and start a job, recording it as running."""
+    def start(self, student: str, warm: bool = False) -> None:
+        """Prepare and start a job, recording it as running; warm: it only warms up until open_gates() lets it grade."""
         attempts = self.gb.db.execute(select(JOBS.c.attempts).where(
             JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one() + 1
         extension = nbgrader_interval(extension_ends(self.gb.db).get(student), self.gb.find_assignment(ASSIGNMENT).duedate)
         job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed,
                               self.records, extension)
-        proc = start_worker(self.ctx, job_dir)
-        self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget)  # tracked at once
+        go, ahead = self.ctx.Event(), self.ctx.Event()
+        if not warm:
+            go.set()
+        proc = start_worker(self.ctx, job_dir, go, ahead)
+        self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget, go, ahead)  # tracked at once
         _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)
         self.gb.db.commit()
+
+    def grading(self) -> list[Running]:
+        """The jobs grading now (not warming up)."""
+        return [run for run in self.running.values() if not run.warming]
+
+    def open_gates(self) -> None:
+        """Let warmed-up jobs, oldest first, grade in the slots free of the `workers` allowed."""
+        for run in [run for run in self.running.values() if run.warming]:
+            if len(self.grading()) >= self.options.workers:
+                return
+            run.started = time.monotonic()
+            run.go.set()
+
+    def fill(self, queue: deque) -> None:
+        """Keep `workers` jobs grading; warm one up ahead for each that is grading its last notebooks.
+
+        A warmed job starts its sandbox and its fork server's imports (seconds of CPU that a
+        second core does beside the grading) and waits; open_gates() starts its grading
+        when a slot frees, so the imports are off the grading's path.
+        """
+        self.open_gates()
+        while queue and len(self.grading()) < self.options.workers:
+            self.start(queue.popleft())
+        while queue and sum(run.warming for run in self.running.values()) < sum(
+                run.nearly_done() for run in self.running.values()):
+            self.start(queue.popleft(), warm=True)
+
+    def timed_out(self, run: Running) -> bool:
+        """True when a grading job (not one warming up) has used its budget."""
+        return not run.warming and time.monotonic() - run.started > run.budget
 
     def finish(self, run: Running, rc: int | None, timed_out: bool = False) -> bool:
         """Commit a finished job (or record its failure); return False when it should be retried."""
@@ -783,19 +836,20 @@ class Scheduler:
         previous = self._note_interrupts()
         try:
             while queue or self.running:
-                while queue and len(self.running) < self.options.workers:
-                    self.start(queue.popleft())
-                time.sleep(POLL_SECONDS)
+                self.fill(queue)
+                # wakes when a worker ends (the next job's go without a poll's delay), else polls for `ahead`
+                multiprocessing.connection.wait([run.proc.sentinel for run in self.running.values()], POLL_SECONDS)
                 if self.interrupted:  # its KeyboardInterrupt was raised where Python drops it (a weakref callback)
                     raise KeyboardInterrupt
                 for student, run in list(self.running.items()):
                     rc = run.proc.exitcode
-                    timed_out = rc is None and time.monotonic() - run.started > run.budget
+                    timed_out = rc is None and self.timed_out(run)
                     if rc is None and not timed_out:
                         continue
                     if timed_out:
                         stop_worker(run.proc)
                     del self.running[student]
+                    self.open_gates()  # the next job grades while this one's grades are committed
                     if self.finish(run, rc, timed_out):
                         bar.update(1)
                         if student in self.result.errors:

@@ -33,6 +33,9 @@ from .course import ASSIGNMENT, load_config
 from .sandbox import GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
 PR_SET_PDEATHSIG = 1
+# notebooks left (the current one included) when the parent may start warming up the next job: about the
+# time a sandbox's start and its fork server's imports take (~2 s) against a notebook's (~2.6 s, median)
+WARM_AHEAD = 2
 
 
 class BudgetedExecute(GradingExecute):
@@ -387,8 +390,23 @@ def zero_notebook(job: dict, notebook: str) -> None:
         gb.db.commit()
 
 
-def run_job(job_dir: Path) -> dict:
-    """Grade every notebook of the job; return {notebook: {"status": ..., "error": ...}}."""
+def wait_at_gate(go, log: logging.Logger) -> None:
+    """Block until the parent opens the job's gate (go: a multiprocessing Event; None grades at once)."""
+    if go is None or go.is_set():
+        return
+    log.info("warmed up; waiting for the grade run's go")
+    waited = time.monotonic()
+    go.wait()
+    log.info("go after %.2f s", time.monotonic() - waited)
+
+
+def run_job(job_dir: Path, go=None, ahead=None) -> dict:
+    """Grade every notebook of the job; return {notebook: {"status": ..., "error": ...}}.
+
+    go and ahead (multiprocessing Events, or None): the job first starts its sandbox, fork
+    server and first kernel, then waits for go before it grades anything; it sets ahead when
+    WARM_AHEAD notebooks are left, so the parent can warm the next job up meanwhile.
+    """
     job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
     os.environ["PART_II_ROOT"] = job["bundle_dir"]  # the kernels' code/ and data/, no instructor file
     log = logging.getLogger("autograder.worker")
@@ -410,11 +428,15 @@ def run_job(job_dir: Path) -> dict:
         return scratch
 
     try:
+        if handed_in:  # the sandbox's start and the fork server's imports, hidden behind another job when warmed
+            k, notebook = handed_in[0]
+            configs[k] = prestart_kernel(job, scratch_of(k), kernels[notebook], log)
+        wait_at_gate(go, log)
         for i, (k, notebook) in enumerate(handed_in):
             scratch = scratch_of(k)
             started = time.monotonic()
-            if k not in configs:  # the first notebook: nothing ran before it to hide the start behind
-                configs[k] = prestart_kernel(job, scratch, kernels[notebook], log)
+            if ahead is not None and len(handed_in) - i <= WARM_AHEAD:
+                ahead.set()
             if i + 1 < len(handed_in):  # the next kernel boots (and imports) while this notebook runs
                 k_next, nb_next = handed_in[i + 1]
                 configs[k_next] = prestart_kernel(job, scratch_of(k_next), kernels[nb_next], log)
@@ -453,8 +475,11 @@ def write_result(job_dir: Path, results: dict) -> None:
     tmp.replace(job_dir / "result.json")
 
 
-def child_main(job_dir: str) -> None:
-    """Body of a worker forked by the grade parent: own session, log to JOB_DIR/worker.log, grade, exit."""
+def child_main(job_dir: str, go=None, ahead=None) -> None:
+    """Body of a worker forked by the grade parent: own session, log to JOB_DIR/worker.log, grade, exit.
+
+    go, ahead: the job's Events (see run_job); None for a job that grades at once.
+    """
     os.setsid()  # the parent stops the worker and what shares its group with one killpg (kernels: see stop_worker)
     die_with_parent()
     log_fd = os.open(os.path.join(job_dir, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -465,7 +490,7 @@ def child_main(job_dir: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        write_result(Path(job_dir), run_job(Path(job_dir)))
+        write_result(Path(job_dir), run_job(Path(job_dir), go, ahead))
     except BaseException:
         import traceback
 

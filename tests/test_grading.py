@@ -435,15 +435,88 @@ def test_grading_twice_changes_nothing(graded, capsys):
         shutil.rmtree(build, ignore_errors=True)
 
 
-def test_one_worker_gives_the_same_gradebook_as_two(graded):
+def cells_ran(course: Course, student: str) -> tuple[float, float]:
+    """(first cell's start, last cell's reply) of a student's autograded notebooks, as the kernels timed them (Unix s)."""
+    import datetime as dt
+
+    times = [dt.datetime.fromisoformat(cell.metadata.execution[key]).timestamp()
+             for path in (course.root / "autograded" / student / "part-ii").glob("*.ipynb")
+             for cell in nbformat.read(path, as_version=4).cells if "execution" in cell.get("metadata", {})
+             for key in ("iopub.execute_input", "shell.execute_reply") if key in cell.metadata.execution]
+    assert times, f"no cell of {student}'s autograded notebooks has execution times"
+    return min(times), max(times)
+
+
+def test_one_worker_gives_the_same_gradebook_as_two_grading_one_at_a_time_with_the_next_warmed_up(graded, monkeypatch):
+    """With --workers 1 the cells of two submissions never run at once, yet each next submission's worker
+    (its sandbox and fork server) was started while the one before it still ran its cells."""
+    import autograder.grade as grade_module
+
     subset = ["partial", "edited-tests", "broken"]
+    started = {}  # student -> when grade started their worker
+    real_start = grade_module.start_worker
+
+    def recording_start(ctx, job_dir, go=None, ahead=None):
+        started[job_dir.name.rsplit("-", 2)[0]] = time.time()
+        return real_start(ctx, job_dir, go, ahead)
+
     build, course = copy_course(graded["snapshot"])
     try:
+        monkeypatch.setattr(grade_module, "start_worker", recording_start)
         result = grade(course, options(workers=1, students=subset))
         assert sorted(result.graded) == sorted(subset)
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+        spans = sorted((cells_ran(course, student), student) for student in subset)
+        for ((_, end), before), ((begin, _), after) in zip(spans, spans[1:]):
+            assert end < begin, f"{before}'s cells ran until {end}, after {after}'s began at {begin}"
+            assert started[after] < end, f"{after}'s worker started only after {before}'s last cell ({started[after]})"
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def test_the_scheduler_grades_at_most_workers_jobs_and_warms_one_up_for_each_nearly_done():
+    """fill() starts jobs up to `workers`, starts one more (warming, go unset) per grading job that set ahead,
+    and open_gates() lets a warmed job grade only when a slot frees, its budget counted from then."""
+    import threading
+    from collections import deque
+
+    from autograder.grade import Running, Scheduler
+
+    scheduler = Scheduler.__new__(Scheduler)  # the scheduling rules alone: no course, no worker processes
+    scheduler.options, scheduler.running = options(workers=2), {}
+
+    def start(student, warm=False):
+        go, ahead = threading.Event(), threading.Event()
+        if not warm:
+            go.set()
+        scheduler.running[student] = Running(student, None, Path(student), time.monotonic(), 100.0, go, ahead)
+
+    def states():
+        return {s: "warming" if r.warming else "grading" for s, r in scheduler.running.items()}
+
+    scheduler.start = start
+    queue = deque("abcde")
+    scheduler.fill(queue)
+    assert states() == {"a": "grading", "b": "grading"}
+    scheduler.running["a"].ahead.set()
+    scheduler.fill(queue)
+    scheduler.fill(queue)  # one warmed job per nearly done one, however often it is called
+    assert states() == {"a": "grading", "b": "grading", "c": "warming"}
+    scheduler.running["b"].ahead.set()
+    scheduler.fill(queue)
+    assert states() == {"a": "grading", "b": "grading", "c": "warming", "d": "warming"}
+    long_ago = time.monotonic() - 1000
+    scheduler.running["b"].started = scheduler.running["c"].started = long_ago
+    assert scheduler.timed_out(scheduler.running["b"]) and not scheduler.timed_out(scheduler.running["c"])
+    del scheduler.running["a"]
+    scheduler.open_gates()
+    assert states() == {"b": "grading", "c": "grading", "d": "warming"}
+    assert not scheduler.timed_out(scheduler.running["c"]) and not scheduler.running["c"].nearly_done()
+    scheduler.fill(queue)  # c has not set ahead: nothing more warms up
+    assert states() == {"b": "grading", "c": "grading", "d": "warming"} and list(queue) == ["e"]
+    del scheduler.running["b"]
+    scheduler.fill(queue)
+    assert states() == {"c": "grading", "d": "grading"} and list(queue) == ["e"]
 
 
 def grade_command(build: Path, students: list[str]) -> list[str]:
@@ -619,7 +692,7 @@ def test_an_interrupt_while_a_job_is_being_committed_leaves_it_pending(graded, m
 
     import autograder.grade as grade_module
 
-    def start_stand_in(ctx, job_dir):
+    def start_stand_in(ctx, job_dir, go=None, ahead=None):
         proc = multiprocessing.get_context("fork").Process(target=_exit_at_once)
         proc.start()
         return proc

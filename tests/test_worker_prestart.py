@@ -86,25 +86,27 @@ JOB_NOTEBOOKS = {
 }
 
 
-def make_job(base: Path, scratch_root: Path) -> Path:
-    """A job folder as autograder.grade.prepare_job writes it, for a course with only these notebooks."""
+def make_job(base: Path, scratch_root: Path, notebooks: dict | None = None) -> Path:
+    """A job folder as autograder.grade.prepare_job writes it, for a course with only these notebooks
+    (name -> notebook, or None for a file that is not one; JOB_NOTEBOOKS by default)."""
     from nbgrader.api import Gradebook
 
+    notebooks = JOB_NOTEBOOKS if notebooks is None else notebooks
     course_id = load_config().CourseDirectory.course_id
     job_dir = base / "job"
     submitted = job_dir / "course" / "submitted" / STUDENT / ASSIGNMENT
     submitted.mkdir(parents=True)
-    for name, nb in JOB_NOTEBOOKS.items():
+    for name, nb in notebooks.items():
         path = submitted / f"{name}.ipynb"
         path.write_text("this is not a notebook") if nb is None else nbformat.write(nb, path)
     db_url = f"sqlite:///{job_dir / 'gradebook.db'}"
     with Gradebook(db_url, course_id) as gb:
         gb.update_or_create_assignment(ASSIGNMENT)
-        for name in JOB_NOTEBOOKS:
+        for name in notebooks:
             gb.update_or_create_notebook(name, ASSIGNMENT)
     (base / "real-course").mkdir()
     job = {
-        "student": STUDENT, "notebooks": list(JOB_NOTEBOOKS), "course_root": str(job_dir / "course"),
+        "student": STUDENT, "notebooks": list(notebooks), "course_root": str(job_dir / "course"),
         "course_id": course_id, "db_url": db_url, "bundle_dir": str(REPO), "cell_timeout": 60,
         "notebook_timeout": 300, "sandbox": sandbox_works(), "limits": {}, "scratch_root": str(scratch_root),
         "real_course_root": str(base / "real-course"), "real_db_url": f"sqlite:///{base / 'real-course' / 'gradebook.db'}",
@@ -340,3 +342,48 @@ def test_kernels_preload_only_modules_the_course_imports():
     assert sandbox.PRELOAD_MODULES, "kernels preload nothing: every notebook would pay for import torch"
     unused = [m for m in sandbox.PRELOAD_MODULES if m not in used]
     assert not unused, f"preloaded but imported by no notebook and no course module: {unused}"
+
+
+def test_a_warming_job_starts_its_sandbox_and_first_kernel_and_runs_no_cell_before_its_go(tmp_path):
+    """A worker started as grade starts a warmed-up job (go unset) boots its sandbox, fork server and first
+    kernel, then waits: no cell runs and no result is written until go is set. It sets ahead when its last
+    WARM_AHEAD notebooks begin."""
+    from autograder.grade import worker_context
+
+    scratch_root = Path(tempfile.mkdtemp(prefix="prestart-gate-"))  # short: unix socket paths
+    scratch_root.chmod(0o711)
+    ran = "print('RAN', repr(time.time()))"
+    job_dir = make_job(tmp_path, scratch_root, {"nb-a": notebook([PROBE, ran]), "nb-b": notebook([PROBE, ran]),
+                                                "nb-c": notebook([PROBE, ran])})
+    ctx = worker_context()
+    go, ahead = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=worker.child_main, args=(str(job_dir), go, ahead))
+    proc.start()
+    try:
+        log = job_dir / "worker.log"
+        deadline = time.monotonic() + 300
+        while proc.is_alive() and "waiting for the grade run's go" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, "the job did not warm up within 300 s"
+            time.sleep(0.1)
+        assert proc.is_alive(), f"the worker ended before its go:\n{log.read_text()[-3000:]}"
+        time.sleep(1.5)
+        autograded = job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT
+        assert proc.is_alive() and not (job_dir / "result.json").exists() and not autograded.exists()
+        assert not ahead.is_set(), "a job that has not begun grading says it is nearly done"
+        opened = time.time()
+        go.set()
+        proc.join(300)
+        assert proc.exitcode == 0, log.read_text()[-3000:]
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        shutil.rmtree(scratch_root, ignore_errors=True)
+    results = json.loads((job_dir / "result.json").read_text())["notebooks"]
+    assert {nb: r["status"] for nb, r in results.items()} == dict.fromkeys(("nb-a", "nb-b", "nb-c"), "graded")
+    texts = {nb: cell_texts(nbformat.read(autograded / f"{nb}.ipynb", as_version=4)) for nb in results}
+    first_kernel = kernel_line(texts["nb-a"][0])[0]
+    assert first_kernel < opened - 1.0, (first_kernel, opened)  # it booted during the wait (10 ms clock ticks)
+    assert all(float(t[1].split()[1]) > opened for t in texts.values()), (opened, texts)
+    assert kernel_line(texts["nb-b"][0])[0] > opened  # only the first kernel starts ahead of the go
+    assert ahead.is_set()
