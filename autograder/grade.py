@@ -112,17 +112,33 @@ class Running:
     job_dir: Path
     started: float  # when its budget began: at its start, or at its go when it was warmed up first
     budget: float
-    go: Any = None  # multiprocessing Event: set, the worker grades; unset, it waits, warmed up (run_job)
-    ahead: Any = None  # multiprocessing Event the worker sets when its last notebooks begin
+    # the parent's ends of two pipes (multiprocessing Connections; see run_job): the worker grades once a
+    # byte arrives on the first, and writes one to the second when its last notebooks begin. Pipes, not
+    # Events: an Event's set() waits for every waiter to wake, for ever when a waiter was killed.
+    gate: Any = None
+    ahead: Any = None
+    warming: bool = False  # started ahead of its turn: it warms up, grades nothing yet, its budget has not begun
+    nearly: bool = False  # seen on `ahead`
 
-    @property
-    def warming(self) -> bool:
-        """Started ahead of its turn: its sandbox warms up, it grades nothing yet and its budget has not begun."""
-        return self.go is not None and not self.go.is_set()
+    def open(self) -> None:
+        """Let a warming job grade; its budget begins now."""
+        self.warming, self.started = False, time.monotonic()
+        try:
+            self.gate.send_bytes(b"go")  # never blocks: one short write into an empty pipe
+        except OSError:
+            pass  # the worker has ended: the run loop reaps it
 
     def nearly_done(self) -> bool:
         """Grading its last notebooks (worker.WARM_AHEAD): time to warm the next job up."""
-        return not self.warming and self.ahead is not None and self.ahead.is_set()
+        if not self.nearly and not self.warming and self.ahead is not None:
+            self.nearly = self.ahead.poll()  # also at end of file: an ended worker makes room anyway
+        return self.nearly
+
+    def close(self) -> None:
+        """Close the parent's ends of the job's pipes."""
+        for end in (self.gate, self.ahead):
+            if end is not None:
+                end.close()
 
 
 # --- sandbox mode ------------------------------------------------------------------------
@@ -571,11 +587,11 @@ def worker_context():
     return ctx
 
 
-def start_worker(ctx, job_dir: Path, go=None, ahead=None):
-    """Start autograder.worker.child_main(JOB_DIR, go, ahead) in a fresh forked process (its own session)."""
+def start_worker(ctx, job_dir: Path, gate=None, ahead=None):
+    """Start autograder.worker.child_main(JOB_DIR, gate, ahead) in a fresh forked process (its own session)."""
     from .worker import child_main
 
-    proc = ctx.Process(target=child_main, args=(str(job_dir), go, ahead), name=f"grade {job_dir.name}")
+    proc = ctx.Process(target=child_main, args=(str(job_dir), gate, ahead), name=f"grade {job_dir.name}")
     proc.start()
     return proc
 
@@ -730,11 +746,18 @@ class Scheduler:
         extension = nbgrader_interval(extension_ends(self.gb.db).get(student), self.gb.find_assignment(ASSIGNMENT).duedate)
         job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed,
                               self.records, extension)
-        go, ahead = self.ctx.Event(), self.ctx.Event()
+        gate_in, gate = self.ctx.Pipe(duplex=False)
+        ahead, ahead_out = self.ctx.Pipe(duplex=False)
+        run = Running(student, None, job_dir, time.monotonic(), self.budget, gate, ahead, warming=warm)
         if not warm:
-            go.set()
-        proc = start_worker(self.ctx, job_dir, go, ahead)
-        self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget, go, ahead)  # tracked at once
+            run.open()
+        try:
+            run.proc = start_worker(self.ctx, job_dir, gate_in, ahead_out)
+        finally:
+            gate_in.close()  # the worker has its own copies now
+            ahead_out.close()
+        self.running[student] = run  # tracked at once
+        proc = run.proc
         _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)
         self.gb.db.commit()
 
@@ -747,8 +770,7 @@ class Scheduler:
         for run in [run for run in self.running.values() if run.warming]:
             if len(self.grading()) >= self.options.workers:
                 return
-            run.started = time.monotonic()
-            run.go.set()
+            run.open()
 
     def fill(self, queue: deque) -> None:
         """Keep `workers` jobs grading; warm one up ahead for each that is grading its last notebooks.
@@ -849,6 +871,7 @@ class Scheduler:
                     if timed_out:
                         stop_worker(run.proc)
                     del self.running[student]
+                    run.close()
                     self.open_gates()  # the next job grades while this one's grades are committed
                     if self.finish(run, rc, timed_out):
                         bar.update(1)
@@ -863,6 +886,10 @@ class Scheduler:
             raise AutograderError(f"interrupted: {done} {'submission' if done == 1 else 'submissions'} graded in this "
                                   f"run, {left} not; "
                                   f"run `python -m autograder grade{build_option(self.course)}` again to resume", 130) from None
+        except BaseException:  # a failure of this process: its workers (those warming wait for ever) end with it
+            for run in self.running.values():
+                stop_worker(run.proc)
+            raise
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

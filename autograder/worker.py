@@ -390,22 +390,37 @@ def zero_notebook(job: dict, notebook: str) -> None:
         gb.db.commit()
 
 
-def wait_at_gate(go, log: logging.Logger) -> None:
-    """Block until the parent opens the job's gate (go: a multiprocessing Event; None grades at once)."""
-    if go is None or go.is_set():
+def wait_at_gate(gate, log: logging.Logger) -> None:
+    """Block until the parent writes the job's go to gate (a multiprocessing Connection; None grades at once)."""
+    if gate is None:
         return
-    log.info("warmed up; waiting for the grade run's go")
-    waited = time.monotonic()
-    go.wait()
-    log.info("go after %.2f s", time.monotonic() - waited)
+    if not gate.poll():
+        log.info("warmed up; waiting for the grade run's go")
+        waited = time.monotonic()
+        gate.poll(None)
+        log.info("go after %.2f s", time.monotonic() - waited)
+    try:
+        gate.recv_bytes()
+    except EOFError:
+        raise RuntimeError("the grade run that started this job has ended; nothing was graded") from None
 
 
-def run_job(job_dir: Path, go=None, ahead=None) -> dict:
+def tell_nearly_done(ahead) -> None:
+    """Write to the parent's `ahead` pipe (a multiprocessing Connection, or None): the next job may warm up."""
+    if ahead is not None and not ahead.closed:
+        try:
+            ahead.send_bytes(b"ahead")
+        except OSError:
+            pass  # the grade run has ended; die_with_parent ends this worker
+        ahead.close()
+
+
+def run_job(job_dir: Path, gate=None, ahead=None) -> dict:
     """Grade every notebook of the job; return {notebook: {"status": ..., "error": ...}}.
 
-    go and ahead (multiprocessing Events, or None): the job first starts its sandbox, fork
-    server and first kernel, then waits for go before it grades anything; it sets ahead when
-    WARM_AHEAD notebooks are left, so the parent can warm the next job up meanwhile.
+    gate and ahead (the worker's ends of two pipes, or None): the job first starts its sandbox,
+    fork server and first kernel, then waits for the go on gate before it grades anything; it
+    writes to ahead when WARM_AHEAD notebooks are left, so the parent can warm the next job up.
     """
     job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
     os.environ["PART_II_ROOT"] = job["bundle_dir"]  # the kernels' code/ and data/, no instructor file
@@ -431,12 +446,12 @@ def run_job(job_dir: Path, go=None, ahead=None) -> dict:
         if handed_in:  # the sandbox's start and the fork server's imports, hidden behind another job when warmed
             k, notebook = handed_in[0]
             configs[k] = prestart_kernel(job, scratch_of(k), kernels[notebook], log)
-        wait_at_gate(go, log)
+        wait_at_gate(gate, log)
         for i, (k, notebook) in enumerate(handed_in):
             scratch = scratch_of(k)
             started = time.monotonic()
-            if ahead is not None and len(handed_in) - i <= WARM_AHEAD:
-                ahead.set()
+            if len(handed_in) - i <= WARM_AHEAD:
+                tell_nearly_done(ahead)
             if i + 1 < len(handed_in):  # the next kernel boots (and imports) while this notebook runs
                 k_next, nb_next = handed_in[i + 1]
                 configs[k_next] = prestart_kernel(job, scratch_of(k_next), kernels[nb_next], log)
@@ -475,10 +490,10 @@ def write_result(job_dir: Path, results: dict) -> None:
     tmp.replace(job_dir / "result.json")
 
 
-def child_main(job_dir: str, go=None, ahead=None) -> None:
+def child_main(job_dir: str, gate=None, ahead=None) -> None:
     """Body of a worker forked by the grade parent: own session, log to JOB_DIR/worker.log, grade, exit.
 
-    go, ahead: the job's Events (see run_job); None for a job that grades at once.
+    gate, ahead: the job's pipes (see run_job); None for a job that grades at once.
     """
     os.setsid()  # the parent stops the worker and what shares its group with one killpg (kernels: see stop_worker)
     die_with_parent()
@@ -490,7 +505,7 @@ def child_main(job_dir: str, go=None, ahead=None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        write_result(Path(job_dir), run_job(Path(job_dir), go, ahead))
+        write_result(Path(job_dir), run_job(Path(job_dir), gate, ahead))
     except BaseException:
         import traceback
 

@@ -456,9 +456,9 @@ def test_one_worker_gives_the_same_gradebook_as_two_grading_one_at_a_time_with_t
     started = {}  # student -> when grade started their worker
     real_start = grade_module.start_worker
 
-    def recording_start(ctx, job_dir, go=None, ahead=None):
+    def recording_start(ctx, job_dir, gate=None, ahead=None):
         started[job_dir.name.rsplit("-", 2)[0]] = time.time()
-        return real_start(ctx, job_dir, go, ahead)
+        return real_start(ctx, job_dir, gate, ahead)
 
     build, course = copy_course(graded["snapshot"])
     try:
@@ -475,21 +475,31 @@ def test_one_worker_gives_the_same_gradebook_as_two_grading_one_at_a_time_with_t
 
 
 def test_the_scheduler_grades_at_most_workers_jobs_and_warms_one_up_for_each_nearly_done():
-    """fill() starts jobs up to `workers`, starts one more (warming, go unset) per grading job that set ahead,
-    and open_gates() lets a warmed job grade only when a slot frees, its budget counted from then."""
-    import threading
+    """fill() starts jobs up to `workers`, starts one more (warming, no go yet) per grading job that wrote to its
+    `ahead` pipe, and open_gates() lets a warmed job grade only when a slot frees, its budget counted from then."""
+    import multiprocessing
     from collections import deque
 
     from autograder.grade import Running, Scheduler
 
     scheduler = Scheduler.__new__(Scheduler)  # the scheduling rules alone: no course, no worker processes
     scheduler.options, scheduler.running = options(workers=2), {}
+    worker_ends = {}  # student -> (the worker's end of gate, of ahead)
 
     def start(student, warm=False):
-        go, ahead = threading.Event(), threading.Event()
+        gate_in, gate = multiprocessing.Pipe(duplex=False)
+        ahead, ahead_out = multiprocessing.Pipe(duplex=False)
+        worker_ends[student] = gate_in, ahead_out
+        run = Running(student, None, Path(student), time.monotonic(), 100.0, gate, ahead, warming=warm)
         if not warm:
-            go.set()
-        scheduler.running[student] = Running(student, None, Path(student), time.monotonic(), 100.0, go, ahead)
+            run.open()
+        scheduler.running[student] = run
+
+    def nearly_done(student):
+        worker_ends[student][1].send_bytes(b"ahead")
+
+    def has_go(student):
+        return worker_ends[student][0].poll()
 
     def states():
         return {s: "warming" if r.warming else "grading" for s, r in scheduler.running.items()}
@@ -498,25 +508,32 @@ def test_the_scheduler_grades_at_most_workers_jobs_and_warms_one_up_for_each_nea
     queue = deque("abcde")
     scheduler.fill(queue)
     assert states() == {"a": "grading", "b": "grading"}
-    scheduler.running["a"].ahead.set()
+    nearly_done("a")
     scheduler.fill(queue)
     scheduler.fill(queue)  # one warmed job per nearly done one, however often it is called
     assert states() == {"a": "grading", "b": "grading", "c": "warming"}
-    scheduler.running["b"].ahead.set()
+    nearly_done("b")
     scheduler.fill(queue)
     assert states() == {"a": "grading", "b": "grading", "c": "warming", "d": "warming"}
+    assert [has_go(s) for s in "abcd"] == [True, True, False, False]
     long_ago = time.monotonic() - 1000
     scheduler.running["b"].started = scheduler.running["c"].started = long_ago
     assert scheduler.timed_out(scheduler.running["b"]) and not scheduler.timed_out(scheduler.running["c"])
     del scheduler.running["a"]
     scheduler.open_gates()
     assert states() == {"b": "grading", "c": "grading", "d": "warming"}
+    assert has_go("c") and not has_go("d")
     assert not scheduler.timed_out(scheduler.running["c"]) and not scheduler.running["c"].nearly_done()
-    scheduler.fill(queue)  # c has not set ahead: nothing more warms up
+    scheduler.fill(queue)  # c has written nothing to ahead: nothing more warms up
     assert states() == {"b": "grading", "c": "grading", "d": "warming"} and list(queue) == ["e"]
     del scheduler.running["b"]
     scheduler.fill(queue)
-    assert states() == {"c": "grading", "d": "grading"} and list(queue) == ["e"]
+    assert states() == {"c": "grading", "d": "grading"} and list(queue) == ["e"] and has_go("d")
+    gate_in, gate = multiprocessing.Pipe(duplex=False)
+    gate_in.close()  # its worker ended before its go: opening the gate must neither block nor raise
+    ended = Running("e", None, Path("e"), time.monotonic(), 100.0, gate, None, warming=True)
+    ended.open()
+    assert not ended.warming and not ended.nearly_done()
 
 
 def grade_command(build: Path, students: list[str]) -> list[str]:
@@ -692,7 +709,7 @@ def test_an_interrupt_while_a_job_is_being_committed_leaves_it_pending(graded, m
 
     import autograder.grade as grade_module
 
-    def start_stand_in(ctx, job_dir, go=None, ahead=None):
+    def start_stand_in(ctx, job_dir, gate=None, ahead=None):
         proc = multiprocessing.get_context("fork").Process(target=_exit_at_once)
         proc.start()
         return proc

@@ -345,20 +345,24 @@ def test_kernels_preload_only_modules_the_course_imports():
 
 
 def test_a_warming_job_starts_its_sandbox_and_first_kernel_and_runs_no_cell_before_its_go(tmp_path):
-    """A worker started as grade starts a warmed-up job (go unset) boots its sandbox, fork server and first
-    kernel, then waits: no cell runs and no result is written until go is set. It sets ahead when its last
-    WARM_AHEAD notebooks begin."""
+    """A worker started as grade starts a warmed-up job (no go on its gate pipe yet) boots its sandbox, fork
+    server and first kernel, then waits: no cell runs and no result is written until the go. It writes to its
+    ahead pipe when its last WARM_AHEAD notebooks begin (here: after the first of three)."""
     from autograder.grade import worker_context
 
+    assert worker.WARM_AHEAD == 2, "the expected moment of `ahead` below assumes two notebooks left"
     scratch_root = Path(tempfile.mkdtemp(prefix="prestart-gate-"))  # short: unix socket paths
     scratch_root.chmod(0o711)
     ran = "print('RAN', repr(time.time()))"
     job_dir = make_job(tmp_path, scratch_root, {"nb-a": notebook([PROBE, ran]), "nb-b": notebook([PROBE, ran]),
                                                 "nb-c": notebook([PROBE, ran])})
     ctx = worker_context()
-    go, ahead = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=worker.child_main, args=(str(job_dir), go, ahead))
+    gate_in, gate = ctx.Pipe(duplex=False)
+    ahead, ahead_out = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=worker.child_main, args=(str(job_dir), gate_in, ahead_out))
     proc.start()
+    gate_in.close()
+    ahead_out.close()
     try:
         log = job_dir / "worker.log"
         deadline = time.monotonic() + 300
@@ -369,10 +373,14 @@ def test_a_warming_job_starts_its_sandbox_and_first_kernel_and_runs_no_cell_befo
         time.sleep(1.5)
         autograded = job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT
         assert proc.is_alive() and not (job_dir / "result.json").exists() and not autograded.exists()
-        assert not ahead.is_set(), "a job that has not begun grading says it is nearly done"
+        assert not ahead.poll(), "a job that has not begun grading says it is nearly done"
         opened = time.time()
-        go.set()
-        proc.join(300)
+        gate.send_bytes(b"go")
+        told = None  # when `ahead` was first readable (polled every 10 ms)
+        while proc.is_alive() and time.time() < opened + 300:
+            if told is None and ahead.poll(0.01):
+                told = time.time()
+            proc.join(0 if told is None else 0.1)
         assert proc.exitcode == 0, log.read_text()[-3000:]
     finally:
         if proc.is_alive():
@@ -382,8 +390,10 @@ def test_a_warming_job_starts_its_sandbox_and_first_kernel_and_runs_no_cell_befo
     results = json.loads((job_dir / "result.json").read_text())["notebooks"]
     assert {nb: r["status"] for nb, r in results.items()} == dict.fromkeys(("nb-a", "nb-b", "nb-c"), "graded")
     texts = {nb: cell_texts(nbformat.read(autograded / f"{nb}.ipynb", as_version=4)) for nb in results}
+    ran_at = {nb: float(t[1].split()[1]) for nb, t in texts.items()}
     first_kernel = kernel_line(texts["nb-a"][0])[0]
     assert first_kernel < opened - 1.0, (first_kernel, opened)  # it booted during the wait (10 ms clock ticks)
-    assert all(float(t[1].split()[1]) > opened for t in texts.values()), (opened, texts)
+    assert all(t > opened for t in ran_at.values()), (opened, ran_at)
     assert kernel_line(texts["nb-b"][0])[0] > opened  # only the first kernel starts ahead of the go
-    assert ahead.is_set()
+    assert told is not None and ran_at["nb-a"] < told < ran_at["nb-c"], (told, ran_at)
+    assert ahead.recv_bytes() == b"ahead"
