@@ -748,16 +748,15 @@ class Scheduler:
                               self.records, extension)
         gate_in, gate = self.ctx.Pipe(duplex=False)
         ahead, ahead_out = self.ctx.Pipe(duplex=False)
-        run = Running(student, None, job_dir, time.monotonic(), self.budget, gate, ahead, warming=warm)
-        if not warm:
-            run.open()
         try:
-            run.proc = start_worker(self.ctx, job_dir, gate_in, ahead_out)
+            proc = start_worker(self.ctx, job_dir, gate_in, ahead_out)
         finally:
             gate_in.close()  # the worker has its own copies now
             ahead_out.close()
-        self.running[student] = run  # tracked at once
-        proc = run.proc
+        run = self.running[student] = Running(student, proc, job_dir, time.monotonic(), self.budget, gate, ahead,
+                                              warming=warm)  # tracked at once
+        if not warm:
+            run.open()  # it grades as soon as it has warmed up
         _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)
         self.gb.db.commit()
 
