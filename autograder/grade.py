@@ -477,27 +477,34 @@ def regrade_after_new_tests(course: Course) -> list[str]:
 
 
 def expected_records(course: Course, notebooks: list[str], root: Path | None = None) -> Path | None:
-    """Run the source notebooks in record mode once (cached by content), with the code/ and data/ of root (default:
-    the student bundle's, which graded kernels get); return the records file, or None when the trusted-checks module
-    is not available."""
+    """Run the source notebooks in record mode (cached by content, notebook by notebook), with the code/ and data/ of
+    root (default: the student bundle's, which graded kernels get); return the file of all their records, or None when
+    the trusted-checks module is not available."""
     try:
-        from .trusted_checks import record_assignment
+        from . import trusted_checks
     except ImportError:
         print("WARNING: autograder/trusted_checks.py is missing: test cells compare inside the student's kernel",
               file=sys.stderr)
         return None
     sources = [course.source_dir / f"{n}.ipynb" for n in notebooks]
     root = root or course.bundle_dir
-    digest = _content_digest(sources + [root / "code", root / "data"])
-    cache = Path(os.environ.get("PART_II_CACHE") or REPO / "build" / "cache") / f"expected-records-{digest[:24]}.json"
-    if not cache.exists():
-        print(f"recording the expected values of {len(notebooks)} source "
-              f"{'notebook' if len(notebooks) == 1 else 'notebooks'} (once per version of the sources)",
+    folder = Path(os.environ.get("PART_II_CACHE") or REPO / "build" / "cache")
+    cache = folder / f"expected-records-{_content_digest(sources + [root / 'code', root / 'data'])[:24]}.json"
+    if cache.exists():
+        return cache
+    shared = _content_digest([root / "code", root / "data"])
+    # one file per notebook version: editing one notebook records that one again, not every kernel of the course
+    kept = {n: folder / f"recorded-{n}-{_content_digest([path])[:16]}-{shared[:16]}.json" for n, path in zip(notebooks, sources)}
+    records = {n: found for n in notebooks if (found := _read_json(kept[n])) is not None}
+    todo = [n for n in notebooks if n not in records]
+    if todo:
+        print(f"recording the expected values of {len(todo)} source "
+              f"{'notebook' if len(todo) == 1 else 'notebooks'} (once per version of each notebook)",
               file=sys.stderr, flush=True)
         saved = os.environ.get("PART_II_ROOT")
         os.environ["PART_II_ROOT"] = str(root)  # by default the same code/ and data/ the graded kernels get
         try:
-            records = record_assignment(course.source_dir, notebooks)
+            recorded = trusted_checks.record_assignment(course.source_dir, todo)
         except Exception as exc:  # noqa: BLE001 - CellExecutionError, ValueError...: the sources are broken
             text = ANSI.sub("", str(exc)).strip()  # nbclient's error carries the traceback's colour codes
             first = text.splitlines()[-1] if text else type(exc).__name__
@@ -507,11 +514,27 @@ def expected_records(course: Course, notebooks: list[str], root: Path | None = N
                 os.environ.pop("PART_II_ROOT", None)
             else:
                 os.environ["PART_II_ROOT"] = saved
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # parallel test runs may record the same sources
-        tmp.write_text(json.dumps(records, sort_keys=True), encoding="utf-8")
-        tmp.replace(cache)
+        for name in todo:
+            records[name] = recorded[name]
+            _write_json(kept[name], recorded[name])
+    _write_json(cache, {n: records[n] for n in notebooks})
     return cache
+
+
+def _read_json(path: Path) -> Any:
+    """A cache file's JSON, or None when it is missing or does not parse (it is then made again)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, value: Any) -> None:
+    """Write a cache file whole or not at all (parallel runs may write the same one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
 
 
 # --- one job -------------------------------------------------------------------------------

@@ -47,6 +47,61 @@ def rendezvous(me: str, other: str, folder: Path) -> str:
             f"    time.sleep(0.05)\n")
 
 
+def test_a_release_records_again_only_the_notebooks_whose_source_or_course_files_changed(tmp_path, monkeypatch, capsys):
+    """grade.expected_records keeps each notebook's records by the notebook's bytes and the code/ and data/ it runs
+    with: editing one notebook records that one again, not the whole course (each record run is a kernel per
+    notebook); a change to code/ or data/ records all; a cache file that does not parse is recorded again."""
+    from types import SimpleNamespace
+
+    from autograder import grade
+
+    source, root = tmp_path / "source", tmp_path / "root"
+    source.mkdir()
+    for top in ("code", "data"):
+        (root / top / "part-ii").mkdir(parents=True)
+    (root / "code" / "part-ii" / "checks.py").write_text("VERSION = 1\n")
+    names = ["00-a", "01-b", "02-c"]
+    for name in names:
+        (source / f"{name}.ipynb").write_text(f"{name} first\n")
+    calls = []
+
+    def records_now(notebooks):
+        """What a record run gives: each notebook's text and the code version it ran with."""
+        code = (root / "code" / "part-ii" / "checks.py").read_text()
+        return {n: {"test": [(source / f"{n}.ipynb").read_text(), code]} for n in notebooks}
+
+    def fake_record(folder, notebooks):
+        """Stand-in for the record run (a kernel per notebook), noting which notebooks it was asked for."""
+        assert Path(folder) == source
+        calls.append(list(notebooks))
+        return records_now(notebooks)
+
+    monkeypatch.setattr(trusted_checks, "record_assignment", fake_record)
+    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))
+    course = SimpleNamespace(source_dir=source, bundle_dir=root)
+
+    def recorded() -> list[list[str]]:
+        """Call expected_records, check its file holds what a fresh run of every notebook gives; the runs it made."""
+        calls.clear()
+        got = json.loads(grade.expected_records(course, names).read_text(encoding="utf-8"))
+        assert got == records_now(names) and list(got) == names
+        return calls
+
+    assert recorded() == [names]
+    assert recorded() == []
+    (source / "01-b.ipynb").write_text("01-b second\n")
+    assert recorded() == [["01-b"]]
+    assert "recording the expected values of 1 source notebook" in capsys.readouterr().err
+    (source / "01-b.ipynb").write_text("01-b first\n")  # back as it was: its first records still fit
+    assert recorded() == []
+    (root / "data" / "part-ii" / "arithmetic.json").write_text("{}")
+    assert recorded() == [names]
+    for kept in (tmp_path / "cache").glob("*00-a*"):
+        kept.write_text("{not json")
+    (source / "02-c.ipynb").write_text("02-c second\n")
+    assert recorded() == [["00-a", "02-c"]]
+
+
 def test_records_come_from_every_notebook_run_side_by_side_and_are_cached(tmp_path, monkeypatch):
     source = tmp_path / "source"
     source.mkdir()
