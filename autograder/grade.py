@@ -494,7 +494,8 @@ def expected_records(course: Course, notebooks: list[str], root: Path | None = N
         return cache
     shared = _content_digest([root / "code", root / "data"])
     # one file per notebook version: editing one notebook records that one again, not every kernel of the course
-    kept = {n: folder / f"recorded-{n}-{_content_digest([path])[:16]}-{shared[:16]}.json" for n, path in zip(notebooks, sources)}
+    kept = {n: folder / f"recorded-{n}-{_content_digest([path])[:16]}-{shared[:16]}.json"
+            for n, path in zip(notebooks, sources)}
     records = {n: found for n in notebooks if (found := _read_json(kept[n])) is not None}
     todo = [n for n in notebooks if n not in records]
     if todo:
