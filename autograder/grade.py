@@ -366,16 +366,6 @@ def in_notebook_order(tables: dict[str, list[dict]], positions: dict[str, dict[s
 
 # --- trusted checks: the instructor's expected values, recorded outside any student kernel ----------
 
-def _content_digest(paths: list[Path]) -> str:
-    """sha256 over the names and bytes of files (folders are walked)."""
-    h = hashlib.sha256()
-    for path in paths:
-        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.name).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def warn_weak_cells(records: dict) -> None:
     """Warn on stderr about test cells ({notebook: {grade_id: [record]}}) that a patched check helper can fake."""
     from .trusted_checks import weak_cells
@@ -477,65 +467,42 @@ def regrade_after_new_tests(course: Course) -> list[str]:
 
 
 def expected_records(course: Course, notebooks: list[str], root: Path | None = None) -> Path | None:
-    """Run the source notebooks in record mode (cached by content, notebook by notebook), with the code/ and data/ of
-    root (default: the student bundle's, which graded kernels get); return the file of all their records, or None when
-    the trusted-checks module is not available."""
+    """Run the source notebooks in record mode (cached notebook by notebook, by content), with the code/ and data/ of
+    root (default: the student bundle's, which graded kernels get); return the file of all their records, named by
+    its content, or None when the trusted-checks module is not available."""
     try:
         from . import trusted_checks
     except ImportError:
         print("WARNING: autograder/trusted_checks.py is missing: test cells compare inside the student's kernel",
               file=sys.stderr)
         return None
-    sources = [course.source_dir / f"{n}.ipynb" for n in notebooks]
-    root = root or course.bundle_dir
     folder = Path(os.environ.get("PART_II_CACHE") or REPO / "build" / "cache")
-    cache = folder / f"expected-records-{_content_digest(sources + [root / 'code', root / 'data'])[:24]}.json"
-    if cache.exists():
-        return cache
-    shared = _content_digest([root / "code", root / "data"])
-    # one file per notebook version: editing one notebook records that one again, not every kernel of the course
-    kept = {n: folder / f"recorded-{n}-{_content_digest([path])[:16]}-{shared[:16]}.json"
-            for n, path in zip(notebooks, sources)}
-    records = {n: found for n in notebooks if (found := _read_json(kept[n])) is not None}
-    todo = [n for n in notebooks if n not in records]
-    if todo:
+
+    def announce(todo: list[str]) -> None:
         print(f"recording the expected values of {len(todo)} source "
               f"{'notebook' if len(todo) == 1 else 'notebooks'} (once per version of each notebook)",
               file=sys.stderr, flush=True)
-        saved = os.environ.get("PART_II_ROOT")
-        os.environ["PART_II_ROOT"] = str(root)  # by default the same code/ and data/ the graded kernels get
-        try:
-            recorded = trusted_checks.record_assignment(course.source_dir, todo)
-        except Exception as exc:  # noqa: BLE001 - CellExecutionError, ValueError...: the sources are broken
-            text = ANSI.sub("", str(exc)).strip()  # nbclient's error carries the traceback's colour codes
-            first = text.splitlines()[-1] if text else type(exc).__name__
-            raise AutograderError(f"the instructor notebooks cannot be used for grading: {first}") from None
-        finally:
-            if saved is None:
-                os.environ.pop("PART_II_ROOT", None)
-            else:
-                os.environ["PART_II_ROOT"] = saved
-        for name in todo:
-            records[name] = recorded[name]
-            _write_json(kept[name], recorded[name])
-    _write_json(cache, {n: records[n] for n in notebooks})
-    return cache
 
-
-def _read_json(path: Path) -> Any:
-    """A cache file's JSON, or None when it is missing or does not parse (it is then made again)."""
+    saved = os.environ.get("PART_II_ROOT")
+    os.environ["PART_II_ROOT"] = str(root or course.bundle_dir)  # the code/ and data/ the graded kernels get
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json(path: Path, value: Any) -> None:
-    """Write a cache file whole or not at all (parallel runs may write the same one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+        # one cache file per notebook version: editing one notebook records that one again, not every kernel
+        records = trusted_checks.record_assignment(course.source_dir, notebooks, cache_dir=folder, before_run=announce)
+    except Exception as exc:  # noqa: BLE001 - CellExecutionError, ValueError...: the sources are broken
+        text = ANSI.sub("", str(exc)).strip()  # nbclient's error carries the traceback's colour codes
+        first = text.splitlines()[-1] if text else type(exc).__name__
+        raise AutograderError(f"the instructor notebooks cannot be used for grading: {first}") from None
+    finally:
+        if saved is None:
+            os.environ.pop("PART_II_ROOT", None)
+        else:
+            os.environ["PART_II_ROOT"] = saved
+    # named by content: a job that is handed this path never sees it change under it
+    digest = hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()[:24]
+    combined = folder / f"expected-records-{digest}.json"
+    if trusted_checks.read_cache(combined) != records:
+        trusted_checks.write_cache(combined, records)
+    return combined
 
 
 # --- one job -------------------------------------------------------------------------------

@@ -78,6 +78,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any, Callable
 
 import nbformat
 from nbformat.v4 import new_output
@@ -430,12 +431,15 @@ async def _record_many(paths: list[Path], timeout: int, parallel: int, quiet_aft
 
 
 def record_assignment(source_dir: Path, notebooks: list[str] | None = None, timeout: int = 300,
-                      cache_dir: Path | None = None, parallel: int | None = None) -> dict[str, dict]:
+                      cache_dir: Path | None = None, parallel: int | None = None,
+                      before_run: Callable[[list[str]], None] | None = None) -> dict[str, dict]:
     """record_expected for every notebook of an assignment folder: {notebook stem: {grade_id: [...]}}.
 
-    Notebooks run `parallel` at a time (default: one per CPU). With cache_dir, a notebook is
-    run again only when it, checks.py, the reference module or the data file changed (the
-    cache holds expected values: keep it where kernels cannot read it).
+    Notebooks run `parallel` at a time (default: one per CPU). With cache_dir, a notebook is run
+    again only when its bytes or a file under code/ or data/ of the root it is recorded with
+    ($PART_II_ROOT, else this repository) changed, or its cache file does not parse; nothing is
+    cached from an interrupted or failed run. The cache holds expected values: keep it where
+    kernels cannot read it. before_run gets the names about to run (none: not called).
     """
     import asyncio
 
@@ -446,29 +450,63 @@ def record_assignment(source_dir: Path, notebooks: list[str] | None = None, time
         raise ValueError(f"parallel must be a positive integer, got {parallel!r}")
     names = notebooks if notebooks is not None else sorted(p.stem for p in folder.glob("*.ipynb"))
     paths = {name: _source_path(folder / f"{name}.ipynb") for name in names}
-    cached = {name: Path(cache_dir) / f"{name}-{_inputs_digest(path)}.json" for name, path in paths.items()} if cache_dir else {}
-    result = {name: json.loads(f.read_text(encoding="utf-8")) for name, f in cached.items() if f.is_file()}
+    cached = _cache_files(paths, Path(cache_dir)) if cache_dir else {}
+    result = {name: found for name, f in cached.items() if (found := read_cache(f)) is not None}
     todo = [name for name in names if name not in result]
     if todo:
+        if before_run:
+            before_run(todo)
         with _interrupts_noted() as noted:
             recorded = asyncio.run(_record_many([paths[n] for n in todo], timeout, parallel or os.cpu_count() or 1,
                                                 noted))
         for name, records in zip(todo, recorded):
             result[name] = records
             if name in cached:
-                cached[name].parent.mkdir(parents=True, exist_ok=True)
-                cached[name].write_text(json.dumps(records), encoding="utf-8")
+                write_cache(cached[name], records)
     return {name: result[name] for name in names}
 
 
-def _inputs_digest(notebook: Path) -> str:
-    """A short hash of a source notebook and the course files its checks depend on."""
+def _cache_files(paths: dict[str, Path], cache_dir: Path) -> dict[str, Path]:
+    """{name: cache_dir/<name>-<key>.json}, the key a hash of the notebook's bytes and of the course files the
+    record kernels get (code/ and data/ under $PART_II_ROOT, else this repository)."""
     import hashlib
 
-    digest = hashlib.sha256()
-    for path in [notebook, *sorted((REPO / "code" / "part-ii").glob("*.py")), *sorted((REPO / "data" / "part-ii").glob("*.json"))]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    root = Path(os.environ.get("PART_II_ROOT") or REPO)
+    course_files = _files_digest([root / "code", root / "data"])
+    keys = {name: hashlib.sha256((course_files + _files_digest([path])).encode()).hexdigest()[:24]
+            for name, path in paths.items()}
+    return {name: cache_dir / f"{name}-{key}.json" for name, key in keys.items()}
+
+
+def _files_digest(paths: list[Path]) -> str:
+    """sha256 (hex) over the names (from each path's parent) and bytes of files (folders walked, __pycache__ skipped)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in paths:
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        else:
+            files = [path]
+        for f in files:  # named from the folder given: a file moved from code/ to data/ changes the digest
+            h.update(str(f.relative_to(path.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def read_cache(path: Path) -> Any:
+    """A cache file's JSON, or None when it is missing or does not parse (it is then made again)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_cache(path: Path, value: Any) -> None:
+    """Write a cache file as JSON, whole or not at all (parallel runs may write the same one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
 
 
 def weak_cells(expected_records: dict) -> list[str]:

@@ -70,13 +70,13 @@ def test_a_release_records_again_only_the_notebooks_whose_source_or_course_files
         code = (root / "code" / "part-ii" / "checks.py").read_text()
         return {n: {"test": [(source / f"{n}.ipynb").read_text(), code]} for n in notebooks}
 
-    def fake_record(folder, notebooks):
+    async def fake_record(paths, timeout, parallel, quiet_after=None):
         """Stand-in for the record run (a kernel per notebook), noting which notebooks it was asked for."""
-        assert Path(folder) == source
-        calls.append(list(notebooks))
-        return records_now(notebooks)
+        assert {Path(p).parent for p in paths} == {source}
+        calls.append([Path(p).stem for p in paths])
+        return list(records_now([Path(p).stem for p in paths]).values())
 
-    monkeypatch.setattr(trusted_checks, "record_assignment", fake_record)
+    monkeypatch.setattr(trusted_checks, "_record_many", fake_record)
     monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))
     course = SimpleNamespace(source_dir=source, bundle_dir=root)
 
