@@ -40,12 +40,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, describe, die, fmt, load, machine, run_logged, save, table  # noqa: E402
 
-PHASES = {
+PHASES = {  # by what a file's tests spend their time on
     "unit": ["tests/test_reference.py", "tests/test_reference_chunked.py", "tests/test_arithmetic_data.py", "tests/test_checks.py",
-             "tests/test_notebook_format.py", "tests/test_cli.py", "tests/test_collect.py", "tests/test_feedback_text.py",
+             "tests/test_notebook_format.py", "tests/test_collect.py", "tests/test_feedback_text.py",
              "tests/test_environment.py"],
-    "notebooks (nbval)": ["notebooks/part-ii"],
+    # nbval, and the source notebooks run with other answers (tensors, forbidden shortcuts): a kernel per notebook
+    "notebooks": ["notebooks/part-ii", "tests/test_tensor_answers.py", "tests/test_hidden_tests.py"],
     "release": ["tests/test_release.py"],
+    # the commands end to end on real courses: release, collect, grade, feedback, export and the student's check
+    "CLI": ["tests/test_cli.py"],
     "grading": ["tests/test_grading.py", "tests/test_adversarial.py", "tests/test_sandbox.py",
                 "tests/test_trusted_checks.py", "tests/test_worker_prestart.py",
                 "tests/test_fork_server.py", "tests/test_extensions.py", "tests/test_postgres.py"],
