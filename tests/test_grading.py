@@ -33,7 +33,7 @@ from autograder.course import REPO, AutograderError, Course
 from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
-from processes import process_gone, processes_of_build
+from processes import descendants, process_gone, processes_of_build
 from shared_builds import (CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, editable_sources, graded_build,
                            read_grades_csv, released_build, reverse_cell_rows, run_cli, sandbox_works)
 
@@ -758,6 +758,50 @@ def test_a_worker_killed_alone_is_retried_and_every_submission_graded_once(grade
         assert jobs[victim["student_id"]]["attempts"] >= 2, "the killed worker's submission was not retried"
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
     finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def test_a_worker_killed_while_warming_up_ends_with_its_sandbox_and_its_submission_is_graded_once(graded):
+    """grade starts the next submission's worker (its sandbox, fork server and first kernel) while the current one
+    grades, and it waits there for its go; killed then (the OOM killer, an operator), it must be retried like a
+    grading worker, and what it started must end with it, not run on beside the class."""
+    subset = ["infinite-loop", "partial"]  # one notebook each; the loop's cell runs until its timeout
+    build, course = copy_course(graded["snapshot"])
+    proc = None
+    try:
+        # one worker: partial warms up as soon as infinite-loop's only notebook starts, and waits at least the
+        # loop cell's timeout for its go
+        cmd = grade_command(build, subset)
+        cmd[cmd.index("--workers") + 1] = "1"
+        cmd[cmd.index("--cell-timeout") + 1] = "20"
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        warmed, deadline = None, time.monotonic() + 600
+        while warmed is None and proc.poll() is None and time.monotonic() < deadline:
+            for log in course.grading_dir.glob("partial-*/worker.log") if course.grading_dir.is_dir() else []:
+                text = log.read_text(errors="replace")
+                if "waiting for the grade run's go" in text and "go after" not in text:
+                    warmed = log.parent
+            time.sleep(0.1)
+        assert warmed is not None, "partial's worker was never seen warmed up and waiting for its go (did it take " \
+                                   "longer to warm up than infinite-loop's notebook, 20 s or more, took to grade?)"
+        rows = job_rows(course.db_url)
+        assert rows["infinite-loop"]["state"] == "running" and not process_gone(rows["infinite-loop"]["pid"])
+        victim = rows["partial"]["pid"]
+        below = descendants(victim)
+        assert below, "a warmed-up worker has no sandbox or kernel below it"
+        os.kill(victim, signal.SIGKILL)  # the worker alone; the grade run and the grading worker live on
+        gone_by = time.monotonic() + 30
+        while (left := [p for p in below if not process_gone(p)]) and time.monotonic() < gone_by:
+            time.sleep(0.2)
+        assert not left, f"the killed worker's processes run on: {left}"
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, f"grade failed after a warming worker was killed:\n{err[-3000:]}"
+        jobs = job_rows(course.db_url)
+        assert {s: (r["state"], r["commits"]) for s, r in jobs.items()} == {s: ("done", 1) for s in subset}
+        assert jobs["partial"]["attempts"] == 2 and jobs["infinite-loop"]["attempts"] == 1
+        assert dump(course.db_url, ["partial"]) == dump(graded["course"].db_url, ["partial"])
+    finally:
+        end_grade_run(proc)
         shutil.rmtree(build, ignore_errors=True)
 
 
