@@ -30,20 +30,3 @@ def processes_of_build(build: Path) -> list[int]:
             pids.append(int(entry.name))
     return pids
 
-
-def descendants(pid: int) -> list[int]:
-    """Pids of the live processes below pid in the process tree (children, their children, ...), sandboxed ones
-    included (a PID namespace's processes keep a host pid and parent)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):  # ended while we looked
-                continue
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return [p for p in found if not process_gone(p)]

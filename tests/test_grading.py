@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,7 +34,7 @@ from autograder.course import REPO, AutograderError, Course
 from autograder.feedback import page_text
 from autograder.grade import GradeOptions, earlier_job_dirs, grade, job_rows
 from autograder.sample_class import build_sample_class
-from processes import descendants, process_gone, processes_of_build
+from processes import process_gone, processes_of_build
 from shared_builds import (CELL_TIMEOUT, NOTEBOOK_TIMEOUT, build_env, dump, editable_sources, graded_build,
                            read_grades_csv, released_build, reverse_cell_rows, run_cli, sandbox_works)
 
@@ -787,7 +788,7 @@ def test_a_worker_killed_while_warming_up_ends_with_its_sandbox_and_its_submissi
         rows = job_rows(course.db_url)
         assert rows["infinite-loop"]["state"] == "running" and not process_gone(rows["infinite-loop"]["pid"])
         victim = rows["partial"]["pid"]
-        below = descendants(victim)
+        below = [child.pid for child in psutil.Process(victim).children(recursive=True)]  # sandboxed ones too
         assert below, "a warmed-up worker has no sandbox or kernel below it"
         os.kill(victim, signal.SIGKILL)  # the worker alone; the grade run and the grading worker live on
         gone_by = time.monotonic() + 30
