@@ -78,7 +78,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -117,6 +119,8 @@ RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record out
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+KERNEL_INFO_WAIT = 1.0  # seconds a starting kernel has to answer kernel_info before it is asked again (jupyter_client's)
+IOPUB_WAIT = 0.2  # seconds for that request's status on IOPub, before asking again (jupyter_client's IOPub check)
 # how a kernel's end (or silence) shows while a cell runs; any other exception may be a bug of the grader's own
 KERNEL_STOP_ERRORS = (DeadKernelError, CellTimeoutError, TimeoutError, OSError, ForkServerError)
 # what the part-ii notebooks import first: their setup cell (numpy, torch, pyplot), and
@@ -386,7 +390,46 @@ def use_grading_execute(config: Config) -> None:
     config.Autograde.autograde_preprocessors = [GradingExecute if p is Execute else p for p in list(current)]
 
 
-class LimitedKernelClient(AsyncKernelClient):
+async def _next_reply(channel, asked: set[str], seconds: float, msg_type: str | None = None) -> dict | None:
+    """The next message on channel answering one of the requests asked (of msg_type, when given), read for at most
+    seconds; None when none came. Messages about other requests are dropped, as nbclient drops them."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        try:
+            msg = await channel.get_msg(timeout=left)
+        except queue.Empty:
+            return None
+        if msg.get("parent_header", {}).get("msg_id") in asked and msg_type in (None, msg.get("msg_type")):
+            return msg
+    return None
+
+
+class ReadyKernelClient(AsyncKernelClient):
+    """AsyncKernelClient whose wait_for_ready returns as soon as the kernel is seen to answer and to publish.
+
+    jupyter_client's then reads IOPub until it has been silent for 0.2 s, which cost every graded
+    notebook 0.2 s of idle time. Nothing needs that flush: nbclient takes from IOPub only the
+    messages of its own requests.
+    """
+
+    async def wait_for_ready(self, timeout: float | None = None) -> None:
+        """Ask kernel_info until its reply comes on shell and a status of that request on IOPub (a subscription not
+        yet connected misses it: ask again); RuntimeError when the kernel dies, or after timeout seconds."""
+        deadline = time.monotonic() + (math.inf if timeout is None else timeout)
+        asked: set[str] = set()
+        while True:
+            asked.add(self.kernel_info())
+            reply = await _next_reply(self.shell_channel, asked, KERNEL_INFO_WAIT, "kernel_info_reply")
+            if reply is not None and await _next_reply(self.iopub_channel, asked, IOPUB_WAIT) is not None:
+                self._handle_kernel_info_reply(reply)
+                return
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:g} seconds")
+
+
+class LimitedKernelClient(ReadyKernelClient):
     """Kernel client whose iopub socket drops any single message above the output cap."""
 
     def connect_iopub(self, identity=None):
@@ -927,6 +970,13 @@ class GradingExecute(Execute):
         super().__init__(**kwargs)
         if self.sandboxed:
             self.kernel_manager_class = SandboxedKernelManager
+
+    def create_kernel_manager(self):
+        """nbclient's, its clients ReadyKernelClients where they would be plain AsyncKernelClients (no sandbox)."""
+        km = super().create_kernel_manager()
+        if km.client_factory is AsyncKernelClient:
+            km.client_factory = ReadyKernelClient
+        return km
 
     @default("store_widget_state")
     def _store_widget_state_default(self):
