@@ -291,7 +291,8 @@ def bare_nbclient(files: list[Path], prestart: bool) -> tuple[float, list[float]
     for i, f in enumerate(files):
         km, kc = nxt
         nxt = start_warm_kernel() if i + 1 < len(files) else None  # boots while this notebook runs
-        kc.wait_for_ready(timeout=120)
+        # not readied here: nbclient readies it (waiting for the preloads left, then for 0.2 s of IOPub silence);
+        # a kc.wait_for_ready() before that doubled the silent wait (2026-12-06)
         t0 = time.perf_counter()
         try:
             run_notebook(f, km=km)
