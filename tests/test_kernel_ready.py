@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from jupyter_client.asynchronous import AsyncKernelClient
+import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,3 +132,24 @@ def test_grading_kernels_get_the_ready_client_and_a_real_kernel_s_first_output_i
     assert clients == [ReadyKernelClient] and ReadyKernelClient is not AsyncKernelClient
     assert nb.cells[0].outputs[0]["text"] == "first 42\n"
     assert nb.cells[1].outputs[0]["ename"] == "ZeroDivisionError"
+
+
+def test_the_record_run_readies_its_kernel_with_the_ready_client(tmp_path, monkeypatch):
+    """trusted_checks runs each source notebook in a plain NotebookClient: its kernel is readied by ReadyKernelClient."""
+    from autograder import trusted_checks
+
+    readied = []
+    ready = ReadyKernelClient.wait_for_ready
+
+    async def counted(self, timeout=None):
+        readied.append(type(self))
+        await ready(self, timeout)
+
+    monkeypatch.setattr(ReadyKernelClient, "wait_for_ready", counted)
+    path = tmp_path / "source.ipynb"
+    path.write_text(nbformat.writes(new_notebook(cells=[new_code_cell("import os\nprint(os.environ['PART_II_CHECKS'])")],
+                                                 metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                          "language": "python"}})), encoding="utf-8")
+    nb = asyncio.run(trusted_checks._run_in_record_mode(path, timeout=60))
+    assert readied == [ReadyKernelClient]
+    assert nb.cells[0].outputs[0]["text"] == "record\n"
