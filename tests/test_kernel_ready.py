@@ -12,9 +12,9 @@ import sys
 from collections import deque
 from pathlib import Path
 
+import nbformat
 import pytest
 from jupyter_client.asynchronous import AsyncKernelClient
-import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 REPO = Path(__file__).resolve().parent.parent
