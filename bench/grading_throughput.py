@@ -9,7 +9,7 @@ collected once by the harness, then copied, so every configuration grades identi
 files in an identical course:
 
     nbclient         every submitted notebook executed by bare nbclient, one fresh kernel
-                     each, serially, killed at once after its last cell (the cost of running
+                     each (unix sockets, as the harness's), serially, killed at once after its last cell (the cost of running
                      the cells and nothing else); each notebook in the form nbgrader runs it,
                      its locked cells (the tests, hidden ones included) put back from the
                      source notebook, so all configurations run the same cells (but for the
@@ -249,8 +249,24 @@ def plain_nbgrader(build: Path, tag: str) -> tuple[float, int]:
     return run_cmd(cmd, env, ROOT / "autograder", WORK / f"nbgrader-{tag}.log")  # cwd: its nbgrader_config.py
 
 
-def run_notebook(path: Path, km=None) -> float:
-    """Execute one notebook with nbclient in a scratch folder (errors allowed); wall seconds incl. kernel start."""
+def ipc_config():
+    """A Config giving the next kernel unix sockets in a folder of its own, as the harness's kernels have: over TCP,
+    two kernels started at once may pick the same free port, and one's clients then talk to the other (seen here:
+    'DELIM not in msg_list' in a kernel's log, and a pre-started kernel that never answered its client)."""
+    import tempfile
+
+    from traitlets.config import Config
+
+    (WORK / "ipc").mkdir(exist_ok=True)
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(Path(tempfile.mkdtemp(dir=WORK / "ipc")) / "kernel")
+    return config
+
+
+def run_notebook(path: Path, km=None, kc=None) -> float:
+    """Execute one notebook with nbclient in a scratch folder (errors allowed); wall seconds incl. kernel start.
+    km, kc: a started kernel's manager, and a client that has readied it (nbclient does not ready it again)."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -260,7 +276,11 @@ def run_notebook(path: Path, km=None) -> float:
     started = time.perf_counter()
     # killed at once, as the harness and the pre-started path kill theirs: a graceful shutdown waits about 0.6 s
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True, km=km,
-                            shutdown_kernel="immediate", resources={"metadata": {"path": str(scratch)}})
+                            shutdown_kernel="immediate", resources={"metadata": {"path": str(scratch)}},
+                            config=ipc_config())
+    if kc is not None:
+        kc.allow_stdin = False  # as nbclient sets it on a client of its own
+        client.kc = kc
     client.execute(cwd=str(scratch)) if km is None else client.execute()
     return time.perf_counter() - started
 
@@ -269,7 +289,7 @@ def start_warm_kernel():
     """Start a kernel and queue the heavy imports in it; returns (manager, client) without waiting."""
     from jupyter_client import KernelManager
 
-    km = KernelManager(kernel_name="python3")
+    km = KernelManager(kernel_name="python3", config=ipc_config())
     scratch = WORK / "scratch"
     scratch.mkdir(exist_ok=True)
     km.start_kernel(cwd=str(scratch))
@@ -291,11 +311,13 @@ def bare_nbclient(files: list[Path], prestart: bool) -> tuple[float, list[float]
     for i, f in enumerate(files):
         km, kc = nxt
         nxt = start_warm_kernel() if i + 1 < len(files) else None  # boots while this notebook runs
-        # not readied here: nbclient readies it (waiting for the preloads left, then for 0.2 s of IOPub silence);
-        # a kc.wait_for_ready() before that doubled the silent wait (2026-12-06)
+        # readied once, as bare nbclient readies a kernel (waiting for the preloads left, then for 0.2 s of IOPub
+        # silence), and that client handed to nbclient: until 2026-12-06 nbclient readied it again with a client of
+        # its own, which doubled the silent wait (letting nbclient ready it alone hung on a kernel still importing)
+        kc.wait_for_ready(timeout=120)
         t0 = time.perf_counter()
         try:
-            run_notebook(f, km=km)
+            run_notebook(f, km=km, kc=kc)
         finally:
             kc.stop_channels()
             km.shutdown_kernel(now=True)
