@@ -252,7 +252,7 @@ def plain_nbgrader(build: Path, tag: str) -> tuple[float, int]:
 def ipc_config():
     """A Config giving the next kernel unix sockets in a folder of its own, as the harness's kernels have: over TCP,
     two kernels started at once may pick the same free port, and one's clients then talk to the other (seen here:
-    'DELIM not in msg_list' in a kernel's log, and a pre-started kernel that never answered its client)."""
+    'DELIM not in msg_list' in a kernel's log). The folder lies in WORK, which every run wipes first."""
     import tempfile
 
     from traitlets.config import Config
