@@ -9,13 +9,14 @@ collected once by the harness, then copied, so every configuration grades identi
 files in an identical course:
 
     nbclient         every submitted notebook executed by bare nbclient, one fresh kernel
-                     each (unix sockets, as the harness's), serially, killed at once after its last cell (the cost of running
-                     the cells and nothing else); each notebook in the form nbgrader runs it,
-                     its locked cells (the tests, hidden ones included) put back from the
-                     source notebook, so all configurations run the same cells (but for the
-                     harness's trusted checks: its kernels never compute the expected values,
-                     which the harness recorded once and compares outside the kernel;
-                     nbgrader's and these compute and compare them in the kernel)
+                     each (unix sockets, as the harness's), serially, killed at once after its
+                     last cell (the cost of running the cells and nothing else); each notebook
+                     in the form nbgrader runs it, its locked cells (the tests, hidden ones
+                     included) put back from the source notebook, so all configurations run
+                     the same cells (but for the harness's trusted checks: its kernels never
+                     compute the expected values, which the harness recorded once and
+                     compares outside the kernel; nbgrader's and these compute and compare
+                     them in the kernel)
     nbclient-prestart  the same, with the next notebook's kernel started (and the modules the
                      harness's fork server preloads imported in it: numpy, torch,
                      matplotlib.pyplot, jsonschema, sympy) while the current one runs;

@@ -29,4 +29,3 @@ def processes_of_build(build: Path) -> list[int]:
         if (marker_env in environ or marker_arg in cmdline) and not process_gone(int(entry.name)):
             pids.append(int(entry.name))
     return pids
-
