@@ -115,7 +115,7 @@ MAX_HELD_BYTES = 2 * 1024 * 1024 * 1024
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"  # what nbgrader writes into timestamp.txt
 UNIX_TIME_FIELD, NTFS_TIME_FIELD = 0x5455, 0x000A  # zip extra fields that hold UTC times
 # files release writes into the bundle
-RELEASE_WRITTEN = ("README.md", "requirements.txt", "nbgrader_config.py", COURSE_FILES_LIST)
+RELEASE_WRITTEN = ("README.md", "requirements.txt", "constraints.txt", "nbgrader_config.py", COURSE_FILES_LIST)
 UNICODE_PATH_FIELD = 0x7075  # Info-ZIP's extra field with the UTF-8 name (version 1, CRC-32 of the stored name, name)
 UTF8_NAME_FLAG = 0x800  # general purpose bit 11: the stored name is UTF-8
 NTFS_EPOCH = dt.datetime(1601, 1, 1, tzinfo=dt.timezone.utc)

@@ -4,7 +4,8 @@ The zip holds one folder, ``part-ii/``, with the release notebooks at its top an
 course's ``code/part-ii`` and ``data/part-ii`` beside them (the notebooks' setup cell finds
 ``code/part-ii`` by searching the parent folders), plus a ``README.md`` for the student (what
 each notebook covers and is worth, how to set up, work and hand in), a ``requirements.txt``
-with the course's pins of the packages the notebooks need, and an ``nbgrader_config.py`` giving
+with the course's pins of the packages the notebooks need, a ``constraints.txt`` (read through requirements.txt)
+with the course's locked versions of what those install in turn, and an ``nbgrader_config.py`` giving
 JupyterLab's Validate button grading's cell time limit. Nothing else goes in: no source
 notebook, no solution, no hidden test, no marking note. The same unpacked folder is what graded kernels
 see as ``PART_II_ROOT``. For graders, release writes ``marking/<notebook>.md`` into the course folder (not the zip):
@@ -52,6 +53,10 @@ ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identica
 SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
 KEEP = object()  # release(due_date=KEEP): the gradebook's due date stays as it is
 STUDENT_README = Path(__file__).parent / "templates" / "student_README.md"
+LOCK = REPO / "constraints.txt"  # the version of every other package of the grading environment
+STUDENT_CONSTRAINTS = "constraints.txt"  # the bundle's: the lock's versions of what STUDENT_PACKAGES install in turn
+# pip's own tools: pip freeze leaves them out, so the lock has no version of them (torch and nbgrader need setuptools)
+UNLOCKED = {"pip", "setuptools", "wheel"}
 # what a student installs to run the notebooks: what they and code/part-ii import, JupyterLab and its kernel, and
 # nbgrader for the Validate button (tests/test_release.py checks that the imports are covered)
 STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "sympy", "jsonschema", "ipython", "jupyterlab", "ipykernel",
@@ -449,13 +454,64 @@ def pinned_versions(requirements: Path = REPO / "requirements.txt") -> dict[str,
 
 
 def student_requirements(pins: dict[str, str | None]) -> str:
-    """The student's requirements.txt: the course's pin of each of STUDENT_PACKAGES."""
+    """The student's requirements.txt: the course's pin of each of STUDENT_PACKAGES, and the -c line that makes pip
+    read the bundle's constraints.txt (the versions of what they install in turn)."""
     missing = [name for name in STUDENT_PACKAGES if not pins.get(name)]
     if missing:
         raise AutograderError(f"requirements.txt has no plain pin (name==version, no extras or markers) of "
                               f"{', '.join(missing)}; the student bundle's requirements.txt needs one of each")
     return ("# The versions the course is graded with. On Linux install torch from the CPU index first (README.md).\n"
+            f"# {STUDENT_CONSTRAINTS} holds the graded versions of the packages these install in turn.\n"
+            f"-c {STUDENT_CONSTRAINTS}\n"
             + "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES))
+
+
+def required_distributions(roots: tuple[str, ...]) -> dict[str, str]:
+    """{canonical name: the name of a distribution requiring it} of every distribution that roots require, directly
+    or in turn, as pip installed them here: markers judged for this machine, an extra followed where a requirement
+    asks for it. Read from the installed distributions' metadata; the roots themselves are left out."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, str] = {}
+    roots = tuple(canonicalize_name(root) for root in roots)
+    todo = [(root, frozenset(), "") for root in roots]
+    seen = set()
+    while todo:
+        name, extras, by = todo.pop()
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise AutograderError(f"{name} ({f'required by {by}' if by else 'a package students install'}) is not "
+                                  "installed here; release reads the student's versions from the installed packages: "
+                                  "set up the environment with `make venv`") from None
+        if by:
+            found.setdefault(name, by)
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (extras or {""})):
+                todo.append((canonicalize_name(req.name), frozenset(req.extras), name))
+    return {name: by for name, by in found.items() if name not in roots}
+
+
+def student_constraints(pins: dict[str, str | None], lock: dict[str, str | None]) -> str:
+    """The student's constraints.txt: the course's locked version (constraints.txt, else a requirements.txt pin) of
+    every distribution STUDENT_PACKAGES install in turn, sorted by name."""
+    required = {name: by for name, by in required_distributions(STUDENT_PACKAGES).items() if name not in UNLOCKED}
+    versions = {**lock, **pins}
+    missing = sorted(f"{name} (required by {by})" for name, by in required.items() if not versions.get(name))
+    if missing:
+        raise AutograderError(f"constraints.txt has no plain pin (name==version) of {', '.join(missing)}; the "
+                              f"student bundle's {STUDENT_CONSTRAINTS} needs one of each: regenerate constraints.txt "
+                              "as its header says")
+    return ("# The versions the course is graded with of every package requirements.txt installs in turn, read by pip\n"
+            "# through requirements.txt's -c line. A package listed here is installed only if something needs it.\n"
+            + "".join(f"{name}=={versions[name]}\n" for name in sorted(required)))
 
 
 def notebook_title(nb) -> str:
@@ -567,9 +623,11 @@ def write_bundle(course: Course) -> tuple[Path, Path]:
     """Write the unpacked student bundle and its zip from scratch; return (bundle folder, zip)."""
     pins = pinned_versions()
     requirements = student_requirements(pins)
+    constraints = student_constraints(pins, pinned_versions(LOCK))
     files = {rel: src.read_bytes() for src, rel in _bundle_files(course)}
     files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins, due_date_of(course)).encode()
     files["requirements.txt"] = requirements.encode()
+    files[STUDENT_CONSTRAINTS] = constraints.encode()
     files["nbgrader_config.py"] = student_nbgrader_config().encode()
     files[COURSE_FILES_LIST] = course_files_list(files).encode()
     if course.bundle_dir.exists():

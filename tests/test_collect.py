@@ -1286,19 +1286,21 @@ def test_zip_names_in_the_windows_chinese_code_page_or_unflagged_utf8_keep_their
 
 
 def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(course, tmp_path):
-    """The student zip unpacks to part-ii/ with the notebooks, code/, data/, README.md and requirements.txt: zipped back
-    whole inside the student's folder, code/ and data/ are the course's folders, not two more students, and the
-    unchanged files are passed over, not rejected."""
+    """The student zip unpacks to part-ii/ with the notebooks, code/, data/, README.md, requirements.txt and
+    constraints.txt: zipped back whole inside the student's folder, code/ and data/ are the course's folders, not two
+    more students, and the unchanged files are passed over, not rejected."""
     bundle = course.bundle_dir
     listing = f"{'0' * 64}  code/part-ii/probability_practice.py\n".encode()
     write_tree(bundle, {"code/part-ii/probability_practice.py": b"# the reference\n", "data/part-ii/cases.json": b"{}\n",
                         "README.md": "# 学生版\n".encode(), "requirements.txt": b"numpy==2.4.6\n",
+                        "constraints.txt": b"anyio==4.16.0\n",
                         "course-files.sha256": listing})
     download = write_tree(tmp_path / "d", {
         "olga/part-ii/02-shapes-and-loss.ipynb": notebook_bytes("olga 02"),
         "olga/part-ii/README.md": "# 学生版\n".encode(),
         "olga/part-ii/course-files.sha256": listing,
         "olga/part-ii/requirements.txt": b"numpy==2.4.6\n",
+        "olga/part-ii/constraints.txt": b"anyio==4.16.0\n",
         "olga/part-ii/code/part-ii/probability_practice.py": b"# the reference\n",
         "olga/part-ii/data/part-ii/cases.json": b"{}\n"})
     report = collect(course, download)
@@ -1310,11 +1312,13 @@ def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(cou
         "unchanged copy of the released course file data/part-ii/cases.json",
         "unchanged copy of the released course file README.md",
         "unchanged copy of the released course file requirements.txt",
+        "unchanged copy of the released course file constraints.txt",
         "unchanged copy of the released course file course-files.sha256"}, (report.rejected, report.ignored)
     # a release with a due date rewrites README.md, one with new course files the list of their digests: an earlier
     # one handed back is still a course file, not a reject
     (bundle / "README.md").write_text("# 学生版\n截止时间：……\n", encoding="utf-8")
     (bundle / "course-files.sha256").write_bytes(listing.replace(b"0" * 64, b"1" * 64))
+    (bundle / "constraints.txt").write_bytes(b"anyio==4.17.0\n")  # a release after the lock was renewed
     (download / "olga/part-ii/02-shapes-and-loss.ipynb").write_bytes(notebook_bytes("olga 02, again"))
     report = collect(course, download)
     assert not report.rejected, report.rejected
@@ -1322,6 +1326,8 @@ def test_a_student_who_hands_back_the_whole_unpacked_download_is_one_student(cou
         "the student release's README.md (from another release, or edited): a course file, not a submission"]
     assert [r.reason for r in report.ignored if r.file == "olga/part-ii/course-files.sha256"] == [
         "the student release's course-files.sha256 (from another release, or edited): a course file, not a submission"]
+    assert [r.reason for r in report.ignored if r.file == "olga/part-ii/constraints.txt"] == [
+        "the student release's constraints.txt (from another release, or edited): a course file, not a submission"]
 
 
 def test_a_notebook_under_a_name_of_its_own_is_filed_by_its_exercises_and_other_rejects_reach_the_student(course, tmp_path):

@@ -284,10 +284,10 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     assert code, "the zip carries no code/part-ii"
     # the digests check uses to tell a student's edits: every shipped code/ and data/ file, as `sha256sum -c` reads them
     assert dict(reversed(line.split("  ", 1)) for line in listing.splitlines()) == course_files
-    assert "course-files.sha256" in readme and "另外三个文件不用交回" in readme
+    assert "course-files.sha256" in readme and "另外四个文件不用交回" in readme
 
     # the pins are the versions installed from the repo's requirements.txt, i.e. the grading environment
-    pins = dict(line.split("==") for line in requirements.splitlines() if line and not line.startswith("#"))
+    pins = dict(line.split("==") for line in requirements.splitlines() if line and not line.startswith(("#", "-c ")))
     assert {name: Version(md.version(name)).public for name in pins} == pins  # 2.13.0+cpu is torch==2.13.0
     assert {"jupyterlab", "ipykernel"} <= pins.keys()
     # every third-party import of the release notebooks and of the bundled code is installed by one of the pins
@@ -348,6 +348,103 @@ def test_the_release_keeps_the_form_only_mark_check_reads(release_dir):
         assert _cells_by_id(nbformat.read(release_dir / name, as_version=4))[grade_id].metadata.get("part_ii") == mark
 
 
+NOT_FOR_STUDENTS = ("pytest", "pytest-xdist", "nbval", "hypothesis", "playwright", "psycopg", "threadpoolctl")
+
+
+def _plain_pins(text: str) -> dict[str, str]:
+    """{canonical name: version} of a requirements file's `name==version` lines (comments and -c lines skipped)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found = {}
+    for line in text.splitlines():
+        if not line or line.startswith(("#", "-c ")):
+            continue
+        req = Requirement(line)
+        (spec,) = req.specifier
+        assert spec.operator == "==" and not req.extras and req.marker is None, f"not a plain pin: {line!r}"
+        found[canonicalize_name(req.name)] = spec.version
+    return found
+
+
+def test_the_student_constraints_pin_what_the_pins_install_in_turn_at_the_locked_versions(release_dir, tmp_path):
+    """A student setting up late in the term gets the grading environment's versions of the dependencies too: the
+    zip's requirements.txt reads its constraints.txt, which pins every package the pinned ones require (as installed
+    here), at the lock's version, and nothing students do not install."""
+    import subprocess
+    import sys
+    import zipfile
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    build = release_dir.parent.parent.parent
+    with zipfile.ZipFile(build / "course" / "student" / "part-ii.zip") as zf:
+        zf.extractall(tmp_path)
+    bundle = tmp_path / "part-ii"
+    requirements = (bundle / "requirements.txt").read_text(encoding="utf-8")
+    assert "-c constraints.txt" in requirements.splitlines()
+    direct = _plain_pins(requirements)
+    constrained = _plain_pins((bundle / "constraints.txt").read_text(encoding="utf-8"))
+    assert not direct.keys() & constrained.keys(), "a package pinned twice"
+    assert not {canonicalize_name(n) for n in NOT_FOR_STUDENTS} & constrained.keys(), "a grader's tool in the bundle"
+    lock = {**_plain_pins((REPO / "constraints.txt").read_text(encoding="utf-8")),
+            **_plain_pins((REPO / "requirements.txt").read_text(encoding="utf-8"))}
+    assert {n: v for n, v in constrained.items() if lock.get(n) != v} == {}, "a constraint that is not the lock's"
+
+    # closed: every requirement of a pinned package, judged on this machine (extras where one is asked for), is pinned
+    pinned = direct | constrained
+    lines = {name: [Requirement(r) for r in metadata.distribution(name).requires or []] for name in pinned}
+    extras = {name: {""} for name in pinned}  # the extras some active requirement asks of each package
+
+    def active(name: str, req: Requirement) -> bool:
+        return req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras.get(name, {""}))
+
+    asked = None
+    while asked != extras:  # an extra asked for can make more requirements active, which may ask for more
+        asked = {name: set(e) for name, e in extras.items()}
+        for name, reqs in lines.items():
+            for req in filter(lambda r: active(name, r), reqs):
+                extras.setdefault(canonicalize_name(req.name), {""}).update(req.extras)
+    unpinned = {(name, str(req)) for name, reqs in lines.items() for req in reqs if active(name, req)
+                and canonicalize_name(req.name) not in pinned.keys() | {"setuptools", "pip"}}
+    assert not unpinned, f"required by a pinned package but pinned by neither file: {sorted(unpinned)}"
+
+    # pip reads the -c line from the file's own folder (run from elsewhere here), and every pin agrees with what is
+    # installed: offline, a pin or constraint at any other version needs the index it cannot reach, and fails
+    def pip_dry_run() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "-r",
+                               "part-ii/requirements.txt"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    done = pip_dry_run()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    name = next(n for n in sorted(constrained) if n.startswith("a"))
+    text = (bundle / "constraints.txt").read_text(encoding="utf-8")
+    (bundle / "constraints.txt").write_text(text.replace(f"{name}=={constrained[name]}\n", f"{name}==0.0.1\n"),
+                                            encoding="utf-8")
+    done = pip_dry_run()
+    assert done.returncode != 0 and f"{name}==0.0.1" in done.stdout + done.stderr, done.stderr[-2000:]
+
+
+def test_the_student_constraints_name_what_the_lock_lacks():
+    """A package the student packages need that constraints.txt does not pin stops the release, naming it and what
+    needs it; so does a student package that is not installed, whose requirements release cannot read."""
+    from autograder.course import AutograderError
+    from autograder.release import LOCK, pinned_versions, required_distributions, student_constraints
+
+    from importlib import metadata
+
+    pins, lock = pinned_versions(), pinned_versions(LOCK)
+    assert "anyio==" in student_constraints(pins, lock)
+    with pytest.raises(AutograderError, match=r"no plain pin .* of anyio \(required by [\w-]+\).*regenerate") as error:
+        student_constraints(pins, {name: v for name, v in lock.items() if name != "anyio"})
+    needs = re.search(r"anyio \(required by ([\w-]+)\)", str(error.value))[1]
+    assert any(re.match(r"anyio\b", line) for line in metadata.requires(needs)), f"{needs} does not require anyio"
+    with pytest.raises(AutograderError, match=r"no-such-package \(a package students install\) is not installed"):
+        required_distributions(("no-such-package",))
+
+
 def test_the_student_pins_come_only_from_plain_name_version_lines(tmp_path):
     """A pin with extras or an environment marker would not be the version grading runs (or not a shell-safe one in
     the student's README): release refuses it for a package students install, and names it."""
@@ -361,7 +458,7 @@ def test_the_student_pins_come_only_from_plain_name_version_lines(tmp_path):
     pins = pinned_versions(path)
     assert pins == plain
     lines = [ln for ln in student_requirements(pins).splitlines() if not ln.startswith("#")]
-    assert lines == [f"{name}=={v}" for name, v in plain.items()]
+    assert lines == ["-c constraints.txt", *(f"{name}=={v}" for name, v in plain.items())]
     for bad in ("torch[opt]==1.0", "torch==1.0 ; python_version < '3.12'", "torch>=1.0", "Torch===1.0"):
         path.write_text(bad + "\n" + "".join(f"{n}=={v}\n" for n, v in plain.items() if n != "torch"), encoding="utf-8")
         assert pinned_versions(path)["torch"] is None, bad
