@@ -503,7 +503,7 @@ def student_constraints(pins: dict[str, str | None], lock: dict[str, str | None]
     """The student's constraints.txt: the course's locked version (constraints.txt, else a requirements.txt pin) of
     every distribution STUDENT_PACKAGES install in turn, sorted by name."""
     required = {name: by for name, by in required_distributions(STUDENT_PACKAGES).items() if name not in UNLOCKED}
-    versions = {**lock, **pins}
+    versions = {**lock, **{name: v for name, v in pins.items() if v}}  # a pin with extras or markers: the lock's
     missing = sorted(f"{name} (required by {by})" for name, by in required.items() if not versions.get(name))
     if missing:
         raise AutograderError(f"constraints.txt has no plain pin (name==version) of {', '.join(missing)}; the "
