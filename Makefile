@@ -46,7 +46,7 @@ sysdeps-demo:
 
 $(STAMP): requirements.txt constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip -c constraints.txt
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $@

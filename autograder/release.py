@@ -55,8 +55,6 @@ KEEP = object()  # release(due_date=KEEP): the gradebook's due date stays as it 
 STUDENT_README = Path(__file__).parent / "templates" / "student_README.md"
 LOCK = REPO / "constraints.txt"  # the version of every other package of the grading environment
 STUDENT_CONSTRAINTS = "constraints.txt"  # the bundle's: the lock's versions of what STUDENT_PACKAGES install in turn
-# pip's own tools: pip freeze leaves them out, so the lock has no version of them (torch and nbgrader need setuptools)
-UNLOCKED = {"pip", "setuptools", "wheel"}
 # what a student installs to run the notebooks: what they and code/part-ii import, JupyterLab and its kernel, and
 # nbgrader for the Validate button (tests/test_release.py checks that the imports are covered)
 STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "sympy", "jsonschema", "ipython", "jupyterlab", "ipykernel",
@@ -502,7 +500,7 @@ def required_distributions(roots: tuple[str, ...]) -> dict[str, str]:
 def student_constraints(pins: dict[str, str | None], lock: dict[str, str | None]) -> str:
     """The student's constraints.txt: the course's locked version (constraints.txt, else a requirements.txt pin) of
     every distribution STUDENT_PACKAGES install in turn, sorted by name."""
-    required = {name: by for name, by in required_distributions(STUDENT_PACKAGES).items() if name not in UNLOCKED}
+    required = required_distributions(STUDENT_PACKAGES)
     versions = {**lock, **{name: v for name, v in pins.items() if v}}  # a pin with extras or markers: the lock's
     missing = sorted(f"{name} (required by {by})" for name, by in required.items() if not versions.get(name))
     if missing:

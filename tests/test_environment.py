@@ -12,7 +12,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
-NOT_FROZEN = {"pip", "setuptools", "wheel", "distribute"}  # what `pip freeze` leaves out, as the lock does
+# what `pip freeze --all` lists and the lock leaves out: not installed by make venv (pip and setuptools are locked)
+NOT_FROZEN = {"wheel", "distribute"}
 
 
 def pins(path: Path) -> dict[str, str]:

@@ -408,7 +408,7 @@ def test_the_student_constraints_pin_what_the_pins_install_in_turn_at_the_locked
             for req in filter(lambda r: active(name, r), reqs):
                 extras.setdefault(canonicalize_name(req.name), {""}).update(req.extras)
     unpinned = {(name, str(req)) for name, reqs in lines.items() for req in reqs if active(name, req)
-                and canonicalize_name(req.name) not in pinned.keys() | {"setuptools", "pip"}}
+                and canonicalize_name(req.name) not in pinned}
     assert not unpinned, f"required by a pinned package but pinned by neither file: {sorted(unpinned)}"
 
     # pip reads the -c line from the file's own folder (run from elsewhere here), and every pin agrees with what is
