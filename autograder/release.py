@@ -464,15 +464,26 @@ def student_requirements(pins: dict[str, str | None]) -> str:
             + "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES))
 
 
+DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's, without extras or version
+
+
 def required_distributions(roots: tuple[str, ...]) -> dict[str, str]:
-    """{canonical name: the name of a distribution requiring it} of every distribution that roots require, directly
-    or in turn, as pip installed them here: markers judged for this machine, an extra followed where a requirement
-    asks for it. Read from the installed distributions' metadata; the roots themselves are left out."""
+    """{canonical name: the name of a distribution requiring it} of every distribution that roots (distribution
+    names) require, directly or in turn, as pip installed them here: markers judged for this machine (so a
+    Windows- or macOS-only helper, such as colorama, pywinpty or appnope, is not among them), an extra followed
+    where a requirement asks for it. Read from the installed distributions' metadata; the roots are left out."""
     from importlib import metadata
 
-    from packaging.requirements import Requirement
+    from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
+    if isinstance(roots, str) or not isinstance(roots, (tuple, list)):
+        raise AutograderError(f"roots must be a tuple of distribution names such as ('numpy',), got {roots!r}")
+    bad = [root for root in roots if not isinstance(root, str) or not DISTRIBUTION_NAME.fullmatch(root)]
+    if bad:
+        raise AutograderError(f"not a distribution name (letters, digits, '.', '_' and '-', no version): "
+                              f"{', '.join(map(repr, bad))}")
     found: dict[str, str] = {}
     roots = tuple(canonicalize_name(root) for root in roots)
     todo = [(root, frozenset(), "") for root in roots]
@@ -485,21 +496,37 @@ def required_distributions(roots: tuple[str, ...]) -> dict[str, str]:
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
-            raise AutograderError(f"{name} ({f'required by {by}' if by else 'a package students install'}) is not "
-                                  "installed here; release reads the student's versions from the installed packages: "
-                                  "set up the environment with `make venv`") from None
+            raise AutograderError(f"{name} ({f'required by {by}' if by else 'one of the packages asked about'}) is not "
+                                  "installed here; release reads what each package requires from the installed "
+                                  "packages' metadata: set up the environment with `make venv`") from None
         if by:
             found.setdefault(name, by)
         for line in dist.requires or []:
-            req = Requirement(line)
-            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (extras or {""})):
-                todo.append((canonicalize_name(req.name), frozenset(req.extras), name))
+            try:
+                req = Requirement(line)
+                active = req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (extras or {""}))
+            except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName) as exc:
+                raise AutograderError(f"the installed {name} {dist.version} declares a requirement that cannot be read "
+                                      f"({line!r}: {exc}); reinstall it with `make venv`") from None
+            if active:
+                todo.append((canonicalize_name(req.name), frozenset(canonicalize_name(e) for e in req.extras), name))
     return {name: by for name, by in found.items() if name not in roots}
 
 
 def student_constraints(pins: dict[str, str | None], lock: dict[str, str | None]) -> str:
-    """The student's constraints.txt: the course's locked version (constraints.txt, else a requirements.txt pin) of
-    every distribution STUDENT_PACKAGES install in turn, sorted by name."""
+    """The student's constraints.txt: the version of every distribution STUDENT_PACKAGES install in turn (on this
+    machine; see required_distributions), sorted by name: its plain pin in requirements.txt, else the lock's.
+
+    Refused when the installed version is another: the requirements were read from what is installed, and a
+    dependency only the locked version brings in would be missing."""
+    from importlib import metadata
+
+    from packaging.version import InvalidVersion, Version
+
+    for what, value in (("pins", pins), ("lock", lock)):
+        if not isinstance(value, dict):
+            raise AutograderError(f"{what} must be a dict of distribution name -> version (pinned_versions gives one), "
+                                  f"got {type(value).__name__}")
     required = required_distributions(STUDENT_PACKAGES)
     versions = {**lock, **{name: v for name, v in pins.items() if v}}  # a pin with extras or markers: the lock's
     missing = sorted(f"{name} (required by {by})" for name, by in required.items() if not versions.get(name))
@@ -507,9 +534,30 @@ def student_constraints(pins: dict[str, str | None], lock: dict[str, str | None]
         raise AutograderError(f"constraints.txt has no plain pin (name==version) of {', '.join(missing)}; the "
                               f"student bundle's {STUDENT_CONSTRAINTS} needs one of each: regenerate constraints.txt "
                               "as its header says")
+
+    def public(version: str) -> str:
+        try:
+            return Version(version).public  # torch's 2.13.0+cpu is the 2.13.0 pinned
+        except InvalidVersion:
+            return version
+
+    drifted = sorted(f"{name} {metadata.version(name)} (locked: {versions[name]})" for name in required
+                     if public(metadata.version(name)) != public(versions[name]))
+    if drifted:
+        raise AutograderError(f"installed at another version than the lock's: {', '.join(drifted)}; release reads "
+                              "what each package requires from the installed ones, so rebuild the environment with "
+                              "`make venv` and release again")
     return ("# The versions the course is graded with of every package requirements.txt installs in turn, read by pip\n"
             "# through requirements.txt's -c line. A package listed here is installed only if something needs it.\n"
             + "".join(f"{name}=={versions[name]}\n" for name in sorted(required)))
+
+
+def student_pin_files() -> dict[str, str]:
+    """{file name in the bundle: text} of the student's requirements.txt and constraints.txt, from this repository's
+    requirements.txt and lock; raises AutograderError when either cannot be written (before anything is released)."""
+    pins = pinned_versions()
+    return {"requirements.txt": student_requirements(pins),
+            STUDENT_CONSTRAINTS: student_constraints(pins, pinned_versions(LOCK))}
 
 
 def notebook_title(nb) -> str:
@@ -617,15 +665,13 @@ def course_files_list(files: dict[str, bytes]) -> str:
     return "".join(f"{hashlib.sha256(files[rel]).hexdigest()}  {rel}\n" for rel in shipped)
 
 
-def write_bundle(course: Course) -> tuple[Path, Path]:
-    """Write the unpacked student bundle and its zip from scratch; return (bundle folder, zip)."""
-    pins = pinned_versions()
-    requirements = student_requirements(pins)
-    constraints = student_constraints(pins, pinned_versions(LOCK))
+def write_bundle(course: Course, pin_files: dict[str, str]) -> tuple[Path, Path]:
+    """Write the unpacked student bundle and its zip from scratch, with pin_files (student_pin_files); return
+    (bundle folder, zip)."""
     files = {rel: src.read_bytes() for src, rel in _bundle_files(course)}
-    files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins, due_date_of(course)).encode()
-    files["requirements.txt"] = requirements.encode()
-    files[STUDENT_CONSTRAINTS] = constraints.encode()
+    files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pinned_versions(),
+                                        due_date_of(course)).encode()
+    files.update((name, text.encode()) for name, text in pin_files.items())
     files["nbgrader_config.py"] = student_nbgrader_config().encode()
     files[COURSE_FILES_LIST] = course_files_list(files).encode()
     if course.bundle_dir.exists():
@@ -687,6 +733,7 @@ def release(course: Course, due_date=KEEP) -> Release:
         changed, repointed = check_changes_since_last_release(course)
         if leaks := source_leaks(course):  # before nbgrader records anything in the gradebook
             raise leaks_error(course, leaks, refusal_outcome(course))
+        pin_files = student_pin_files()  # the same: an environment that is not the lock's stops the release here
         if changed:  # the regrade queued below would fail on sources that fail their own checks, the class ungraded
             try:  # with the code/ and data/ this release ships (the bundle's are the last release's)
                 expected_records(course, [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))], root=REPO)
@@ -703,7 +750,7 @@ def release(course: Course, due_date=KEEP) -> Release:
             flagged = flag_hand_scores(course, repointed)
         if due_date is not KEEP:
             set_due_date(course, due_date)
-        bundle_dir, zip_path = write_bundle(course)
+        bundle_dir, zip_path = write_bundle(course, pin_files)
         write_formgrader_config(course)
         guides = write_marking_guides(course, sorted(course.source_dir.glob("*.ipynb")))
         due = due_date_of(course)

@@ -371,6 +371,7 @@ def test_the_student_constraints_pin_what_the_pins_install_in_turn_at_the_locked
     """A student setting up late in the term gets the grading environment's versions of the dependencies too: the
     zip's requirements.txt reads its constraints.txt, which pins every package the pinned ones require (as installed
     here), at the lock's version, and nothing students do not install."""
+    import os
     import subprocess
     import sys
     import zipfile
@@ -410,12 +411,22 @@ def test_the_student_constraints_pin_what_the_pins_install_in_turn_at_the_locked
     unpinned = {(name, str(req)) for name, reqs in lines.items() for req in reqs if active(name, req)
                 and canonicalize_name(req.name) not in pinned}
     assert not unpinned, f"required by a pinned package but pinned by neither file: {sorted(unpinned)}"
+    # and no more: every constraint is reached from the direct pins through active requirements
+    reached, edge = set(direct), set(direct)
+    while edge:
+        edge = {canonicalize_name(req.name) for name in edge for req in lines[name] if active(name, req)} - reached
+        reached |= edge
+    assert constrained.keys() == reached - direct.keys(), f"not needed: {sorted(constrained.keys() - reached)}"
 
     # pip reads the -c line from the file's own folder (run from elsewhere here), and every pin agrees with what is
-    # installed: offline, a pin or constraint at any other version needs the index it cannot reach, and fails
+    # installed: with no index and no configuration of the host's (no find-links, no constraints of its own), a pin or
+    # constraint at any other version names a package pip cannot find, and fails
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+
     def pip_dry_run() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "-r",
-                               "part-ii/requirements.txt"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                               "part-ii/requirements.txt"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
 
     done = pip_dry_run()
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -427,13 +438,14 @@ def test_the_student_constraints_pin_what_the_pins_install_in_turn_at_the_locked
     assert done.returncode != 0 and f"{name}==0.0.1" in done.stdout + done.stderr, done.stderr[-2000:]
 
 
-def test_the_student_constraints_name_what_the_lock_lacks():
+def test_the_student_constraints_name_what_the_lock_lacks(monkeypatch):
     """A package the student packages need that constraints.txt does not pin stops the release, naming it and what
-    needs it; so does a student package that is not installed, whose requirements release cannot read."""
+    needs it; so do a package installed at another version than the lock's (its requirements were read), one that is
+    not installed (they cannot be read), and arguments that are not what the functions take."""
+    from importlib import metadata
+
     from autograder.course import AutograderError
     from autograder.release import LOCK, pinned_versions, required_distributions, student_constraints
-
-    from importlib import metadata
 
     pins, lock = pinned_versions(), pinned_versions(LOCK)
     assert "anyio==" in student_constraints(pins, lock)
@@ -443,8 +455,54 @@ def test_the_student_constraints_name_what_the_lock_lacks():
         student_constraints(pins, {name: v for name, v in lock.items() if name != "anyio"})
     needs = re.search(r"anyio \(required by ([\w-]+)\)", str(error.value))[1]
     assert any(re.match(r"anyio\b", line) for line in metadata.requires(needs)), f"{needs} does not require anyio"
-    with pytest.raises(AutograderError, match=r"no-such-package \(a package students install\) is not installed"):
+    installed = metadata.version("anyio")
+    with pytest.raises(AutograderError, match=rf"another version than the lock's: anyio {re.escape(installed)} "
+                                              r"\(locked: 0\.0\.1\).*make venv"):
+        student_constraints(pins, {**lock, "anyio": "0.0.1"})
+
+    with pytest.raises(AutograderError, match=r"no-such-package \(one of the packages asked about\) is not installed"):
         required_distributions(("no-such-package",))
+    real = metadata.distribution
+
+    def without_anyio(name):
+        if name == "anyio":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(metadata, "distribution", without_anyio)
+        with pytest.raises(AutograderError, match=r"anyio \(required by [\w-]+\) is not installed.*make venv"):
+            required_distributions(("jupyter-server",))
+    for roots, said in [("numpy", "roots must be a tuple of distribution names"),
+                        (("numpy==2.0",), "not a distribution name"), (("",), "not a distribution name"),
+                        ((None,), "not a distribution name")]:
+        with pytest.raises(AutograderError, match=said):
+            required_distributions(roots)
+    with pytest.raises(AutograderError, match="lock must be a dict"):
+        student_constraints(pins, None)
+
+
+def test_a_release_the_student_pins_cannot_be_written_for_stops_before_nbgrader_records_anything(tmp_path, monkeypatch):
+    """The student's pin files are worked out before nbgrader generates the release: an environment that is not the
+    lock's stops the release with nothing recorded in the gradebook and the zip as it was."""
+    import autograder.release as release_module
+    from autograder.course import AutograderError, Course
+    from shared_builds import build_env, released_copy
+
+    build = released_copy(tmp_path)
+    with build_env(build):
+        course = Course.load(build)
+    lock = tmp_path / "constraints.txt"
+    lock.write_text("".join(line for line in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines(True)
+                            if not line.lower().startswith("anyio==")), encoding="utf-8")
+    monkeypatch.setattr(release_module, "LOCK", lock)
+    generated = []
+    monkeypatch.setattr(release_module, "generate_release", lambda c: generated.append(c))
+    zip_before = course.bundle_zip.read_bytes()
+    with pytest.raises(AutograderError, match=r"no plain pin .* of anyio"):
+        release_module.release(course)
+    assert not generated, "nbgrader ran before the pin files were known"
+    assert course.bundle_zip.read_bytes() == zip_before
 
 
 def test_the_student_pins_come_only_from_plain_name_version_lines(tmp_path):
