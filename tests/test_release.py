@@ -284,7 +284,11 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     assert code, "the zip carries no code/part-ii"
     # the digests check uses to tell a student's edits: every shipped code/ and data/ file, as `sha256sum -c` reads them
     assert dict(reversed(line.split("  ", 1)) for line in listing.splitlines()) == course_files
-    assert "course-files.sha256" in readme and "另外四个文件不用交回" in readme
+    # what not to hand back names every file release writes beside the notebooks (collect passes them over)
+    from autograder.collect import RELEASE_WRITTEN
+
+    not_handed_back = readme[readme.index("这份说明以及"):readme.index("都不用交回")]
+    assert {name for name in RELEASE_WRITTEN if name != "README.md"} == set(re.findall(r"`([^`]+)`", not_handed_back))
 
     # the pins are the versions installed from the repo's requirements.txt, i.e. the grading environment
     pins = dict(line.split("==") for line in requirements.splitlines() if line and not line.startswith(("#", "-c ")))
