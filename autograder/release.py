@@ -464,9 +464,6 @@ def student_requirements(pins: dict[str, str | None]) -> str:
             + "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES))
 
 
-DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's, without extras or version
-
-
 def required_distributions(roots: tuple[str, ...]) -> dict[str, str]:
     """{canonical name: the name of a distribution requiring it} of every distribution that roots (distribution
     names) require, directly or in turn, as pip installed them here: markers judged for this machine (so a
@@ -476,16 +473,19 @@ def required_distributions(roots: tuple[str, ...]) -> dict[str, str]:
 
     from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
+    from packaging.utils import InvalidName, canonicalize_name
 
     if isinstance(roots, str) or not isinstance(roots, (tuple, list)):
         raise AutograderError(f"roots must be a tuple of distribution names such as ('numpy',), got {roots!r}")
-    bad = [root for root in roots if not isinstance(root, str) or not DISTRIBUTION_NAME.fullmatch(root)]
-    if bad:
-        raise AutograderError(f"not a distribution name (letters, digits, '.', '_' and '-', no version): "
-                              f"{', '.join(map(repr, bad))}")
+    names = []
+    for root in roots:
+        try:
+            names.append(canonicalize_name(root, validate=True))
+        except (InvalidName, TypeError):
+            raise AutograderError(f"not a distribution name (letters, digits, '.', '_' and '-', no version): "
+                                  f"{root!r}") from None
+    roots = tuple(names)
     found: dict[str, str] = {}
-    roots = tuple(canonicalize_name(root) for root in roots)
     todo = [(root, frozenset(), "") for root in roots]
     seen = set()
     while todo:
@@ -541,8 +541,9 @@ def student_constraints(pins: dict[str, str | None], lock: dict[str, str | None]
         except InvalidVersion:
             return version
 
-    drifted = sorted(f"{name} {metadata.version(name)} (locked: {versions[name]})" for name in required
-                     if public(metadata.version(name)) != public(versions[name]))
+    installed = {name: metadata.version(name) for name in required}
+    drifted = sorted(f"{name} {installed[name]} (locked: {versions[name]})" for name in required
+                     if public(installed[name]) != public(versions[name]))
     if drifted:
         raise AutograderError(f"installed at another version than the lock's: {', '.join(drifted)}; release reads "
                               "what each package requires from the installed ones, so rebuild the environment with "
@@ -552,10 +553,9 @@ def student_constraints(pins: dict[str, str | None], lock: dict[str, str | None]
             + "".join(f"{name}=={versions[name]}\n" for name in sorted(required)))
 
 
-def student_pin_files() -> dict[str, str]:
-    """{file name in the bundle: text} of the student's requirements.txt and constraints.txt, from this repository's
-    requirements.txt and lock; raises AutograderError when either cannot be written (before anything is released)."""
-    pins = pinned_versions()
+def student_pin_files(pins: dict[str, str | None]) -> dict[str, str]:
+    """{file name in the bundle: text} of the student's requirements.txt and constraints.txt, from pins (this
+    repository's requirements.txt) and the lock; raises AutograderError when either cannot be written."""
     return {"requirements.txt": student_requirements(pins),
             STUDENT_CONSTRAINTS: student_constraints(pins, pinned_versions(LOCK))}
 
@@ -665,12 +665,11 @@ def course_files_list(files: dict[str, bytes]) -> str:
     return "".join(f"{hashlib.sha256(files[rel]).hexdigest()}  {rel}\n" for rel in shipped)
 
 
-def write_bundle(course: Course, pin_files: dict[str, str]) -> tuple[Path, Path]:
-    """Write the unpacked student bundle and its zip from scratch, with pin_files (student_pin_files); return
+def write_bundle(course: Course, pins: dict[str, str | None], pin_files: dict[str, str]) -> tuple[Path, Path]:
+    """Write the unpacked student bundle and its zip from scratch, with pin_files (student_pin_files(pins)); return
     (bundle folder, zip)."""
     files = {rel: src.read_bytes() for src, rel in _bundle_files(course)}
-    files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pinned_versions(),
-                                        due_date_of(course)).encode()
+    files["README.md"] = student_readme(sorted(course.release_dir.glob("*.ipynb")), pins, due_date_of(course)).encode()
     files.update((name, text.encode()) for name, text in pin_files.items())
     files["nbgrader_config.py"] = student_nbgrader_config().encode()
     files[COURSE_FILES_LIST] = course_files_list(files).encode()
@@ -733,7 +732,8 @@ def release(course: Course, due_date=KEEP) -> Release:
         changed, repointed = check_changes_since_last_release(course)
         if leaks := source_leaks(course):  # before nbgrader records anything in the gradebook
             raise leaks_error(course, leaks, refusal_outcome(course))
-        pin_files = student_pin_files()  # the same: an environment that is not the lock's stops the release here
+        pins = pinned_versions()
+        pin_files = student_pin_files(pins)  # the same: an environment that is not the lock's stops the release here
         if changed:  # the regrade queued below would fail on sources that fail their own checks, the class ungraded
             try:  # with the code/ and data/ this release ships (the bundle's are the last release's)
                 expected_records(course, [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))], root=REPO)
@@ -750,7 +750,7 @@ def release(course: Course, due_date=KEEP) -> Release:
             flagged = flag_hand_scores(course, repointed)
         if due_date is not KEEP:
             set_due_date(course, due_date)
-        bundle_dir, zip_path = write_bundle(course, pin_files)
+        bundle_dir, zip_path = write_bundle(course, pins, pin_files)
         write_formgrader_config(course)
         guides = write_marking_guides(course, sorted(course.source_dir.glob("*.ipynb")))
         due = due_date_of(course)

@@ -291,7 +291,7 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     assert {name for name in RELEASE_WRITTEN if name != "README.md"} == set(re.findall(r"`([^`]+)`", not_handed_back))
 
     # the pins are the versions installed from the repo's requirements.txt, i.e. the grading environment
-    pins = dict(line.split("==") for line in requirements.splitlines() if line and not line.startswith(("#", "-c ")))
+    pins = _plain_pins(requirements)
     assert {name: Version(md.version(name)).public for name in pins} == pins  # 2.13.0+cpu is torch==2.13.0
     assert {"jupyterlab", "ipykernel"} <= pins.keys()
     # every third-party import of the release notebooks and of the bundled code is installed by one of the pins
