@@ -85,8 +85,10 @@ Rejected files (not a notebook, invalid JSON, wrong name, duplicate) are listed 
 in <course>/reports/collect.json and in their student's row of grades.csv (export lists the files of
 no student it could tell), and copied to <course>/rejected/; a zip member
 that cannot be read (damaged, password-protected, Deflate64) is named with what to do, without a
-copy, and the rest of the download is filed. System files (__MACOSX, .DS_Store, ...) and the
-course's own files at their released place (code/, data/) are ignored."""
+copy, and the rest of the download is filed. A download with nothing to file, no student the gradebook
+knows, and no notebook or file named after the assignment or a notebook is refused: nobody is registered.
+System files (__MACOSX, .DS_Store, ...) and the course's own files at their released place (code/, data/)
+are ignored."""
 
 STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
 MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
@@ -1794,7 +1796,11 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     stubs = released_answers(release)
     filed, duplicates = drop_duplicates(filed, stubs, notebooks)
     rejected = unreadable + rejected + shared + duplicates
-    if not seen and not filed:
+    if not filed and not set(seen) & known and not any(r.student and names_the_course(r.file, notebooks)
+                                                        for r in rejected + ignored):
+        # nothing to file, no gradebook student, no file that names the course: the wrong download (a folder of
+        # documents) more likely than a class with nothing gradable, so nobody is registered (nbgrader keeps a
+        # registered student in every export, and the harness has no command that drops one)
         why = no_student_files(path, entries, rejected, ignored)
         if not entries and not rejected:  # nothing at all: not a layout trouble, so no screen of layouts
             raise AutograderError(f"{why}: is it the LMS download? (`python -m autograder collect --help` "
@@ -1878,6 +1884,13 @@ def local_zone() -> str:
     """This machine's time zone as collect reads wall-clock times in it: 'Asia/Shanghai (UTC+0800)'."""
     now = dt.datetime.now().astimezone()
     return f"{os.environ.get('TZ') or now.tzname()} (UTC{now:%z})"
+
+
+def names_the_course(file: str, notebooks: list[str]) -> bool:
+    """Whether a file of a download is a hand-in for this course by its name: a notebook (.ipynb), or a name that holds
+    the assignment's or one of its notebooks' ('jack_126_459_02-shapes-and-loss.ipynb.txt', 'ivy_part-ii.zip')."""
+    name = PurePosixPath(file).name.casefold()
+    return name.endswith(".ipynb") or any(n.casefold() in name for n in (ASSIGNMENT, *notebooks))
 
 
 def no_student_files(path: Path, entries: list[Entry], rejected: list[Record], ignored: list[Record]) -> str:

@@ -325,6 +325,35 @@ def test_a_download_that_gives_no_student_anything_says_what_it_held(course, tmp
     assert words.format(path=download) in capsys.readouterr().err
 
 
+def test_a_download_of_documents_registers_nobody_but_a_gradebook_student_s_documents_are_recorded(course, tmp_path,
+                                                                                                      capsys):
+    """A zip of files none of which is a notebook or names the course is the wrong download: refused (2) before any
+    student is registered, since a registered student stays in every export (found by review: 'docs' got a row).
+    The same files of a student the gradebook knows are that student's hand-in: recorded, rejected (1)."""
+    from autograder.cli import main
+    from autograder.course import ASSIGNMENT
+    from autograder.export import export
+    from shared_builds import read_grades_csv
+
+    junk = tmp_path / "junk.zip"
+    with zipfile.ZipFile(junk, "w") as zf:
+        zf.writestr("docs/a.txt", "notes\n")
+        zf.writestr("docs/b.pdf", b"%PDF-1.4")
+    assert main(["collect", str(junk)]) == 2
+    err = capsys.readouterr().err
+    assert f"no file in {junk} could be filed for a student (2 rejected: docs/a.txt: not a notebook (.txt)" in err, err
+    with course.gradebook() as gb:
+        assert [s.id for s in gb.students] == []
+    assert course.submitted_students() == [] and not list((course.root / "rejected").glob("**/*.pdf"))
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(ASSIGNMENT)
+        gb.update_or_create_student("docs")
+    assert main(["collect", str(junk)]) == 1
+    assert "docs/b.pdf: not a notebook (.pdf)" in capsys.readouterr().out
+    rows = read_grades_csv(export(course)[0])
+    assert rows["docs"]["status"] == "no valid notebook" and "rejected docs/b.pdf" in rows["docs"]["notes"], rows
+
+
 def test_student_option_refuses_the_name_of_the_assignment_or_a_notebook(course, tmp_path, capsys):
     from autograder.cli import main
 
