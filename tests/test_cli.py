@@ -85,6 +85,12 @@ def empty_build(tmp_path, monkeypatch):
     (["extend", "--student", "ann", "--until", "2026-11-01 01:30 America/New_York", "--build", "{build}"],
      "the end of the extension '2026-11-01 01:30 America/New_York' happens twice in America/New_York (the clocks go "
      "back); give the offset to say which: '2026-11-01 01:30-04:00' or '2026-11-01 01:30-05:00'"),
+    # Python's own words named timedelta objects (found by review)
+    (["release", "--due-date", "2026-03-01 23:59+25:00", "--build", "{build}"],
+     "the due date '2026-03-01 23:59+25:00' has the UTC offset +25:00, which does not exist: an offset lies between "
+     "-23:59 and +23:59; expected '2026-03-01 23:59'"),
+    (["extend", "--student", "ann", "--until", "2026-03-01 23:59-0075", "--build", "{build}"],
+     "the end of the extension '2026-03-01 23:59-0075' has the UTC offset -0075, which does not exist"),
     (["release", "--due-date", "0001-01-01 00:00+05:00", "--build", "{build}"],
      "the due date '0001-01-01 00:00+05:00' is out of range: in UTC it falls outside the years 1 to 9999"),
     (["extend", "--student", "ann", "--until", "9999-12-31 23:59 Etc/GMT+12", "--build", "{build}"],
