@@ -294,15 +294,13 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                     if lost := failing_without_answer(deleted, failed):
                         notes.append(f"{nb}: answer cells deleted by the student, and their tests failed (grading does "
                                      f"not put a deleted answer cell back): {', '.join(lost)}")
-                waiting, outside = 0, []
+                waiting, outside = 0, hand_scores_out_of_range(submission)
                 job = jobs.get(student.id) or {}
                 statuses = {nb: r.get("status", "graded") for nb, r in json.loads(job.get("notebooks") or "{}").items()}
                 for nb in sorted(submission.notebooks, key=lambda n: n.name):
                     for grade in sorted(nb.grades, key=lambda g: g.name):
                         kind = cell_kind(grade, solution_names.get(nb.name, set()))
                         waiting += bool(grade.needs_manual_grade)
-                        if grade.manual_score is not None and not 0 <= grade.manual_score <= grade.max_score:
-                            outside.append(f"{nb.name} {grade.name} {_fmt(grade.manual_score)} of {_fmt(grade.max_score)}")
                         cells.append({"assignment": ASSIGNMENT, "student_id": student.id, "notebook": nb.name,
                                       "cell": grade.name, "kind": kind, "max_score": _fmt(grade.max_score),
                                       "auto_score": _fmt(grade.auto_score), "manual_score": _fmt(grade.manual_score),
@@ -310,7 +308,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                                       "needs_manual_grade": str(bool(grade.needs_manual_grade)).lower(),
                                       "result": cell_result(grade, kind, statuses.get(nb.name, "graded"))})
                 row["needs_manual_grading"] = str(waiting)
-                if outside:  # formgrader's page keeps a score within 0..max; its API and scripts do not
+                if outside:
                     notes.append(f"{HAND_SCORE_OUTSIDE}: {', '.join(outside)} (give points beyond the maximum as "
                                  "extra credit)")
                 row["seconds_late"] = _fmt(int(submission.total_seconds_late or 0))
@@ -360,6 +358,15 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict], encoding: str =
 
 
 HAND_SCORE_OUTSIDE = "hand score below 0 or above the cell's points"
+
+
+def hand_scores_out_of_range(submission) -> list[str]:
+    """'00-vectors-shapes-and-gradients answer_activation 7 of 2' for each hand score of a gradebook submission outside
+    its cell's 0..points: formgrader's page keeps a score within them, its API and scripts do not."""
+    return [f"{nb.name} {grade.name} {_fmt(grade.manual_score)} of {_fmt(grade.max_score)}"
+            for nb in sorted(submission.notebooks, key=lambda n: n.name)
+            for grade in sorted(nb.grades, key=lambda g: g.name)
+            if grade.manual_score is not None and not 0 <= grade.manual_score <= grade.max_score]
 
 
 def hand_scores_outside(path: Path) -> list[str]:

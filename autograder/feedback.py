@@ -59,11 +59,11 @@ from traitlets.config import LoggingConfigurable
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, LOST_CELLS, NO_KERNEL, cell_points, cut_at_time_limit, first_line,
                     heading_after, hidden_line_numbers, is_test_cell, nbgrader_meta, not_run_for_time, outcome_message,
                     stopped_for_time, stopped_kernel, visible_source)
-from .collect import DUPLICATE, OLDER, load_collect_log, match_notebook, moved_files, unfiled_text
-from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, quiet_nbgrader_logs,
-                     run_first)
-from .export import (deleted_answers, failing_without_answer, late_by, released_answers, released_test_ids,
-                     submitted_cells, tampered_cells)
+from .collect import DUPLICATE, OLDER, known_students, load_collect_log, match_notebook, moved_files, unfiled_text
+from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, listed,
+                     quiet_nbgrader_logs, run_first)
+from .export import (HAND_SCORE_OUTSIDE, deleted_answers, failing_without_answer, hand_scores_out_of_range, late_by,
+                     released_answers, released_test_ids, submitted_cells, tampered_cells)
 from .trusted_checks import hidden_outputs
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -497,6 +497,22 @@ def provisional_note(pending: dict[str, tuple[float, bool]], names: dict[str, st
     return f"**Provisional score.** {' '.join(parts)} Your instructor grades {which} by hand; {outlook}."
 
 
+def scores_out_of_range(course: Course, students: list[str]) -> dict[str, list[str]]:
+    """{student: hand_scores_out_of_range()} of the students (of those given) with a hand score outside 0..points."""
+    from nbgrader.api import MissingEntry
+
+    found = {}
+    with course.gradebook() as gb:
+        for student in students:
+            try:
+                submission = gb.find_submission(ASSIGNMENT, student)
+            except MissingEntry:
+                continue
+            if cells := hand_scores_out_of_range(submission):
+                found[student] = cells
+    return found
+
+
 def pending_pages(course: Course, pages: list[Path]) -> list[Path]:
     """The feedback pages whose notebook still has grades waiting for a human grader."""
     with course.gradebook() as gb:
@@ -556,6 +572,7 @@ class FeedbackResult:
     explained: list[Path] = field(default_factory=list)  # pages of notebooks that were not graded, saying why
     provisional: list[Path] = field(default_factory=list)  # pages with answers not yet graded by hand
     indexes: list[Path] = field(default_factory=list)  # each student's overview: the total, a link per notebook page
+    nothing_collected: list[str] = field(default_factory=list)  # gradebook students (a roster) without a hand-in
 
 
 def checked_mathjax_url(url: str) -> str:
@@ -836,6 +853,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                     if p.is_dir())
     collect_log = load_collect_log(course)
     known = sorted(set(graded) | set(collect_log["students"]))
+    # a roster added with nbgrader db: export scores them 0, and the instructor handing out pages should hear of them
+    nothing_collected = [] if students else sorted(known_students(course) - set(known))
     if students:
         unknown = sorted(set(students) - set(known))
         if unknown:
@@ -851,7 +870,7 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
 
     synced(course)  # the pages read lateness from nbgrader's columns
     signatures = hidden_lines(course)
-    result = FeedbackResult()
+    result = FeedbackResult(nothing_collected=nothing_collected)
     from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade
 
     every_job = job_rows(course.db_url)
@@ -886,6 +905,11 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                                   "collect the download again")
         if student in graded:
             graded.remove(student)
+    for student, cells in scores_out_of_range(course, [s for s in graded if s not in result.errors]).items():
+        # the page would show '7.0 / 2.0' and a total above the maximum, which export refuses to hand on
+        result.errors[student] = (f"{HAND_SCORE_OUTSIDE} ({'; '.join(cells)}): no feedback written; correct it in "
+                                  "formgrader (points beyond the maximum are extra credit), then run feedback again")
+        graded.remove(student)
     for student in sorted(result.errors):  # their earlier pages show a grading that no longer stands
         if removed := remove_pages(course, student):
             pages = "its earlier page" if removed == 1 else f"the {removed} earlier pages"
@@ -973,5 +997,9 @@ def print_feedback(result: FeedbackResult) -> None:
     if result.indexes:
         print(f"  and an overview per student, with the total and a link to each page: {INDEX} beside the pages' "
               f"folder, e.g. {result.indexes[0]}")
+    if nobody := result.nothing_collected:
+        n = len(nobody)
+        print(f"  no pages for {n} {'student' if n == 1 else 'students'} of the gradebook with nothing collected "
+              f"({listed(nobody)}): export scores {'it' if n == 1 else 'them'} 0, as 'no submission'")
     for student, reason in sorted(result.errors.items()):
         print(f"  {student}: ERROR {reason}")

@@ -354,6 +354,28 @@ def test_a_download_of_documents_registers_nobody_but_a_gradebook_student_s_docu
     assert rows["docs"]["status"] == "no valid notebook" and "rejected docs/b.pdf" in rows["docs"]["notes"], rows
 
 
+def test_feedback_names_the_gradebook_s_students_with_nothing_collected(course, tmp_path, capsys):
+    """Students of a roster (nbgrader db student import) with no hand-in: export scores them 0, but feedback wrote them
+    nothing and said nothing, so an instructor handing out the pages would miss them (found by review). Feedback
+    names them; it writes them no page (nothing of theirs was collected: a later download may hold their work)."""
+    from autograder.cli import main
+    from autograder.course import ASSIGNMENT
+
+    assert main(["collect", str(write_tree(tmp_path / "d", {"judy/02-shapes-and-loss.ipynb": b"{not json"}))]) == 1
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(ASSIGNMENT)
+        for sid in ("newkid", "amy"):
+            gb.update_or_create_student(sid)
+    capsys.readouterr()
+    assert main(["feedback"]) == 0
+    out = capsys.readouterr().out
+    assert ("no pages for 2 students of the gradebook with nothing collected (amy, newkid): export scores them 0, as "
+            "'no submission'") in out, out
+    assert list(course.step_dir("feedback", "judy").glob("*.html")) and not course.step_dir("feedback", "amy").exists()
+    assert main(["feedback", "--student", "judy"]) == 0
+    assert "nothing collected" not in capsys.readouterr().out  # only judy was asked for
+
+
 def test_student_option_refuses_the_name_of_the_assignment_or_a_notebook(course, tmp_path, capsys):
     from autograder.cli import main
 

@@ -1352,10 +1352,12 @@ def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded
         shutil.rmtree(build, ignore_errors=True)
 
 
-def test_a_hand_score_outside_its_cell_s_points_is_named_by_export_which_exits_1(graded, capsys):
+def test_a_hand_score_outside_its_cell_s_points_is_named_by_export_and_feedback_which_exit_1(graded, capsys):
     """formgrader's page keeps a hand score within 0..points, but its API and scripts on nbgrader's Gradebook do not:
     5 on a 2-point answer made 02 read 19 / 16 in grades.csv and on the student's overview, and -1 passed as well,
-    export exiting 0 (found by review). Export now names each such score and exits 1."""
+    export exiting 0 (found by review). Export now names each such score and exits 1. Feedback showed the student
+    'Score: 7.0 / 2.0' and exited 0 (found by a later review): it now writes none of that student's pages (the earlier
+    ones removed), names the scores and exits 1; the other students get theirs."""
     from autograder.cli import main
 
     build, course = copy_course(graded["course"].root)
@@ -1381,6 +1383,20 @@ def test_a_hand_score_outside_its_cell_s_points_is_named_by_export_which_exits_1
         assert f"{nb_high} {id_high} {max_high + 3:g} of {max_high:g}" in notes, notes
         assert f"{nb_low} {id_low} -1 of {max_low:g}" in notes, notes
         assert "hand score" not in read_grades(course)["perfect"]["notes"]
+        from autograder.feedback import index_page
+
+        earlier = sorted(course.step_dir("feedback", "partial").glob("*.html"))
+        assert earlier, "the shared class has feedback pages for partial"
+        with build_env(build):
+            code = main(["feedback", "--build", str(build), "--student", "partial", "--student", "perfect"])
+        out = capsys.readouterr().out
+        assert code == 1, out
+        scores = sorted([f"{nb_high} {id_high} {max_high + 3:g} of {max_high:g}", f"{nb_low} {id_low} -1 of {max_low:g}"])
+        assert (f"partial: ERROR hand score below 0 or above the cell's points ({'; '.join(scores)}): no feedback "
+                "written") in out, out
+        assert not any(p.exists() for p in earlier) and not index_page(course, "partial").exists()
+        written = sorted(p.stem for p in course.step_dir("feedback", "perfect").glob("*.html"))
+        assert "perfect: ERROR" not in out and written == course.notebook_names(), out
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
