@@ -1805,6 +1805,11 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         if not entries and not rejected:  # nothing at all: not a layout trouble, so no screen of layouts
             raise AutograderError(f"{why}: is it the LMS download? (`python -m autograder collect --help` "
                                   "lists the layouts collect reads)")
+        if seen:  # the files would be theirs: a student of the gradebook gets them on record, rejected
+            ids = sorted(seen)
+            why += (f"; nobody was registered: if {listed(ids)} handed {'it' if len(rejected) == 1 else 'these'} in, "
+                    f"add {'them' if len(ids) > 1 else 'the student'} to the gradebook (`nbgrader db student add "
+                    f"{ids[0]}`, run in {course.root}) and collect again: the files are then on record as rejected")
         raise AutograderError(f"{why}\n{LAYOUTS_HELP}")
     if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
         fix = ("give --student the id the gradebook has" if student is not None else

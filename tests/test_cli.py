@@ -1689,6 +1689,13 @@ def test_a_student_removed_from_the_gradebook_behind_the_harness_s_back_is_named
     collect_unanswered(tmp_path, capsys, build, ("erin",))
     (tmp_path / "rita-download" / "rita").mkdir(parents=True)  # handed in only a file collect rejects
     (tmp_path / "rita-download" / "rita" / "notes.txt").write_text("my answers")
+    # a download of nothing but a new student's text file is refused, registering nobody; the message says how to
+    # put it on record (a student of the gradebook gets it filed as rejected)
+    code, err, _ = run(["collect", str(tmp_path / "rita-download"), "--build", str(build)], capsys)
+    assert code == 2 and f"if rita handed it in, add the student to the gradebook (`nbgrader db student add rita`, run in " \
+        f"{build / 'course'}) and collect again" in err, err
+    done = subprocess.run(["nbgrader", "db", "student", "add", "rita"], cwd=build / "course", capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     assert run(["collect", str(tmp_path / "rita-download"), "--build", str(build)], capsys)[0] == 1
     for removal in (["dave", "--force"], ["erin"], ["rita"]):  # nbgrader's own command, where the README says to run it
         done = subprocess.run(["nbgrader", "db", "student", "remove", *removal], cwd=build / "course",

@@ -342,6 +342,8 @@ def test_a_download_of_documents_registers_nobody_but_a_gradebook_student_s_docu
     assert main(["collect", str(junk)]) == 2
     err = capsys.readouterr().err
     assert f"no file in {junk} could be filed for a student (2 rejected: docs/a.txt: not a notebook (.txt)" in err, err
+    assert (f"nobody was registered: if docs handed these in, add the student to the gradebook (`nbgrader db student add "
+            f"docs`, run in {course.root}) and collect again") in err, err
     with course.gradebook() as gb:
         assert [s.id for s in gb.students] == []
     assert course.submitted_students() == [] and not list((course.root / "rejected").glob("**/*.pdf"))
