@@ -178,6 +178,13 @@ def is_test_cell(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def is_retyped_test(cell) -> bool:
+    """A test cell a student turned into a Markdown or raw cell (a slip of the M key): it does not run in Jupyter, and
+    grading (nbgrader's OverwriteCells) turns it back into the released code cell and runs it."""
+    meta = nbgrader_meta(cell)
+    return cell.cell_type != "code" and bool(meta.get("grade")) and not meta.get("solution") and not meta.get("task")
+
+
 def is_hand_graded(cell) -> bool:
     """An answer graded by hand in formgrader: nbgrader's grade and solution marks together, or a task cell."""
     meta = nbgrader_meta(cell)

@@ -9,9 +9,10 @@ say they are graded by the instructor. Hidden tests are not in a student's noteb
 passing here means the visible checks pass, not yet the final score; a test cell whose visible
 checks look only at the answer's form (marked in its metadata, see notebooks/README.md) says so. A test cell (or other
 read-only cell) whose contents differ from the release (nbgrader's checksum) is flagged:
-grading puts the released cell back, so what the edited cell did here does not count. A
+grading puts the released cell back, so what the edited cell did here does not count. A test cell
+turned into a Markdown or raw cell fails: it did not run here, and grading turns it back and runs it. A
 released test cell missing from the notebook is named too: grading puts it back and scores
-it, which this check cannot do.
+it, which this check cannot do. A pasted copy of a graded cell is named and counted once.
 The notebook is also checked against the course's notebooks as grading will see it: a file
 whose graded cells belong to no notebook of this course is refused, and a file named after no
 notebook (collect files it by its exercises only from a student's folder), or after another
@@ -22,7 +23,7 @@ otherwise) is interrupted, as grading interrupts it, and named; once the noteboo
 grading's notebook budget (--notebook-timeout) the cells after are not run, as when graded. The notebook runs under grading's
 executor (without its sandbox): a cell that ends the kernel (exit(), os._exit(), running out of
 memory) fails and is named, and the rest run in a new kernel after the cells before it, as when graded.
-Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited or
+Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited, retyped or
 deleted, a cell ran out of time or ended the kernel, or the file name is wrong as above (an edited read-only cell
 that is not a test is only listed), 2 when the notebook cannot be read, is not a notebook of
 this course, or is too large for collect to take (over its file or its notebook-without-outputs
@@ -40,8 +41,8 @@ from pathlib import Path
 
 from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
                     checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids, graded_cells_of,
-                    heading_after, is_edited, is_test_cell, nbgrader_meta, numbered_cell, outcome_message,
-                    stopped_by_budget, stopped_kernel)
+                    heading_after, is_edited, is_retyped_test, is_test_cell, nbgrader_meta, numbered_cell,
+                    outcome_message, stopped_by_budget, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
@@ -320,6 +321,8 @@ FORMAT_OK = ("✔ Form only: the visible checks look at the answer's form, not a
              "tests decide that when your notebook is graded.")
 EDITED = ("✘ This test cell was changed: grading uses the released cell, so this result does not count. "
           "Undo the change (copy the cell from a fresh copy of the notebook).")
+RETYPED = ("✘ This test cell was turned into a {} cell, so it did not run here; grading turns it back into the released "
+           "test and runs it. Make it a code cell again (select it, press Y) and run the check again.")
 
 
 def raised(cell, name: str) -> bool:
@@ -344,6 +347,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     unanswered, in_setup = False, True
     section = 0  # counts the exercise headings passed: two exercises may have the same heading, or none
     stub_section = None  # the section whose answer cell still raises NotImplementedError
+    counted = set()  # grade ids with a row
     for number, cell in enumerate(nb.cells, start=1):
         meta = nbgrader_meta(cell)
         in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
@@ -363,9 +367,14 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         if not test and section_failure is None:
             section_failure = cell_error(cell, number)
         unanswered = unanswered or (cell.cell_type == "code" and raised(cell, "NotImplementedError"))
-        if not meta.get("grade"):
+        if not meta.get("grade") or meta.get("grade_id") in counted:  # a pasted copy: the gradebook scores an id once
             continue
+        counted.add(meta.get("grade_id"))
         points = cell_points(cell)
+        if is_retyped_test(cell):  # counted with the tests: grading runs it
+            rows.append((heading, meta.get("grade_id", "?"), points, RETYPED.format(cell.cell_type.capitalize()), False))
+            since_last_test, unanswered = None, False
+            continue
         if test:
             message = EDITED if is_edited(cell) else outcome_message(cell)
             if message == WROTE_TO_STDERR:
@@ -390,10 +399,22 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     return rows
 
 
+def copied_graded_cells(nb) -> list[str]:
+    """'cell N (first line) repeats test_x' for each graded cell after the first that carries the same grade id (a
+    copy and paste keeps the metadata): the table counts the first alone."""
+    seen, copies = set(), []
+    for number, cell in enumerate(nb.cells, start=1):
+        if (grade_id := nbgrader_meta(cell).get("grade_id")) and nbgrader_meta(cell).get("grade"):
+            if grade_id in seen:
+                copies.append(f"{numbered_cell(cell, number)} repeats {grade_id}")
+            seen.add(grade_id)
+    return copies
+
+
 def edited_locked_cells(nb) -> list[str]:
     """'cell N (first line)' for each read-only cell that is not a test cell and was changed (grading restores it)."""
     return [numbered_cell(cell, number) for number, cell in enumerate(nb.cells, start=1)
-            if not is_test_cell(cell) and is_edited(cell)]
+            if not is_test_cell(cell) and not is_retyped_test(cell) and is_edited(cell)]
 
 
 def print_table(path: Path, rows) -> None:
@@ -482,6 +503,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     if locked:
         print(f"read-only cells changed: {', '.join(locked)}; grading puts the released versions back, "
               "so undo those changes if your code relies on them.")
+    if copies := copied_graded_cells(nb):
+        print(f"copies of graded cells: {'; '.join(copies)}; the table counts each graded cell once, as the gradebook "
+              "does: delete the copies.")
     if deleted:
         print(f"✘ test cells missing from this notebook: {'; '.join(cell_places(sources[best], deleted))}. Grading "
               "puts the released cells back and scores them, so this check cannot say whether they pass. Copy them "
@@ -519,7 +543,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
         print(f"✘ {died} stopped the Python kernel. Grading, like this check, then starts a new kernel, re-runs the "
               "cells before it and goes on without it, so nothing that cell defines exists later: remove its exit(), "
               "quit() or os._exit() call, or make it use less memory, and run the check again.")
-    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or slow or stopped or unrun or died:
+    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or copies or slow or stopped or unrun or died:
         print(f"({NUMBERING_NOTE})")
     if problem:
         print(problem)

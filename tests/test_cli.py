@@ -404,6 +404,43 @@ def test_check_flags_an_edited_test_cell_even_when_the_edit_makes_it_pass(tmp_pa
     assert others and not any("was changed" in ln for ln in others), out
 
 
+def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_once(tmp_path, monkeypatch, capsys):
+    """A test cell turned into Markdown (the M key) did not run, so the check called it 'graded by your instructor',
+    counted its points as free-text ones and passed with 0, while grading turns it back and runs it; a pasted copy of
+    a test cell counted twice in the totals (found by review)."""
+    import copy
+
+    import nbformat
+    from nbgrader.utils import compute_checksum, is_locked
+
+    from autograder.cells import cell_points, is_test_cell
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    for cell in nb.cells:  # checksums as nbgrader's release writes them
+        meta = cell.metadata.get("nbgrader", {})
+        if "grade_id" in meta and (is_locked(cell) or meta.get("solution")):
+            meta["checksum"] = compute_checksum(cell)
+    tests = [i for i, c in enumerate(nb.cells) if is_test_cell(c)]
+    assert len(tests) >= 2, "the notebook has two test cells"
+    ids = [nb.cells[i].metadata["nbgrader"]["grade_id"] for i in tests]
+    points = sum(cell_points(nb.cells[i]) for i in tests)
+    retyped, pasted = tests[-1], tests[0]
+    worth = cell_points(nb.cells[retyped])
+    nb.cells[retyped] = nbformat.v4.new_markdown_cell(nb.cells[retyped].source, metadata=nb.cells[retyped].metadata)
+    nb.cells.insert(pasted + 1, copy.deepcopy(nb.cells[pasted]))
+    edited = tmp_path / path.name
+    nbformat.write(nb, edited)
+    code, _, out = run(["check", str(edited)], capsys)
+    assert code == 1, out
+    line = next(ln for ln in out.splitlines() if f" {ids[-1]} " in ln)
+    assert "✘ This test cell was turned into a Markdown cell, so it did not run here; grading turns it back" in line, line
+    assert "graded by your instructor" not in line and "read-only cells changed" not in out, out
+    assert (f"visible tests passed: {len(ids) - 1} of {len(ids)} cells, {points - worth:g} of {points:g} autograded "
+            "points") in out, out
+    assert f"copies of graded cells: cell {pasted + 2} (" in out and f") repeats {ids[0]}; the table counts" in out, out
+
+
 @pytest.mark.parametrize("db_url, words", [
     ("foo", "is not a database URL; expected a SQLAlchemy URL such as sqlite:////"),
     ("nosuchdb://host/x", "names an unknown database kind"),
