@@ -46,7 +46,7 @@ from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNIN
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
-                     AutograderError, load_config)
+                     AutograderError, listed, load_config)
 
 
 # a notebook this large has outputs saved that a hand-in does not need (the course's run notebooks take under 0.1 MiB)
@@ -54,21 +54,35 @@ LARGE_NOTEBOOK_BYTES = 10 * 1024 * 1024
 CLEAR_OUTPUTS = "in JupyterLab, Edit › Clear Outputs of All Cells, then save"
 
 
+def notebooks_in(folder: Path) -> list[str]:
+    """The names of the notebooks (.ipynb files) in folder, sorted; [] when there are none or it cannot be read."""
+    try:
+        return sorted(p.name for p in folder.iterdir() if p.suffix.lower() == ".ipynb" and p.is_file())
+    except OSError:
+        return []
+
+
 def read_for_check(path: Path):
     """The notebook at path, or an AutograderError saying why it cannot be checked (also when collect would not take it)."""
     path = Path(path)
     if path.is_dir():
-        raise AutograderError(f"{path} is a folder; check takes one notebook file (.ipynb) at a time: "
-                              f"python -m autograder check {path / 'NAME.ipynb'}")
+        if names := notebooks_in(path):
+            raise AutograderError(f"{path} is a folder; check takes one notebook file (.ipynb) at a time, e.g. "
+                                  f"python -m autograder check {path / names[0]} (the notebooks there: "
+                                  f"{listed(names, 7)})")
+        raise AutograderError(f"{path} is a folder, with no notebook in it; check takes one notebook file (.ipynb) "
+                              "at a time: give the path of yours")
     if not path.exists():
+        where = "" if path.is_absolute() else f" (a relative path starts in the folder you run this in, {Path.cwd()})"
+        if names := notebooks_in(path.parent):  # a typo in the name: say what is there
+            raise AutograderError(f"{path} does not exist{where}; the notebooks in {path.parent}: {listed(names, 7)}")
         lab = REPO / "build" / "lab" / ASSIGNMENT
         if not lab.is_dir():  # nothing unpacked yet: an example path would not exist either
-            raise AutograderError(f"{path} does not exist (a relative path starts in the folder you run this in, "
-                                  f"{Path.cwd()}), and no student notebooks are unpacked yet: run `make lab` first, "
-                                  "which unpacks them into build/lab/part-ii/, or give the path of your own copy")
+            raise AutograderError(f"{path} does not exist{where}, and no student notebooks are unpacked yet: run "
+                                  "`make lab` first, which unpacks them into build/lab/part-ii/, or give the path of "
+                                  "your own copy")
         example = f"e.g. {lab / path.name}" if (lab / path.name).is_file() else f"e.g. one in {lab}"
-        raise AutograderError(f"{path} does not exist (a relative path starts in the folder you run this in, "
-                              f"{Path.cwd()}); give the notebook's path, {example}")
+        raise AutograderError(f"{path} does not exist{where}; give the notebook's path, {example}")
     if not path.is_file():
         raise AutograderError(f"{path} is not a file; expected a Jupyter notebook (.ipynb)")
     if path.suffix.lower() != ".ipynb":  # as collect accepts 02-shapes-and-loss.IPYNB
@@ -321,8 +335,8 @@ FORMAT_OK = ("✔ Form only: the visible checks look at the answer's form, not a
              "tests decide that when your notebook is graded.")
 EDITED = ("✘ This test cell was changed: grading uses the released cell, so this result does not count. "
           "Undo the change (copy the cell from a fresh copy of the notebook).")
-RETYPED = ("✘ This test cell was turned into a {} cell, so it did not run here; grading turns it back into the released "
-           "test and runs it. Make it a code cell again (select it, press Y) and run the check again.")
+RETYPED = ("✘ This test cell was turned into a {} cell, so it did not run here; grading turns it back into the "
+           "released test and runs it. Make it a code cell again (select it, press Y) and run the check again.")
 
 
 def raised(cell, name: str) -> bool:
@@ -372,7 +386,8 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         counted.add(meta.get("grade_id"))
         points = cell_points(cell)
         if is_retyped_test(cell):  # counted with the tests: grading runs it
-            rows.append((heading, meta.get("grade_id", "?"), points, RETYPED.format(cell.cell_type.capitalize()), False))
+            message = RETYPED.format(cell.cell_type.capitalize())
+            rows.append((heading, meta.get("grade_id", "?"), points, message, False))
             since_last_test, unanswered = None, False
             continue
         if test:

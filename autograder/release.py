@@ -97,7 +97,7 @@ def parse_moment(text: str, what: str = "due date", none_means: str = "no due da
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown time zone {zone!r} in {what} {text!r}; expected {forms}") from None
     offset = re.search(r"\d[+-](\d{2}):?(\d{2})$", when if named else text.strip())
-    if offset and (int(offset[1]) >= 24 or int(offset[2]) >= 60):  # Python refuses +25:00 in timedelta words, takes -0075
+    if offset and (int(offset[1]) >= 24 or int(offset[2]) >= 60):  # Python: +25:00 in timedelta words, -0075 taken
         raise ValueError(f"the {what} {text!r} has the UTC offset {offset[0][1:]}, which does not exist: an offset "
                          f"lies between -23:59 and +23:59; expected {forms}")
     try:

@@ -116,7 +116,7 @@ def empty_build(tmp_path, monkeypatch):
      "run `python -m autograder release --build {build}` first"),
     (["extend", "--build", "{build}"], "run `python -m autograder release --build {build}` first"),
     (["check"], "required: notebook"),
-    (["check", "/no/such/notebook.ipynb"], "does not exist (a relative path starts in the folder you run this in, "),
+    (["check", "no/such/notebook.ipynb"], "does not exist (a relative path starts in the folder you run this in, "),
     (["check", ""], "expected the path of a notebook (.ipynb), got an empty string"),  # it said ". is a folder"
     # a course among the sources: notebooks/course was made, which git does not ignore (found by review)
     (["release", "--build", str(REPO / "notebooks")], "is inside the repository"),
@@ -428,7 +428,9 @@ def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_o
     retyped, pasted = tests[-1], tests[0]
     worth = cell_points(nb.cells[retyped])
     nb.cells[retyped] = nbformat.v4.new_markdown_cell(nb.cells[retyped].source, metadata=nb.cells[retyped].metadata)
-    nb.cells.insert(pasted + 1, copy.deepcopy(nb.cells[pasted]))
+    pasted_copy = copy.deepcopy(nb.cells[pasted])
+    pasted_copy.id = "pasted-copy"  # JupyterLab gives a pasted cell an id of its own
+    nb.cells.insert(pasted + 1, pasted_copy)
     edited = tmp_path / path.name
     nbformat.write(nb, edited)
     code, _, out = run(["check", str(edited)], capsys)
@@ -1124,7 +1126,17 @@ def test_check_says_to_clear_saved_outputs_of_a_large_notebook_and_refuses_one_c
 
 def test_check_given_a_folder_says_it_takes_one_notebook(tmp_path, capsys):
     code, err, _ = run(["check", str(tmp_path)], capsys)
-    assert code == 2 and f"{tmp_path} is a folder; check takes one notebook file (.ipynb) at a time" in err, err
+    assert code == 2 and f"{tmp_path} is a folder, with no notebook in it; check takes one notebook file" in err, err
+    # a folder of notebooks, or a typo in a notebook's name: the message names what is there (found by review: it
+    # suggested FOLDER/NAME.ipynb, and spoke of relative paths for an absolute one)
+    for name in ("02-shapes-and-loss.ipynb", "01-probability-and-bayes.ipynb"):
+        (tmp_path / name).write_text("{}")
+    code, err, _ = run(["check", str(tmp_path)], capsys)
+    assert code == 2 and (f"e.g. python -m autograder check {tmp_path / '01-probability-and-bayes.ipynb'} (the notebooks "
+                          "there: 01-probability-and-bayes.ipynb, 02-shapes-and-loss.ipynb)") in err, err
+    code, err, _ = run(["check", str(tmp_path / "02-shapes-and-los.ipynb")], capsys)
+    assert code == 2 and (f"{tmp_path / '02-shapes-and-los.ipynb'} does not exist; the notebooks in {tmp_path}: "
+                          "01-probability-and-bayes.ipynb, 02-shapes-and-loss.ipynb") in err, err
 
 
 def test_check_reads_an_upper_case_suffix_as_collect_does(tmp_path, capsys):
