@@ -132,6 +132,8 @@ def asks_kernel_to_exit(execute_reply) -> bool:
 
 
 WROTE_TO_STDERR = "✘ Failed: the cell wrote to standard error, which grading scores as a failure."
+TEST_TIMED_OUT = ("✘ Failed: the cell did not finish within the time limit and was interrupted: what its checks call "
+                  "(your answer, or something it uses) takes too long or never ends; make it finish sooner.")
 
 
 def outcome_message(cell) -> str:
@@ -146,7 +148,7 @@ def outcome_message(cell) -> str:
                 return f"✘ A hidden check failed: {evalue}"
             return f"✘ A hidden check failed ({ename} raised while it ran)."
         if ename in ("KeyboardInterrupt", "CellTimeoutError"):
-            return "✘ Failed: the cell did not finish within the time limit and was interrupted."
+            return TEST_TIMED_OUT
         where = f" (line {line} of the visible checks)" if line is not None else ""
         if ename == "AssertionError" and evalue:  # a check's own message says what differed
             return f"✘ Failed{where}: {evalue}"

@@ -224,6 +224,17 @@ def test_the_note_on_a_kernel_stop_names_the_cells_and_says_grading_went_on_with
     assert "before each and went on without them, so nothing they define exists" in two, two
 
 
+@pytest.mark.parametrize("ename", ["CellTimeoutError", "KeyboardInterrupt"])
+def test_a_test_cell_cut_at_its_time_limit_says_what_to_do(ename):
+    """It said only that the cell was interrupted; an answer cell's timeout said what to do (found by review)."""
+    from autograder.cells import outcome_message
+
+    cell = new_code_cell("assert slow_answer() == 1", outputs=[new_output("error", ename=ename, evalue="", traceback=[])])
+    assert outcome_message(cell) == ("✘ Failed: the cell did not finish within the time limit and was interrupted: what "
+                                     "its checks call (your answer, or something it uses) takes too long or never ends; "
+                                     "make it finish sooner.")
+
+
 def test_only_autograded_tests_that_lost_points_count_as_failed():
     import nbformat
 
