@@ -319,7 +319,11 @@ def cell_error(cell, number: int) -> str | None:
     ename = errors[0].get("ename", "Error")
     if ename in TIMED_OUT:
         return f"{name}, which did not finish within the time limit"
-    evalue = (str(errors[0].get("evalue", "")).strip().splitlines() or [""])[0][:160]
+    from .trusted_checks import syntax_error
+
+    # IPython names a cell's code after a hash ('invalid syntax (1321635150.py, line 2)'): the cell's own line instead
+    evalue = syntax_error(cell.source, ename) or (str(errors[0].get("evalue", "")).strip().splitlines() or [""])[0]
+    evalue = evalue[:160]
     return f"{name}, {ename}: {evalue}" if evalue else f"{name}, {ename}"
 
 

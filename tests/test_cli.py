@@ -1124,6 +1124,22 @@ def test_check_says_to_clear_saved_outputs_of_a_large_notebook_and_refuses_one_c
                                         "by your course's site. Make the pictures smaller before you hand it in.")
 
 
+def test_check_names_a_syntax_error_s_line_in_the_cell_not_ipython_s_file_name():
+    """'invalid syntax (1321635150.py, line 2)' named IPython's file for the cell (found by review)."""
+    from nbformat.v4 import new_code_cell, new_output
+
+    from autograder.check import cell_error
+
+    source = "x = 1\ny = ("
+    with pytest.raises(SyntaxError) as compiled:
+        compile(source, "<cell>", "exec")
+    cell = new_code_cell(source, outputs=[new_output("error", ename="SyntaxError", traceback=[],
+                                                     evalue="incomplete input (34936886.py, line 2)")])
+    assert cell_error(cell, 5) == f"cell 5 (x = 1), SyntaxError: {compiled.value.msg} (line 2 of the cell)"
+    cell.outputs[0].ename, cell.outputs[0].evalue = "ValueError", "bad value\nmore"
+    assert cell_error(cell, 5) == "cell 5 (x = 1), ValueError: bad value"
+
+
 def test_check_given_a_folder_says_it_takes_one_notebook(tmp_path, capsys):
     code, err, _ = run(["check", str(tmp_path)], capsys)
     assert code == 2 and f"{tmp_path} is a folder, with no notebook in it; check takes one notebook file" in err, err
