@@ -12,7 +12,8 @@ read-only cell) whose contents differ from the release (nbgrader's checksum) is 
 grading puts the released cell back, so what the edited cell did here does not count. A test cell
 turned into a Markdown or raw cell fails: it did not run here, and grading turns it back and runs it. A
 released test cell missing from the notebook is named too: grading puts it back and scores
-it, which this check cannot do. A pasted copy of a graded cell is named and counted once.
+it, which this check cannot do. Pasted copies of a graded cell are named, and the last counts, as in
+grading; copies that differ from it fail.
 The notebook is also checked against the course's notebooks as grading will see it: a file
 whose graded cells belong to no notebook of this course is refused, and a file named after no
 notebook (collect files it by its exercises only from a student's folder), or after another
@@ -24,8 +25,8 @@ grading's notebook budget (--notebook-timeout) the cells after are not run, as w
 executor (without its sandbox): a cell that ends the kernel (exit(), os._exit(), running out of
 memory) fails and is named, and the rest run in a new kernel after the cells before it, as when graded.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited, retyped or
-deleted, a cell ran out of time or ended the kernel, or the file name is wrong as above (an edited read-only cell
-that is not a test is only listed), 2 when the notebook cannot be read, is not a notebook of
+deleted, a graded cell has a different copy, a cell ran out of time or ended the kernel, or the file name is
+wrong as above (an edited read-only cell that is not a test is only listed), 2 when the notebook cannot be read, is not a notebook of
 this course, or is too large for collect to take (over its file or its notebook-without-outputs
 limit). A notebook over LARGE_NOTEBOOK_BYTES gets a note to clear its saved outputs before handing in.
 """
@@ -365,7 +366,7 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     unanswered, in_setup = False, True
     section = 0  # counts the exercise headings passed: two exercises may have the same heading, or none
     stub_section = None  # the section whose answer cell still raises NotImplementedError
-    counted = set()  # grade ids with a row
+    graded_at = last_graded_cells(nb)  # of pasted copies, the last is the one grading scores
     for number, cell in enumerate(nb.cells, start=1):
         meta = nbgrader_meta(cell)
         in_setup = in_setup and not (meta.get("grade") or meta.get("solution"))
@@ -385,9 +386,8 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         if not test and section_failure is None:
             section_failure = cell_error(cell, number)
         unanswered = unanswered or (cell.cell_type == "code" and raised(cell, "NotImplementedError"))
-        if not meta.get("grade") or meta.get("grade_id") in counted:  # a pasted copy: the gradebook scores an id once
+        if not meta.get("grade") or graded_at.get(meta.get("grade_id")) != number:
             continue
-        counted.add(meta.get("grade_id"))
         points = cell_points(cell)
         if is_retyped_test(cell):  # counted with the tests: grading runs it
             message = RETYPED.format(cell.cell_type.capitalize())
@@ -418,16 +418,27 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     return rows
 
 
-def copied_graded_cells(nb) -> list[str]:
-    """'cell N (first line) repeats test_x' for each graded cell after the first that carries the same grade id (a
-    copy and paste keeps the metadata): the table counts the first alone."""
-    seen, copies = set(), []
-    for number, cell in enumerate(nb.cells, start=1):
-        if (grade_id := nbgrader_meta(cell).get("grade_id")) and nbgrader_meta(cell).get("grade"):
-            if grade_id in seen:
-                copies.append(f"{numbered_cell(cell, number)} repeats {grade_id}")
-            seen.add(grade_id)
-    return copies
+def last_graded_cells(nb) -> dict[str, int]:
+    """{grade id: number of the last graded cell carrying it}: a pasted cell keeps its metadata, and grading (nbgrader's
+    DeduplicateIds) keeps the last cell of each grade id, the earlier ones becoming plain cells."""
+    return {meta["grade_id"]: number for number, cell in enumerate(nb.cells, start=1)
+            if (meta := nbgrader_meta(cell)).get("grade") and meta.get("grade_id")}
+
+
+def copied_graded_cells(nb) -> tuple[list[str], bool]:
+    """('cell N (…) and cell M (…) carry answer_x' for each grade id that several graded cells carry, whether one of the
+    earlier copies differs from the last, which grading scores (work in an earlier copy is not graded)."""
+    graded_at, lines, differs = last_graded_cells(nb), [], False
+    for grade_id, last in graded_at.items():
+        earlier = [(n, c) for n, c in enumerate(nb.cells, start=1)
+                   if n < last and nbgrader_meta(c).get("grade") and nbgrader_meta(c).get("grade_id") == grade_id]
+        if earlier:
+            kept = nb.cells[last - 1]
+            differs = differs or any(c.source != kept.source or c.cell_type != kept.cell_type for _, c in earlier)
+            cells = ", ".join(numbered_cell(c, n) for n, c in earlier)
+            lines.append(f"{cells} and {numbered_cell(kept, last)} carry {grade_id}, and grading scores only the last, "
+                         f"cell {last}")
+    return lines, differs
 
 
 def edited_locked_cells(nb) -> list[str]:
@@ -522,9 +533,13 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     if locked:
         print(f"read-only cells changed: {', '.join(locked)}; grading puts the released versions back, "
               "so undo those changes if your code relies on them.")
-    if copies := copied_graded_cells(nb):
-        print(f"copies of graded cells: {'; '.join(copies)}; the table counts each graded cell once, as the gradebook "
-              "does: delete the copies.")
+    copies, copies_differ = copied_graded_cells(nb)
+    if copies_differ:
+        print(f"✘ copies of graded cells that differ: {'; '.join(copies)}. The table counts the last of each too: move "
+              "your work into it, delete the copies above it, and run the check again.")
+    elif copies:
+        print(f"note: copies of graded cells: {'; '.join(copies)}. They are the same, so the table counts the last of "
+              "each, as grading does; delete the copies above it.")
     if deleted:
         print(f"✘ test cells missing from this notebook: {'; '.join(cell_places(sources[best], deleted))}. Grading "
               "puts the released cells back and scores them, so this check cannot say whether they pass. Copy them "
@@ -567,5 +582,6 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     if problem:
         print(problem)
     failed_run = slow or stopped or unrun or died
-    ok = all(r[4] is not False for r in rows) and not (problem or deleted or unanswerable or changed or failed_run)
+    ok = all(r[4] is not False for r in rows) and not (problem or deleted or unanswerable or changed or failed_run
+                                                       or copies_differ)
     return 0 if ok else 1

@@ -407,13 +407,14 @@ def test_check_flags_an_edited_test_cell_even_when_the_edit_makes_it_pass(tmp_pa
 def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_once(tmp_path, monkeypatch, capsys):
     """A test cell turned into Markdown (the M key) did not run, so the check called it 'graded by your instructor',
     counted its points as free-text ones and passed with 0, while grading turns it back and runs it; a pasted copy of
-    a test cell counted twice in the totals (found by review)."""
+    a test cell counted twice in the totals (found by review). The fix counted the first copy, while grading scores the
+    last: an answer written into the upper copy is not graded (found by the next review)."""
     import copy
 
     import nbformat
     from nbgrader.utils import compute_checksum, is_locked
 
-    from autograder.cells import cell_points, is_test_cell
+    from autograder.cells import cell_points, is_hand_graded, is_test_cell
 
     path, nb = _smallest_source_notebook()
     monkeypatch.setenv("PART_II_ROOT", str(REPO))
@@ -431,6 +432,13 @@ def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_o
     pasted_copy = copy.deepcopy(nb.cells[pasted])
     pasted_copy.id = "pasted-copy"  # JupyterLab gives a pasted cell an id of its own
     nb.cells.insert(pasted + 1, pasted_copy)
+    # a free-text answer cell pasted below itself, the answer then written into the upper one: grading (nbgrader's
+    # DeduplicateIds) scores the last cell of a grade id, so the answer would not be graded
+    answer = next(i for i, c in enumerate(nb.cells) if is_hand_graded(c) and c.cell_type == "markdown")
+    answer_id = nb.cells[answer].metadata["nbgrader"]["grade_id"]
+    written = copy.deepcopy(nb.cells[answer])
+    written.id, written.source = "written-above", "My answer, in the copy above the answer cell."
+    nb.cells.insert(answer, written)
     edited = tmp_path / path.name
     nbformat.write(nb, edited)
     code, _, out = run(["check", str(edited)], capsys)
@@ -440,7 +448,15 @@ def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_o
     assert "graded by your instructor" not in line and "read-only cells changed" not in out, out
     assert (f"visible tests passed: {len(ids) - 1} of {len(ids)} cells, {points - worth:g} of {points:g} autograded "
             "points") in out, out
-    assert f"copies of graded cells: cell {pasted + 2} (" in out and f") repeats {ids[0]}; the table counts" in out, out
+    first = next(ln for ln in out.splitlines() if ln.startswith("✘ copies of graded cells that differ: "))
+    assert f"cell {pasted + 1} (" in first and f"carry {ids[0]}, and grading scores only the last, cell {pasted + 2}" in first
+    assert (f"cell {answer + 1} (My answer, in the copy above the answer cell.) and cell {answer + 2} (" in first and
+            f"carry {answer_id}, and grading scores only the last, cell {answer + 2}") in first, first
+    assert first.endswith("move your work into it, delete the copies above it, and run the check again."), first
+    from autograder.check import copied_graded_cells
+
+    del nb.cells[answer]  # identical copies only: a note, no failure
+    assert copied_graded_cells(nb)[1] is False and len(copied_graded_cells(nb)[0]) == 1
 
 
 @pytest.mark.parametrize("db_url, words", [
