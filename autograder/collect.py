@@ -1796,6 +1796,11 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     stubs = released_answers(release)
     filed, duplicates = drop_duplicates(filed, stubs, notebooks)
     rejected = unreadable + rejected + shared + duplicates
+    if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
+        fix = ("give --student the id the gradebook has" if student is not None else
+               "rename the folders or files so that each student has one id, the one already in the gradebook where "
+               "there is one")
+        raise AutograderError(f"nothing was collected: {'; '.join(clashes)}; {fix}, and collect again")
     if not filed and not set(seen) & known and not any(r.student and names_the_course(r.file, notebooks)
                                                         for r in rejected + ignored):
         # nothing to file, no gradebook student, no file that names the course: the wrong download (a folder of
@@ -1805,17 +1810,15 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         if not entries and not rejected:  # nothing at all: not a layout trouble, so no screen of layouts
             raise AutograderError(f"{why}: is it the LMS download? (`python -m autograder collect --help` "
                                   "lists the layouts collect reads)")
-        if seen:  # the files would be theirs: a student of the gradebook gets them on record, rejected
+        if seen:  # the layout was read: the files would be theirs, and a student of the gradebook gets them on record
             ids = sorted(seen)
-            why += (f"; nobody was registered: if {listed(ids)} handed {'it' if len(rejected) == 1 else 'these'} in, "
-                    f"add {'them' if len(ids) > 1 else 'the student'} to the gradebook (`nbgrader db student add "
-                    f"{ids[0]}`, run in {course.root}) and collect again: the files are then on record as rejected")
+            adds = "; ".join(f"`nbgrader db student add {sid}`" for sid in ids[:5]) + ("; …" if len(ids) > 5 else "")
+            many = len(ids) > 1
+            raise AutograderError(f"{why}; nobody was registered: if {'these students' if many else 'this student'} "
+                                  f"({listed(ids)}) handed the files in, add {'them' if many else 'the student'} to the "
+                                  f"gradebook ({adds}, run in {course.root}) and collect again: the files are then on "
+                                  "record as rejected")
         raise AutograderError(f"{why}\n{LAYOUTS_HELP}")
-    if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
-        fix = ("give --student the id the gradebook has" if student is not None else
-               "rename the folders or files so that each student has one id, the one already in the gradebook where "
-               "there is one")
-        raise AutograderError(f"nothing was collected: {'; '.join(clashes)}; {fix}, and collect again")
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         log = load_collect_log(course)  # first: a damaged record stops collect before it files anything

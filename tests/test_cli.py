@@ -1773,8 +1773,8 @@ def test_a_student_removed_from_the_gradebook_behind_the_harness_s_back_is_named
     # a download of nothing but a new student's text file is refused, registering nobody; the message says how to
     # put it on record (a student of the gradebook gets it filed as rejected)
     code, err, _ = run(["collect", str(tmp_path / "rita-download"), "--build", str(build)], capsys)
-    assert code == 2 and f"if rita handed it in, add the student to the gradebook (`nbgrader db student add rita`, run in " \
-        f"{build / 'course'}) and collect again" in err, err
+    assert code == 2 and f"if this student (rita) handed the files in, add the student to the gradebook (`nbgrader db " \
+        f"student add rita`, run in {build / 'course'}) and collect again" in err, err
     done = subprocess.run(["nbgrader", "db", "student", "add", "rita"], cwd=build / "course", capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert run(["collect", str(tmp_path / "rita-download"), "--build", str(build)], capsys)[0] == 1
