@@ -134,6 +134,8 @@ def asks_kernel_to_exit(execute_reply) -> bool:
 WROTE_TO_STDERR = "✘ Failed: the cell wrote to standard error, which grading scores as a failure."
 TEST_TIMED_OUT = ("✘ Failed: the cell did not finish within the time limit and was interrupted: what its checks call "
                   "(your answer, or something it uses) takes too long or never ends; make it finish sooner.")
+TEST_BUDGET_SPENT = ("✘ Failed: the notebook used up its time budget while this cell ran, so it was stopped; the cells "
+                     "before it took most of that time: make the slow ones finish sooner.")
 
 
 def outcome_message(cell) -> str:
@@ -147,6 +149,8 @@ def outcome_message(cell) -> str:
             if ename == "AssertionError" and evalue:
                 return f"✘ A hidden check failed: {evalue}"
             return f"✘ A hidden check failed ({ename} raised while it ran)."
+        if ename == "CellTimeoutError" and str(error.get("evalue", "")).startswith(BUDGET_SPENT):
+            return TEST_BUDGET_SPENT  # the cells before it used the time: not this one's doing
         if ename in ("KeyboardInterrupt", "CellTimeoutError"):
             return TEST_TIMED_OUT
         where = f" (line {line} of the visible checks)" if line is not None else ""
