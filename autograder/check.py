@@ -386,7 +386,11 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
         if not test and section_failure is None:
             section_failure = cell_error(cell, number)
         unanswered = unanswered or (cell.cell_type == "code" and raised(cell, "NotImplementedError"))
-        if not meta.get("grade") or graded_at.get(meta.get("grade_id")) != number:
+        if not meta.get("grade"):
+            continue
+        if graded_at.get(meta.get("grade_id")) != number:  # an earlier copy: not scored, but it ran as a test does
+            if test or is_retyped_test(cell):
+                since_last_test, unanswered = None, False
             continue
         points = cell_points(cell)
         if is_retyped_test(cell):  # counted with the tests: grading runs it
@@ -536,7 +540,8 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     copies, copies_differ = copied_graded_cells(nb)
     if copies_differ:
         print(f"✘ copies of graded cells that differ: {'; '.join(copies)}. The table counts the last of each too: move "
-              "your work into it, delete the copies above it, and run the check again.")
+              "your answer into it and delete the copies above it (of a test cell, just delete them: grading runs the "
+              "released test), then run the check again.")
     elif copies:
         print(f"note: copies of graded cells: {'; '.join(copies)}. They are the same, so the table counts the last of "
               "each, as grading does; delete the copies above it.")

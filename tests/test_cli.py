@@ -415,6 +415,7 @@ def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_o
     from nbgrader.utils import compute_checksum, is_locked
 
     from autograder.cells import cell_points, is_hand_graded, is_test_cell
+    from autograder.course import load_config
 
     path, nb = _smallest_source_notebook()
     monkeypatch.setenv("PART_II_ROOT", str(REPO))
@@ -438,6 +439,7 @@ def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_o
     answer_id = nb.cells[answer].metadata["nbgrader"]["grade_id"]
     written = copy.deepcopy(nb.cells[answer])
     written.id, written.source = "written-above", "My answer, in the copy above the answer cell."
+    nb.cells[answer].source = load_config().ClearSolutions.text_stub  # the lower, scored copy left as released
     nb.cells.insert(answer, written)
     edited = tmp_path / path.name
     nbformat.write(nb, edited)
@@ -452,7 +454,9 @@ def test_check_fails_a_test_cell_turned_into_markdown_and_counts_a_pasted_copy_o
     assert f"cell {pasted + 1} (" in first and f"carry {ids[0]}, and grading scores only the last, cell {pasted + 2}" in first
     assert (f"cell {answer + 1} (My answer, in the copy above the answer cell.) and cell {answer + 2} (" in first and
             f"carry {answer_id}, and grading scores only the last, cell {answer + 2}") in first, first
-    assert first.endswith("move your work into it, delete the copies above it, and run the check again."), first
+    assert "move your answer into it and delete the copies above it (of a test cell, just delete them" in first, first
+    row = next(ln for ln in out.splitlines() if f" {answer_id} " in ln)  # the table scores the lower copy, as grading
+    assert "not answered yet: the cell still reads" in row, row
     from autograder.check import copied_graded_cells
 
     del nb.cells[answer]  # identical copies only: a note, no failure
@@ -1138,6 +1142,32 @@ def test_check_says_to_clear_saved_outputs_of_a_large_notebook_and_refuses_one_c
                                         f"{check.bytes_without_outputs(nb) / 2**20:.1f} MiB of it in its text and code "
                                         "cells (pictures pasted into text cells?): a large upload may be slow or refused "
                                         "by your course's site. Make the pictures smaller before you hand it in.")
+
+
+def test_an_earlier_copy_of_a_test_cell_still_closes_its_exercise_for_the_blame_of_later_failures():
+    """The self-check skips an earlier pasted copy of a test cell (grading scores the last), but that copy ran as a test:
+    exercise 1's unanswered stub must not be blamed on exercise 2's failing test (found by review: 'not answered yet:
+    cell 3 (def f2…) still raises NotImplementedError')."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from autograder.check import exercise_rows
+
+    def cell(source, grade_id, grade, solution, error=None):
+        outputs = [new_output("error", ename=error[0], evalue=error[1], traceback=[])] if error else []
+        return new_code_cell(source, outputs=outputs, metadata={"nbgrader": {
+            "grade": grade, "solution": solution, "grade_id": grade_id, "points": 1 if grade else 0}})
+
+    stub = ("NotImplementedError", "")
+    nb = new_notebook(cells=[
+        cell("def f1():\n    raise NotImplementedError()", "answer_1", False, True),
+        cell("assert f1() == 1", "test_1", True, False, stub),
+        cell("def f2():\n    return 3", "answer_2", False, True),
+        cell("assert f2() == 2, 'f2 should give 2'", "test_2", True, False, ("AssertionError", "f2 should give 2")),
+        cell("assert f1() == 1", "test_1", True, False, stub),  # pasted at the end: the copy grading scores
+    ])
+    rows = {grade_id: message for _, grade_id, _, message, _ in exercise_rows(nb)}
+    assert rows["test_2"] == "✘ Failed: f2 should give 2", rows
+    assert list(rows) == ["test_2", "test_1"], rows  # in the order of the copies grading scores
 
 
 def test_check_names_a_syntax_error_s_line_in_the_cell_not_ipython_s_file_name():
