@@ -134,8 +134,8 @@ def asks_kernel_to_exit(execute_reply) -> bool:
 WROTE_TO_STDERR = "✘ Failed: the cell wrote to standard error, which grading scores as a failure."
 TEST_TIMED_OUT = ("✘ Failed: the cell did not finish within the time limit and was interrupted: what its checks call "
                   "(your answer, or something it uses) takes too long or never ends; make it finish sooner.")
-TEST_BUDGET_SPENT = ("✘ Failed: the notebook used up its time budget while this cell ran, so it was stopped; the cells "
-                     "before it took most of that time: make the slow ones finish sooner.")
+TEST_BUDGET_SPENT = ("✘ Failed: the notebook used up its time budget while this cell ran, so it was stopped: this cell "
+                     "and the ones before it took too long together; make the slow ones finish sooner.")
 
 
 def outcome_message(cell) -> str:
@@ -150,7 +150,7 @@ def outcome_message(cell) -> str:
                 return f"✘ A hidden check failed: {evalue}"
             return f"✘ A hidden check failed ({ename} raised while it ran)."
         if ename == "CellTimeoutError" and str(error.get("evalue", "")).startswith(BUDGET_SPENT):
-            return TEST_BUDGET_SPENT  # the cells before it used the time: not this one's doing
+            return TEST_BUDGET_SPENT  # not necessarily this cell's doing: the cells before it spent the budget too
         if ename in ("KeyboardInterrupt", "CellTimeoutError"):
             return TEST_TIMED_OUT
         where = f" (line {line} of the visible checks)" if line is not None else ""

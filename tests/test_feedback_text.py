@@ -236,8 +236,8 @@ def test_a_test_cell_cut_at_its_time_limit_says_what_to_do(ename):
     if ename == "CellTimeoutError":  # stopped by the notebook's budget, which the cells before it spent (found by review)
         cell.outputs[0].evalue = "the notebook used up its time budget of 600 s while the cell ran, and the grader stopped it"
         assert outcome_message(cell) == ("✘ Failed: the notebook used up its time budget while this cell ran, so it was "
-                                         "stopped; the cells before it took most of that time: make the slow ones "
-                                         "finish sooner.")
+                                         "stopped: this cell and the ones before it took too long together; make the "
+                                         "slow ones finish sooner.")
 
 
 def test_only_autograded_tests_that_lost_points_count_as_failed():
