@@ -149,7 +149,7 @@ def outcome_message(cell) -> str:
             if ename == "AssertionError" and evalue:
                 return f"✘ A hidden check failed: {evalue}"
             return f"✘ A hidden check failed ({ename} raised while it ran)."
-        if ename == "CellTimeoutError" and str(error.get("evalue", "")).startswith(BUDGET_SPENT):
+        if stopped_by_budget(cell):
             return TEST_BUDGET_SPENT  # not necessarily this cell's doing: the cells before it spent the budget too
         if ename in ("KeyboardInterrupt", "CellTimeoutError"):
             return TEST_TIMED_OUT

@@ -422,25 +422,32 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     return rows
 
 
+def graded_cells_by_id(nb) -> dict[str, list[tuple[int, object]]]:
+    """{grade id: [(cell number, cell), ...] of the graded cells carrying it, top to bottom}: more than one when a student
+    pasted a copy (it keeps the metadata)."""
+    by_id: dict[str, list[tuple[int, object]]] = {}
+    for number, cell in enumerate(nb.cells, start=1):
+        if (meta := nbgrader_meta(cell)).get("grade") and meta.get("grade_id"):
+            by_id.setdefault(meta["grade_id"], []).append((number, cell))
+    return by_id
+
+
 def last_graded_cells(nb) -> dict[str, int]:
-    """{grade id: number of the last graded cell carrying it}: a pasted cell keeps its metadata, and grading (nbgrader's
-    DeduplicateIds) keeps the last cell of each grade id, the earlier ones becoming plain cells."""
-    return {meta["grade_id"]: number for number, cell in enumerate(nb.cells, start=1)
-            if (meta := nbgrader_meta(cell)).get("grade") and meta.get("grade_id")}
+    """{grade id: number of the last graded cell carrying it}: grading (nbgrader's DeduplicateIds) keeps the last cell
+    of each grade id, the earlier copies becoming plain cells."""
+    return {grade_id: cells[-1][0] for grade_id, cells in graded_cells_by_id(nb).items()}
 
 
 def copied_graded_cells(nb) -> tuple[list[str], bool]:
     """('cell N (…) and cell M (…) carry answer_x' for each grade id that several graded cells carry, whether one of the
     earlier copies differs from the last, which grading scores (work in an earlier copy is not graded)."""
-    graded_at, lines, differs = last_graded_cells(nb), [], False
-    for grade_id, last in graded_at.items():
-        earlier = [(n, c) for n, c in enumerate(nb.cells, start=1)
-                   if n < last and nbgrader_meta(c).get("grade") and nbgrader_meta(c).get("grade_id") == grade_id]
-        if earlier:
-            kept = nb.cells[last - 1]
+    lines, differs = [], False
+    for grade_id, cells in graded_cells_by_id(nb).items():
+        if len(cells) > 1:
+            *earlier, (last, kept) = cells
             differs = differs or any(c.source != kept.source or c.cell_type != kept.cell_type for _, c in earlier)
-            cells = ", ".join(numbered_cell(c, n) for n, c in earlier)
-            lines.append(f"{cells} and {numbered_cell(kept, last)} carry {grade_id}, and grading scores only the last, "
+            copies = ", ".join(numbered_cell(c, n) for n, c in earlier)
+            lines.append(f"{copies} and {numbered_cell(kept, last)} carry {grade_id}, and grading scores only the last, "
                          f"cell {last}")
     return lines, differs
 
