@@ -8,8 +8,9 @@ import sysconfig
 from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from pins import plain_pins
 
 REPO = Path(__file__).resolve().parents[1]
 # what `pip freeze --all` lists and the lock leaves out: not installed by make venv (pip and setuptools are locked)
@@ -18,16 +19,7 @@ NOT_FROZEN = {"wheel", "distribute"}
 
 def pins(path: Path) -> dict[str, str]:
     """{canonical name: version} of the `name==version` lines of a requirements or constraints file."""
-    found = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        spec = line.split("#", 1)[0].strip()
-        if not spec:
-            continue
-        req = Requirement(spec)
-        (op, version), = [(s.operator, s.version) for s in req.specifier]
-        assert op == "==" and not req.extras and req.marker is None, f"{path.name}: not a plain pin: {line!r}"
-        found[canonicalize_name(req.name)] = version
-    return found
+    return plain_pins(path.read_text(encoding="utf-8"), path.name)
 
 
 def installed() -> dict[str, str]:

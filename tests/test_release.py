@@ -26,6 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from pins import plain_pins
 from shared_builds import graded_build, released_build
 
 REPO = Path(__file__).resolve().parent.parent
@@ -291,7 +292,7 @@ def test_the_student_zip_says_how_to_set_up_work_and_hand_in_with_the_graders_ve
     assert {name for name in RELEASE_WRITTEN if name != "README.md"} == set(re.findall(r"`([^`]+)`", not_handed_back))
 
     # the pins are the versions installed from the repo's requirements.txt, i.e. the grading environment
-    pins = _plain_pins(requirements)
+    pins = plain_pins(requirements)
     assert {name: Version(md.version(name)).public for name in pins} == pins  # 2.13.0+cpu is torch==2.13.0
     assert {"jupyterlab", "ipykernel"} <= pins.keys()
     # every third-party import of the release notebooks and of the bundled code is installed by one of the pins
@@ -355,22 +356,6 @@ def test_the_release_keeps_the_form_only_mark_check_reads(release_dir):
 NOT_FOR_STUDENTS = ("pytest", "pytest-xdist", "nbval", "hypothesis", "playwright", "psycopg", "threadpoolctl")
 
 
-def _plain_pins(text: str) -> dict[str, str]:
-    """{canonical name: version} of a requirements file's `name==version` lines (comments and -c lines skipped)."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    found = {}
-    for line in text.splitlines():
-        if not line or line.startswith(("#", "-c ")):
-            continue
-        req = Requirement(line)
-        (spec,) = req.specifier
-        assert spec.operator == "==" and not req.extras and req.marker is None, f"not a plain pin: {line!r}"
-        found[canonicalize_name(req.name)] = spec.version
-    return found
-
-
 def test_the_student_constraints_pin_what_the_pins_install_in_turn_at_the_locked_versions(release_dir, tmp_path):
     """A student setting up late in the term gets the grading environment's versions of the dependencies too: the
     zip's requirements.txt reads its constraints.txt, which pins every package the pinned ones require (as installed
@@ -390,12 +375,12 @@ def test_the_student_constraints_pin_what_the_pins_install_in_turn_at_the_locked
     bundle = tmp_path / "part-ii"
     requirements = (bundle / "requirements.txt").read_text(encoding="utf-8")
     assert "-c constraints.txt" in requirements.splitlines()
-    direct = _plain_pins(requirements)
-    constrained = _plain_pins((bundle / "constraints.txt").read_text(encoding="utf-8"))
+    direct = plain_pins(requirements)
+    constrained = plain_pins((bundle / "constraints.txt").read_text(encoding="utf-8"))
     assert not direct.keys() & constrained.keys(), "a package pinned twice"
     assert not {canonicalize_name(n) for n in NOT_FOR_STUDENTS} & constrained.keys(), "a grader's tool in the bundle"
-    lock = {**_plain_pins((REPO / "constraints.txt").read_text(encoding="utf-8")),
-            **_plain_pins((REPO / "requirements.txt").read_text(encoding="utf-8"))}
+    lock = {**plain_pins((REPO / "constraints.txt").read_text(encoding="utf-8")),
+            **plain_pins((REPO / "requirements.txt").read_text(encoding="utf-8"))}
     assert {n: v for n, v in constrained.items() if lock.get(n) != v} == {}, "a constraint that is not the lock's"
 
     # closed: every requirement of a pinned package, judged on this machine (extras where one is asked for), is pinned
