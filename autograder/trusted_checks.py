@@ -612,6 +612,25 @@ def hidden_outputs(outputs: list, source: str = "", why: str = AFTER_TEST) -> li
 
 
 MISSING_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def modules_named(source: str) -> set[str]:
+    """The module names a cell's source spells out: each dotted name in it (strings too, for import_module) and its
+    dotted prefixes, and module.name of each `from module import name`. A fixed set, so that a kernel choosing among
+    them can tell only a few bits, where any name made of the source's identifiers could carry hidden inputs."""
+    named = set()
+    for dotted in DOTTED_NAME.findall(source):
+        parts = dotted.split(".")
+        named.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # IPython syntax, a null byte: the dotted names above still count
+        return named
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            named.update(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")
+    return named
 
 
 def missing_module(output: dict, source: str) -> str | None:
@@ -621,7 +640,7 @@ def missing_module(output: dict, source: str) -> str | None:
     if output.get("ename") != "ModuleNotFoundError" or found is None:
         return None
     module = found.group(1)
-    if module.split(".")[0] not in IDENTIFIER.findall(source):
+    if module not in modules_named(source):
         return None
     return f"No module named '{module}' when the notebook was graded (the grading environment does not have it)"
 
