@@ -76,8 +76,14 @@ def _as_array(value, label: str) -> np.ndarray:
         except OverflowError:
             raise AssertionError(f"{label}: got an integer too large for a float") from None
     if array.dtype.kind not in "biuf":
-        raise AssertionError(f"{wrong} holding dtype {array.dtype}")
+        raise AssertionError(f"{wrong} holding {DTYPE_KINDS.get(array.dtype.kind, 'dtype ' + str(array.dtype))}")
     return array.astype(np.float64)
+
+
+# what non-numeric values are, by dtype kind: a string dtype's length (<U336047) is the answer's text length, which a
+# hidden check must not report (an answer could choose it from a hidden input)
+DTYPE_KINDS = {"U": "text (str)", "S": "bytes", "O": "objects (dtype object)", "M": "datetimes", "m": "timedeltas",
+               "V": "raw bytes (dtype void)"}
 
 
 def _shown(a: np.ndarray, e: np.ndarray) -> tuple[list, list]:
