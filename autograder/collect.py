@@ -91,7 +91,7 @@ System files (__MACOSX, .DS_Store, ...) and the course's own files at their rele
 are ignored."""
 
 STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
-MOODLE_FOLDER = re.compile(r".*?_(?P<id>\d+)_assignsubmission_\w*")
+MOODLE_FOLDER = re.compile(r".*_(?P<id>\d+)_assignsubmission_\w*")  # the last id: Moodle appends its own
 # a flat download's file names: the id its folders give, whatever the student typed after it
 MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+(?=_|$)")
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")

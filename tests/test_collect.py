@@ -152,6 +152,12 @@ def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
         "Zhang San_4711_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z"),
     })
     assert list(collect(course, download).students) == ["4711"]
+    # Moodle writes the id at the end of the folder name: a name before it that holds another student's id and
+    # Moodle's marker (a renamed folder, found by a red-team review) does not file the work for that student
+    spoofed = write_tree(tmp_path / "spoofed", {
+        "Mallory x_4711_assignsubmission_file_5555_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("m"),
+    })
+    assert list(collect(course, spoofed).students) == ["5555"]
 
 
 def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_path):
