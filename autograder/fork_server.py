@@ -154,10 +154,14 @@ class ForkServer:
         """The server as the host sees it (None before it is ready or after it ended)."""
         return self._server if _running(self._server) else None
 
-    def spawn(self, argv: list[str], cwd: str, env: dict[str, str]) -> "ForkedKernel":
-        """Fork a kernel with these ipykernel arguments, folder (created) and variables."""
+    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], connection: dict | None = None) -> "ForkedKernel":
+        """Fork a kernel with these ipykernel arguments, folder (created) and variables; with connection (ports, key:
+        a connection file's fields), the kernel takes them from the request and reads and writes no connection file."""
         self.wait_ready()
-        request = json.dumps({"argv": list(argv), "cwd": str(cwd), "env": {str(k): str(v) for k, v in env.items()}})
+        request = {"argv": list(argv), "cwd": str(cwd), "env": {str(k): str(v) for k, v in env.items()}}
+        if connection is not None:
+            request["connection"] = dict(connection)
+        request = json.dumps(request)
         try:
             self.process.stdin.write(request.encode() + b"\n")
             self.process.stdin.flush()

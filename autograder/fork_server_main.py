@@ -6,8 +6,13 @@ autograder). It imports MODULES (a JSON list: numpy, torch, matplotlib.pyplot) a
 ipykernel once, answers ``{"ready": true}``,
 then reads one JSON request per line on stdin and answers each on stdout:
 
-    {"argv": [ipykernel arguments], "cwd": folder, "env": {name: value}}
+    {"argv": [ipykernel arguments], "cwd": folder, "env": {name: value}, "connection": {...}}
     -> {"pid": pid in the sandbox's PID namespace} or {"error": reason}
+
+"connection" (optional) holds a connection file's fields (ports, key): the kernel takes them
+from the request and neither reads nor writes a connection file. The sandbox is the whole
+submission's, and the notebook being graded runs in it as the same user while the next
+notebook's kernel starts: a key in a file would be theirs to read.
 
 and when stdin closes, after collecting its kernels, ``{"cpu": seconds}``: the CPU time of
 the server and every kernel it forked (bubblewrap does not pass it on to the process that
@@ -63,6 +68,9 @@ def become_kernel(request: dict) -> None:
         sys.argv = [sys.executable, *request["argv"]]
         from ipykernel import kernelapp
 
+        if request.get("connection") is not None:
+            use_connection(kernelapp.IPKernelApp, request["connection"])
+
         kernelapp.launch_new_instance(argv=request["argv"])
         code = 0
     except SystemExit as exc:
@@ -73,6 +81,12 @@ def become_kernel(request: dict) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     sys.exit(code)  # interpreter shutdown as in any kernel process (atexit handlers run)
+
+
+def use_connection(app_class, connection: dict) -> None:
+    """Make the kernel application take its ports and key from connection, with no connection file read or written."""
+    app_class.init_connection_file = lambda app: app.load_connection_info(connection)
+    app_class.write_connection_file = lambda app, **kwargs: None
 
 
 def reap(signum=None, frame=None) -> None:
@@ -129,8 +143,10 @@ def serve(modules: list) -> None:
         try:
             request = json.loads(line)
             if not (isinstance(request, dict) and isinstance(request.get("argv"), list)
-                    and isinstance(request.get("cwd"), str) and isinstance(request.get("env"), dict)):
-                raise ValueError("a request is an object with argv (list), cwd (str) and env (dict)")
+                    and isinstance(request.get("cwd"), str) and isinstance(request.get("env"), dict)
+                    and isinstance(request.get("connection", {}), dict)):
+                raise ValueError("a request is an object with argv (list), cwd (str), env (dict) and, optionally, "
+                                 "connection (dict)")
             pid = os.fork()
         except (ValueError, OSError) as exc:
             replies.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")

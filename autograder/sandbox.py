@@ -480,9 +480,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         """Folder shared with the kernel: connection file and ipc sockets."""
         return Path(self.scratch) / "ipc"
 
-    def write_connection_file(self, **kwargs):
-        """Write the connection file where the unprivileged kernel can read it."""
-        super().write_connection_file(**kwargs)
+    def _let_kernel_read_connection_file(self) -> None:
+        """Hand the connection file to the unprivileged user of a kernel in a sandbox of its own (which binds no other
+        kernel's folder). A forked kernel gets its connection with the fork request instead: its sandbox is the whole
+        submission's, where the notebook being graded runs as the same user, and the key must stay the grader's."""
         if _run_as_nobody():
             os.chown(self.connection_file, self.uid, self.uid)
 
@@ -594,6 +595,7 @@ class SandboxedKernelManager(AsyncKernelManager):
                     _FAILED_FORK_SERVERS.add(key)  # it cannot start here: not again for every kernel
                 close_fork_servers(self.fork_server)
                 kernel_cmd = self._in_own_sandbox(kernel_cmd)
+        self._let_kernel_read_connection_file()
         log = open(Path(self.scratch) / "kernel.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             kw["stdout"] = log
@@ -618,7 +620,8 @@ class SandboxedKernelManager(AsyncKernelManager):
                 self.fork_server_prefix() + [sandbox_path(kernel_cmd[0])], list(self.fork_server_modules),
                 Path(self.fork_server) / "kernel.log")
         home = str(Path(self.fork_server) / "work" / Path(self.scratch).name)
-        kernel = server.spawn(kernel_cmd[3:], home, {"HOME": home, "IPYTHONDIR": f"{home}/.ipython"})
+        info = {k: v.decode() if isinstance(v, bytes) else v for k, v in self.get_connection_info().items()}
+        kernel = server.spawn(kernel_cmd[3:], home, {"HOME": home, "IPYTHONDIR": f"{home}/.ipython"}, info)
         provisioner = self.provisioner
         provisioner.process, provisioner.pid, provisioner.pgid = kernel, kernel.pid, None
         provisioner.cwd = cwd or home

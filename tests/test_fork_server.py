@@ -177,6 +177,12 @@ def test_a_prestarted_kernels_ipc_folder_is_locked_before_prestart_returns(root_
         assert ipc.stat().st_mode & 0o7777 == 0o755  # already when prestart() returns
         assert sorted(p.name for p in ipc.iterdir() if not p.name.startswith("kernel-")) == ["kernel.json"]
         assert len(list(ipc.glob("kernel-*"))) == 5  # locked after the kernel's five sockets were there
+        # the notebook being graded cannot read the next kernel's key (a red-team review ran code in that kernel
+        # with it): a forked kernel gets its connection from the server's request, and the file stays the grader's
+        connection = ipc / "kernel.json"
+        probe = (f"try:\n    open({str(connection)!r}).read()\n    print('KEY read')\n"
+                 "except OSError as e:\n    print('KEY', type(e).__name__)")
+        assert grade(submission, 0, [probe]) == ["KEY PermissionError"]
     finally:
         discard_prestarted(str(scratch))
 
