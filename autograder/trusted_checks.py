@@ -86,7 +86,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Dict
 from traitlets.config import Config
 
-from .cells import BUDGET_NOT_RUN, KERNEL_DIED, NOT_RUN, NOTEBOOK_TIMEOUT, TOO_MANY_PROCESSES, visible_source
+from .cells import (BUDGET_NOT_RUN, KERNEL_DIED, NOT_RUN, NOTEBOOK_TIMEOUT, TOO_MANY_PROCESSES, first_line, numbered_cell,
+                    visible_source)
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS_PATH = REPO / "code" / "part-ii" / "checks.py"
@@ -314,6 +315,7 @@ async def _run_in_record_mode(path: Path, timeout: int, quiet_after: list | None
     """Execute a source notebook with PART_II_CHECKS=record in a fresh kernel; return the executed notebook. The
     kernel's own log (its stderr) is passed on when the run ends, unless quiet_after then holds an interrupt."""
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="part-ii-record-") as tmp:
@@ -326,14 +328,32 @@ async def _run_in_record_mode(path: Path, timeout: int, quiet_after: list | None
                                 resources={"metadata": {"path": str(path.parent)}})
         # a kernel stopped by Ctrl-C logs a ZMQError traceback for each message it was answering: not worth showing
         with open(Path(tmp) / "kernel.log", "w+b") as log:
+            running = []
+            client.on_cell_start = lambda cell, cell_index, **kw: running.append(cell_index)
             try:
                 await client.async_execute(env={**os.environ, **RECORD_ENV}, stderr=log)
+            except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
+                raise ValueError(failed_cell_message(path, nb, running[-1] if running else None, exc)) from None
             finally:  # a run cancelled during nbclient's clean-up leaves its exit hook (AssertionError at exit)
                 atexit.unregister(client._cleanup_kernel)
                 if not quiet_after:
                     log.seek(0)
                     sys.stderr.write(log.read().decode("utf-8", "replace"))
     return nb
+
+
+def failed_cell_message(path: Path, nb: nbformat.NotebookNode, index: int | None, exc: Exception) -> str:
+    """'NAME.ipynb: cell N (first line) raised Error: message' (or timed out, or its kernel died) for a source notebook
+    stopped in record mode at cell index: one line that says where, as nbclient's message (a traceback) does not."""
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+    if isinstance(exc, CellExecutionError):
+        what = f"raised {exc.ename}: {first_line(exc.evalue) or '(no message)'}"
+    elif isinstance(exc, CellTimeoutError):
+        what = "timed out"
+    else:
+        what = "stopped: its kernel died"
+    where = numbered_cell(nb.cells[index], index + 1) if index is not None else "a cell"
+    return f"{path.name}: {where} {what}"
 
 
 def _records_of_notebook(path: Path, nb: nbformat.NotebookNode) -> dict[str, list]:

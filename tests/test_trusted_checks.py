@@ -135,6 +135,22 @@ def test_a_source_notebook_that_fails_its_own_check_is_reported(tmp_path):
         record_assignment(source)
 
 
+def test_a_source_notebook_that_raises_is_reported_by_its_notebook_and_cell(tmp_path):
+    """grade (and release) said only 'ModuleNotFoundError: No module named ...', the last line of nbclient's traceback:
+    not which notebook or cell (found by an authoring review). A cell that runs too long is named too."""
+    source = tmp_path / "source"
+    source.mkdir()
+    source_notebook(source, "imports", "check_close('half', 1 / 2, 0.5)\n", "import numpy\nimport no_such_module_here")
+    with pytest.raises(ValueError) as raised:
+        record_assignment(source)
+    assert str(raised.value) == ("imports.ipynb: cell 2 (import numpy) raised ModuleNotFoundError: No module named "
+                                 "'no_such_module_here'")
+    (source / "imports.ipynb").unlink()
+    source_notebook(source, "slow", "check_close('half', 1 / 2, 0.5)\n", "import time\ntime.sleep(30)")
+    with pytest.raises(ValueError, match=r"^slow.ipynb: cell 2 \(import time\) timed out$"):
+        record_assignment(source, timeout=2)
+
+
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"source_dir": "no/such/folder"}, FileNotFoundError, "assignment source folder not found"),
     ({"notebooks": ["missing"]}, FileNotFoundError, "source notebook not found"),
