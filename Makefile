@@ -70,11 +70,12 @@ lab: lab-notebooks
 # make lab's notebooks, unpacked once. The release is a course of its own in $(LAB_DIR)/course with its own
 # gradebook (PART_II_DB_URL, or a gradebook-url.txt an earlier make lab recorded from it, may name an instructor's):
 # an instructor's course is never released again behind their back. release's report and next steps are the
-# instructor's (hand out the zip, collect): a student needs neither.
+# instructor's (hand out the zip, collect): a student needs neither, nor release's run of the model answers
+# (--no-source-check).
 lab-notebooks: $(STAMP)
 	@test -d $(LAB_DIR)/part-ii || { echo "preparing the student notebooks (a release of the course into $(LAB_DIR)/course)..." && \
 	  rm -f $(LAB_DIR)/course/gradebook-url.txt && \
-	  env -u PART_II_DB_URL -u PART_II_BUILD $(RUN) $(BIN)/python -m autograder release --build $(LAB_DIR) >/dev/null && \
+	  env -u PART_II_DB_URL -u PART_II_BUILD $(RUN) $(BIN)/python -m autograder release --no-source-check --build $(LAB_DIR) >/dev/null && \
 	  $(BIN)/python -m zipfile -e $(LAB_DIR)/course/student/part-ii.zip $(LAB_DIR) && \
 	  echo "unpacked the student notebooks into $(LAB_DIR)/part-ii: your work stays there"; }
 

@@ -173,12 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
 
     p = sub.add_parser("release", parents=[common], help="generate the student version and the student zip",
-                       description="Generate the student version of part-ii (nbgrader generate_assignment), check that "
-                                   "it leaks no solution or hidden test, and write the student zip (release notebooks + "
+                       description="Run the source notebooks to check that every model answer passes its own tests "
+                                   "(once per version of each notebook; grade reuses what this records), generate the "
+                                   "student version of part-ii (nbgrader generate_assignment), check that it leaks no "
+                                   "solution or hidden test, and write the student zip (release notebooks + "
                                    "code/part-ii + data/part-ii).")
     p.add_argument("--due-date", type=_moment("due date", "no due date"), default=None, metavar="WHEN",
                    help="record the assignment's due date, e.g. '2026-03-01 23:59 Asia/Shanghai' ('none' removes it; "
                         "default: keep the one recorded); export then says who handed in late and by how much")
+    p.add_argument("--no-source-check", action="store_true",
+                   help="do not run the source notebooks first (make lab's student preview uses it); a release whose "
+                        "test cells changed since the last one runs them anyway, and the first grade would")
 
     p = sub.add_parser("collect", parents=[common], help="file an LMS download as nbgrader submissions",
                        description="File student notebooks from a folder or zip as nbgrader submissions.",
@@ -317,7 +322,8 @@ def _run(args: argparse.Namespace) -> int:
         from .release import KEEP, as_given, naive_utc, release
 
         given = KEEP if args.due_date is None else args.due_date[0]
-        result = release(course, due_date=given if given is KEEP or given is None else naive_utc(given))
+        result = release(course, due_date=given if given is KEEP or given is None else naive_utc(given),
+                         check_sources=not args.no_source_check)
         n = len(result.notebooks)
         print(f"released {n} {'notebook' if n == 1 else 'notebooks'} to {course.release_dir}")
         print(f"student zip: {result.zip_path}")

@@ -725,10 +725,13 @@ def write_formgrader_config(course: Course) -> Path:
     return path
 
 
-def release(course: Course, due_date=KEEP) -> Release:
-    """Generate the release, check it leaks nothing, write the bundle, zip and formgrader config.
+def release(course: Course, due_date=KEEP, check_sources: bool = True) -> Release:
+    """Check that every model answer passes its own tests, generate the release, check it leaks nothing, write the
+    bundle, zip and formgrader config.
 
     due_date: naive UTC or None (no due date) to record in the gradebook; KEEP leaves it as it is.
+    check_sources: False skips running the source notebooks, unless test cells changed since the last release (the
+    regrade that queues must not fail); a student's preview (make lab) needs no check.
     """
     from .grade import expected_records, regrade_after_new_tests
 
@@ -738,12 +741,15 @@ def release(course: Course, due_date=KEEP) -> Release:
             raise leaks_error(course, leaks, refusal_outcome(course))
         pins = pinned_versions()
         pin_files = student_pin_files(pins)  # the same: an environment that is not the lock's stops the release here
-        if changed:  # the regrade queued below would fail on sources that fail their own checks, the class ungraded
+        # sources that fail their own checks would ship a broken setup cell to students, or be found only by the
+        # first grade, after hand-in; after changed test cells, the regrade queued below would fail, the class
+        # ungraded. Recorded once per version of each notebook (cached): grade then reuses the records.
+        if check_sources or changed:
             try:  # with the code/ and data/ this release ships (the bundle's are the last release's)
                 expected_records(course, [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))], root=REPO)
             except AutograderError as exc:
-                raise AutograderError(f"{exc}; fix the source and release again (nothing was released, and the class "
-                                      "keeps its grades)") from None
+                kept = ", and the class keeps its grades" if changed else ""
+                raise AutograderError(f"{exc}; fix the source and release again (nothing was released{kept})") from None
         # before nbgrader runs: it records the new test cells in the gradebook, and a release that fails or is
         # interrupted after that would leave the next one nothing to compare, and the class graded under old tests
         regrade = regrade_after_new_tests(course) if changed else []

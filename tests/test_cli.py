@@ -46,7 +46,7 @@ def empty_build(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, words", [
     ([], "required"),
     (["release", "--bogus"], "python -m autograder release: error: release does not take --bogus: its options are "
-                             "--build DIR, --due-date WHEN (see --help)"),
+                             "--build DIR, --due-date WHEN, --no-source-check (see --help)"),
     (["export", "--student", "alice", "--build", "{build}"],
      "usage: python -m autograder export [-h] [--build DIR] [--bom]\npython -m autograder export: error: export does "
      "not take --student: its options are --build DIR, --bom (see --help)"),
@@ -1859,7 +1859,9 @@ def test_a_forced_regrade_refused_for_a_broken_source_leaves_every_grade_standin
     cell.source += "\nraise RuntimeError('boom')"  # a source cell that raises: nbclient's error carries colour codes
     nbformat.write(nb, edited)
     code, err, out = run(["grade", "--force", "--workers", "1", "--build", str(build)], capsys)
-    assert code == 2 and "the instructor notebooks cannot be used for grading: RuntimeError: boom" in err, err + out
+    assert code == 2 and re.search(r"the instructor notebooks cannot be used for grading: 02-shapes-and-loss\.ipynb: "
+                                   r"cell \d+ \(def perplexity_from_loss\(mean_loss, unit\):\) raised RuntimeError: boom",
+                                   err), err + out
     assert "\x1b[" not in err, repr(err[-500:])
 
 
@@ -1936,6 +1938,36 @@ def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0 and out.endswith(f"next: `python -m autograder grade --build {build}` (1 student is to be graded "
                                       "again)\n"), err + out  # it said 'collected and not graded yet' (found by review)
+
+
+def test_a_first_release_whose_model_answer_fails_its_own_test_is_refused(tmp_path, capsys, monkeypatch):
+    """A first release never ran the sources: a model answer failing its test (or a setup cell that raises) reached the
+    students, and the first grade, after hand-in, was the first to say so (found by an authoring review)."""
+    import nbformat
+
+    from shared_builds import editable_sources
+
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))
+    sources = editable_sources(tmp_path, monkeypatch)
+    for other in sources.glob("*.ipynb"):
+        if other.stem != "02-shapes-and-loss":
+            other.unlink()
+    edited = sources / "02-shapes-and-loss.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex_perplexity_from_loss")
+    answer.source = answer.source.replace("return float(2.0 ** mean_loss)", "return float(np.exp(mean_loss))")
+    assert "2.0 ** mean_loss" not in answer.source
+    nbformat.write(nb, edited)
+    build = tmp_path / "build"
+    code, err, out = run(["release", "--build", str(build)], capsys)
+    assert code == 2, err + out
+    assert ("02-shapes-and-loss.ipynb: the instructor's solution fails its own check in test_perplexity_from_loss: "
+            "ex3_ppl" in err and err.rstrip().endswith("fix the source and release again (nothing was released)")), err
+    assert not (build / "course" / "release" / "part-ii").exists()
+    # a student's preview (make lab) does not run the sources
+    code, err, out = run(["release", "--no-source-check", "--build", str(build)], capsys)
+    assert code == 0 and (build / "course" / "release" / "part-ii" / "02-shapes-and-loss.ipynb").is_file(), err + out
 
 
 def test_a_release_warns_when_the_notebook_text_states_other_points_than_its_cells(tmp_path, capsys, monkeypatch):
