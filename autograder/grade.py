@@ -96,6 +96,8 @@ class GradeResult:
     errors: dict[str, str] = field(default_factory=dict)
     # graded submissions with notebooks nbgrader could not grade (scored 0): student -> {notebook: reason}
     notebook_errors: dict[str, dict[str, str]] = field(default_factory=dict)
+    # submissions graded before and again in this run: student -> [(notebook, score before, score now)] that changed
+    regraded: dict[str, list[tuple[str, float | None, float | None]]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -962,14 +964,71 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
             template = course.grading_dir / "template.db"
             if todo:
                 build_template(course, gb.engine, template)
+            before = graded_scores(gb, todo)  # to say what grading them again changed (a new test, a new hand-in)
+            gb.db.rollback()
             scheduler = Scheduler(course, gb, options, notebooks, sandboxed, template, records)
             result = scheduler.run(largest_first(course, todo))
             result.skipped = skipped
+            gb.db.expire_all()
+            result.regraded = score_changes(before, graded_scores(gb, [s for s in result.graded if s in before]))
+            gb.db.rollback()
             template.unlink(missing_ok=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(course, result)
     return result
+
+
+def graded_scores(gb, students: list[str]) -> dict[str, dict[str, float]]:
+    """{student: {notebook: score}} of those students' submissions that hold scores (nbgrader's notebook score: a hand
+    score where one was given, else the auto score, without the late penalty)."""
+    from nbgrader.api import MissingEntry
+
+    scores = {}
+    for student in students:
+        try:
+            submission = gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            continue
+        notebooks = {nb.name: float(nb.score) for nb in submission.notebooks
+                     if any(g.auto_score is not None or g.manual_score is not None for g in nb.grades)}
+        if notebooks:
+            scores[student] = notebooks
+    return scores
+
+
+def score_changes(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+                  ) -> dict[str, list[tuple[str, float | None, float | None]]]:
+    """{student: [(notebook, score before, score after)] where they differ} for every student in after who is in
+    before (an empty list: no score changed)."""
+    changes = {}
+    for student, now in after.items():
+        if student in before:
+            was = before[student]
+            changes[student] = [(nb, was.get(nb), now.get(nb)) for nb in sorted(set(was) | set(now))
+                                if was.get(nb) != now.get(nb)]
+    return changes
+
+
+def regrade_line(regraded: dict[str, list[tuple[str, float | None, float | None]]], most: int = 5) -> str:
+    """'graded again N submissions graded before: scores changed for M: s1 17 -> 19 (02-... 9 -> 11), ...'."""
+    def points(value: float | None) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    changed = {s: c for s, c in sorted(regraded.items()) if c}
+    n = len(regraded)
+    head = f"graded again {n} {'submission' if n == 1 else 'submissions'} graded before: "
+    if not changed:
+        return head + "no score changed"
+    shown = []
+    for student, notebooks in list(changed.items())[:most]:
+        total_before = sum(b or 0.0 for _, b, _ in notebooks)
+        total_after = sum(a or 0.0 for _, _, a in notebooks)
+        parts = ", ".join(f"{nb} {points(b)} -> {points(a)}" for nb, b, a in notebooks)
+        shown.append(f"{student} {total_after - total_before:+g} ({parts})")
+    more = len(changed) - len(shown)
+    rest = f", and {more} more (export's grades.csv has every score)" if more else ""
+    return head + f"scores changed for {len(changed)}: " + "; ".join(shown) + rest
 
 
 def print_summary(course: Course, result: GradeResult) -> None:
@@ -982,6 +1041,8 @@ def print_summary(course: Course, result: GradeResult) -> None:
     for student, problems in sorted(result.notebook_errors.items()):
         for notebook, reason in sorted(problems.items()):
             print(f"  {student}: {notebook} not gradable, scored 0: {reason}")
+    if result.regraded:
+        print(regrade_line(result.regraded))
     build = build_option(course)
     if result.graded:
         print(f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "

@@ -1938,6 +1938,16 @@ def test_a_release_whose_changed_tests_fail_the_model_answers_is_refused_and_the
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0 and out.endswith(f"next: `python -m autograder grade --build {build}` (1 student is to be graded "
                                       "again)\n"), err + out  # it said 'collected and not graded yet' (found by review)
+    # grade says what grading again changed (nothing said a changed test had moved a score: authoring review)
+    code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
+    assert code == 0 and "graded again 1 submission graded before: no score changed\n" in out, err + out
+    test.source = 'check_close("a check every hand-in passes", 1.0, 1.0)\n'  # carol's unanswered notebook now scores
+    nbformat.write(nb, edited)
+    assert run(["release", "--build", str(build)], capsys)[0] == 0
+    code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
+    points = test.metadata["nbgrader"]["points"]
+    assert code == 0 and (f"graded again 1 submission graded before: scores changed for 1: carol +{points:g} "
+                          f"(02-shapes-and-loss 0 -> {points:g})\n") in out, err + out
 
 
 def test_a_first_release_whose_model_answer_fails_its_own_test_is_refused(tmp_path, capsys, monkeypatch):

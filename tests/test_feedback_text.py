@@ -809,3 +809,19 @@ def test_only_a_cell_stopped_at_its_own_time_limit_gets_the_time_limit_note():
                           "longer than a cell may run when graded, and went on with the next cell")
     two = time_limit_note(["a", "b"])
     assert "Grading stopped a, b, which ran longer" in two and "whatever they had" in two and "Make them faster" in two
+
+
+def test_grade_says_whose_scores_grading_again_changed_and_by_how_much():
+    """The line grade prints after grading again submissions graded before (a changed test, a new hand-in)."""
+    from autograder.grade import regrade_line, score_changes
+
+    before = {"ann": {"01-a": 5.0, "02-b": 9.0}, "bo": {"01-a": 3.0}, "cy": {"01-a": 1.0}}
+    after = {"ann": {"01-a": 5.0, "02-b": 11.0}, "bo": {"01-a": 3.0}, "cy": {"01-a": 0.5, "02-b": 2.0},
+             "dee": {"01-a": 4.0}}  # dee is graded for the first time: not graded again
+    changes = score_changes(before, after)
+    assert changes == {"ann": [("02-b", 9.0, 11.0)], "bo": [], "cy": [("01-a", 1.0, 0.5), ("02-b", None, 2.0)]}
+    assert regrade_line(changes) == ("graded again 3 submissions graded before: scores changed for 2: "
+                                     "ann +2 (02-b 9 -> 11); cy +1.5 (01-a 1 -> 0.5, 02-b - -> 2)")
+    assert regrade_line({"bo": []}) == "graded again 1 submission graded before: no score changed"
+    many = {f"s{i}": [("01-a", 0.0, 1.0)] for i in range(7)}
+    assert regrade_line(many).endswith("s4 +1 (01-a 0 -> 1), and 2 more (export's grades.csv has every score)")
