@@ -5,7 +5,9 @@
 
 Clean form: the ``python3`` kernelspec; no execution timestamps or widget state;
 text outputs kept (nbval compares them); a cell that drew a figure keeps no output
-and no execution count, so nbval runs it without comparing it; stderr dropped.
+and no execution count, so nbval runs it without comparing it; stderr dropped. --execute
+writes nothing when a cell wrote to stderr (a warning, say): nbval would fail that cell,
+and grading counts a test cell that writes to stderr as failed; it names the cells.
 """
 
 from __future__ import annotations
@@ -66,6 +68,19 @@ def execute_notebook(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
     return nb
 
 
+def stderr_cells(nb: nbformat.NotebookNode) -> list[str]:
+    """'cell N (its first line): the first line it wrote to stderr' for each code cell of an executed nb that did."""
+    from .cells import first_line, numbered_cell
+
+    found = []
+    for number, cell in enumerate(nb.cells, start=1):
+        text = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                       if o.get("output_type") == "stream" and o.get("name") == "stderr")
+        if text.strip():
+            found.append(f"{numbered_cell(cell, number)}: {first_line(text)[:200]}")
+    return found
+
+
 def dumps(nb: nbformat.NotebookNode) -> str:
     """Serialise the way nbformat does, with a trailing newline."""
     return nbformat.writes(nb) + "\n"
@@ -81,12 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds for --execute (default 600)")
     args = parser.parse_args(argv)
 
-    dirty = []
+    dirty, noisy = [], False
     for path in args.notebooks:
         if path.suffix != ".ipynb" or not path.is_file():
             parser.error(f"{path}: expected an existing .ipynb file")
         text = path.read_text(encoding="utf-8")
         nb = execute_notebook(path, args.timeout) if args.execute else nbformat.reads(text, as_version=4)
+        if args.execute and (noise := stderr_cells(nb)):
+            noisy = True
+            print(f"{path}: not written: cells wrote to stderr, which nbval fails and grading counts as a failed test "
+                  "cell; silence the warning (np.errstate, warnings.catch_warnings) or fix the cell:", file=sys.stderr)
+            for line in noise:
+                print(f"  {line}", file=sys.stderr)
+            continue
         cleaned = dumps(clean_notebook(nb))
         if args.check:
             if cleaned != text:
@@ -99,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in dirty:
             print(f"  {path}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if noisy else 0
 
 
 if __name__ == "__main__":

@@ -153,6 +153,39 @@ def test_only_test_cells_are_marked_as_checking_the_answer_s_form_only(name):
         assert _role(cell, meta) == "test", f"{name}: {meta.get('grade_id', 'a cell')!r} is marked form-only but is no test cell"
 
 
+# a number printed with more decimals than six (a float's repr, say): DESIGN's six decimals are what keeps the printed
+# numbers the same on every machine, and what nbval compares
+LONG_FLOAT = re.compile(r"(?<![\w.])\d+\.\d{7,}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_printed_numbers_have_at_most_six_decimals(name):
+    """Nothing enforced the six decimals: a cell printing 1.584962500721156 passed every check (authoring review)."""
+    nb = _read(name)
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") + out.get("data", {}).get("text/plain", "")
+            long = LONG_FLOAT.findall(text)
+            assert not long, f"{name}: cell {i} prints {long[0]}: print floats with six decimals ({{x:.6f}})"
+
+
+def test_nbclean_execute_writes_nothing_when_a_cell_writes_to_stderr(tmp_path):
+    """nbclean dropped stderr silently: nbval then failed the cell with 'Unexpected output fields ... stderr' and
+    nothing said which warning (authoring review)."""
+    path = tmp_path / "noisy.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('fine')"),
+                                         nbformat.v4.new_code_cell("import numpy as np\nnp.log(0.0)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    before = path.read_text(encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "autograder.nbclean", "--execute", str(path)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cell 2 (import numpy as np): " in result.stderr and "RuntimeWarning" in result.stderr, result.stderr
+    assert "cell 1" not in result.stderr
+    assert path.read_text(encoding="utf-8") == before
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_outputs_hold_no_images_or_errors(name):
     nb = _read(name)
