@@ -433,7 +433,8 @@ def moved_cells_error(moved: dict[str, list[str]]) -> AutograderError:
     return AutograderError(
         f"graded or read-only cells were added to or removed from the source notebooks since the release students "
         f"handed in: {listed_cells(moved)}. nbgrader cannot record that once submissions exist: put those cells back as "
-        "they were (edit their contents instead), or use a new build folder (release, collect, grade).")
+        "they were (edit their contents instead), or use a new build folder (release, collect, grade: a new course, "
+        "with a gradebook of its own; hand scores, extensions and the due date of this one stay here).")
 
 
 def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:

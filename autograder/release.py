@@ -847,7 +847,8 @@ def notebooks_changed_error(course: Course, released: list[str], sources: list[s
     return AutograderError(
         f"the source notebooks in {course.source_dir} are not the ones students handed in for ({what}). nbgrader cannot "
         "change an assignment's notebooks once submissions exist, and grading needs each released notebook's source: "
-        "put them back as they were (a renamed notebook under its old name), or use a new build folder for the new set")
+        "put them back as they were (a renamed notebook under its old name), or use a new build folder for the new set "
+        "(a new course, with a gradebook of its own; hand scores, extensions and the due date of this one stay here)")
 
 
 def _has_assignment(gb) -> bool:
