@@ -480,6 +480,13 @@ class SandboxedKernelManager(AsyncKernelManager):
         """Folder shared with the kernel: connection file and ipc sockets."""
         return Path(self.scratch) / "ipc"
 
+    def write_connection_file(self, **kwargs):
+        """Write the connection file (jupyter_client also rewrites it after a launch whose ports differ); without a fork
+        server, hand it to the kernel's user at once."""
+        super().write_connection_file(**kwargs)
+        if not self.fork_server:
+            self._let_kernel_read_connection_file()
+
     def _let_kernel_read_connection_file(self) -> None:
         """Hand the connection file to the unprivileged user of a kernel in a sandbox of its own (which binds no other
         kernel's folder). A forked kernel gets its connection with the fork request instead: its sandbox is the whole
