@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: keep the one recorded); export then says who handed in late and by how much")
     p.add_argument("--no-source-check", action="store_true",
                    help="do not run the source notebooks first (make lab's student preview uses it); a release whose "
-                        "test cells changed since the last one runs them anyway, and the first grade would")
+                        "test cells changed since the last one runs them anyway; otherwise the first grade does")
 
     p = sub.add_parser("collect", parents=[common], help="file an LMS download as nbgrader submissions",
                        description="File student notebooks from a folder or zip as nbgrader submissions.",
