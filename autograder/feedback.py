@@ -706,10 +706,12 @@ def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, jo
 def error_for_the_page(error) -> str:
     """What a student's page says of a grading error: the harness's own words (no kernel could start; answer cells
     missing), else a fixed phrase. nbgrader's own errors may quote what the student's kernel sent (a forged
-    execution count's text, in a validation error), which could carry another notebook's hidden tests."""
+    execution count's text, in a validation error), which could carry another notebook's hidden tests; so may
+    jupyter_client's after 'no kernel could start' (a start-up file the student planted forged the kernel's replies'
+    signatures, which 'Invalid Signature: ...' quoted in full)."""
     error = str(error or "")
-    if re.match(rf"(RuntimeError: )?{NO_KERNEL} \(\d+ tries\)", error):  # then jupyter_client's words
-        return error
+    if started := re.match(rf"(RuntimeError: )?{NO_KERNEL} \(\d+ tries\)", error):
+        return started.group(0)
     if error.startswith(LOST_CELLS):
         return error.split(" (nbgrader: ", 1)[0]
     return "grading it stopped with an error (your instructor has the details and can grade it again)"

@@ -1188,7 +1188,11 @@ class GradingExecute(Execute):
                 # a kernel that cannot start (a busy machine, a transient limit) gets two more tries
                 startup_failures += 1
                 if startup_failures > 2:
-                    raise RuntimeError(f"{NO_KERNEL} ({startup_failures} tries): {exc or type(exc).__name__}") from exc
+                    # jupyter_client's words may quote the kernel at any length (an 'Invalid Signature'): the
+                    # instructor's summary and the job table get the start of them
+                    reason = str(exc) or type(exc).__name__
+                    reason = reason if len(reason) <= 300 else reason[:299] + "…"
+                    raise RuntimeError(f"{NO_KERNEL} ({startup_failures} tries): {reason}") from exc
                 time.sleep(2 * startup_failures)
                 continue
             if position < len(cells):

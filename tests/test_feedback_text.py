@@ -273,8 +273,10 @@ def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
                          "student": "ann"},
                         {"file": "bob/00-vectors-shapes-and-gradients.ipynb", "reason": "empty file", "student": "bob"}]}
     job = {"notebooks": json.dumps({
-        "02-shapes-and-loss": {"status": "error", "error": "RuntimeError: no kernel could start (3 tries): Kernel died "
-                                                           "before replying to kernel_info"},
+        # what follows the harness's words is jupyter_client's, which may quote the kernel: a kernel whose start-up a
+        # student's file patched sent 26 KB of another notebook's hidden tests as its signature (red-team review)
+        "02-shapes-and-loss": {"status": "error", "error": "RuntimeError: no kernel could start (3 tries): Invalid "
+                                                           "Signature: b'LEAK[eNq1hidden]'"},
         "03-maximum-likelihood": {"status": "graded"},
         # nbgrader's own error quotes what the kernel sent (review: a forged execution count carried hidden tests)
         "04-entropy-cross-entropy-kl": {"status": "error", "error": "ValidationError: 'LEAK hidden test text' is not "
@@ -286,7 +288,7 @@ def test_a_notebook_that_was_not_graded_is_explained_by_its_reason():
     assert "ann/01-probability-and-bayes (1).ipynb was not accepted: invalid JSON (at line 3)" in \
         reasons["01-probability-and-bayes"]
     assert reasons["02-shapes-and-loss"].endswith("could not be graded, so it scored 0: RuntimeError: no kernel could "
-                                                  "start (3 tries): Kernel died before replying to kernel_info")
+                                                  "start (3 tries)"), reasons["02-shapes-and-loss"]
     assert reasons["04-entropy-cross-entropy-kl"].endswith(
         "could not be graded, so it scored 0: grading it stopped with an error (your instructor has the details and "
         "can grade it again)"), reasons["04-entropy-cross-entropy-kl"]
