@@ -20,7 +20,8 @@ started it; the grading worker logs it).
 
 Each request forks a child that becomes an IPython kernel, in a fresh folder, with its own
 session: a fresh process that never saw another notebook, without paying for the imports
-again. The server itself never runs code it is sent. It and its kernels are not dumpable:
+again. It reads no IPython config file and runs no profile start-up file (its profile is on
+the submission's tmpfs, which the notebooks before it could write). The server itself never runs code it is sent. It and its kernels are not dumpable:
 a process of the same user can neither ptrace them nor read their memory, environment or
 file descriptors (a process can still read its own). It reaps its kernels as they end,
 and when stdin closes it waits for the last ones (killing any still running after a grace
@@ -68,6 +69,7 @@ def become_kernel(request: dict) -> None:
         sys.argv = [sys.executable, *request["argv"]]
         from ipykernel import kernelapp
 
+        without_profile_files(kernelapp.IPKernelApp)
         if request.get("connection") is not None:
             use_connection(kernelapp.IPKernelApp, request["connection"])
 
@@ -87,6 +89,13 @@ def use_connection(app_class, connection: dict) -> None:
     """Make the kernel application take its ports and key from connection, with no connection file read or written."""
     app_class.init_connection_file = lambda app: app.load_connection_info(connection)
     app_class.write_connection_file = lambda app, **kwargs: None
+
+
+def without_profile_files(app_class) -> None:
+    """Make the kernel application read no config file and run no start-up file of its IPython profile: the profile
+    is on the submission's tmpfs, where an earlier notebook's kernel (same user) could put code to run before grading."""
+    app_class.load_config_file = lambda app, *args, **kwargs: None
+    app_class._run_startup_files = lambda app: None
 
 
 def reap(signum=None, frame=None) -> None:

@@ -187,6 +187,26 @@ def test_a_prestarted_kernels_ipc_folder_is_locked_before_prestart_returns(root_
         discard_prestarted(str(scratch))
 
 
+# an earlier notebook's kernel plants code in the next notebook's IPython profile (same tmpfs, same user): a start-up
+# file and a config file, which IPython would run when that kernel starts, before the grader sends anything
+PLANT = ("import os\n"
+         "profile = os.path.join(os.path.dirname(os.environ['HOME']), 'nb1', '.ipython', 'profile_default')\n"
+         "os.makedirs(os.path.join(profile, 'startup'), exist_ok=True)\n"
+         "open(os.path.join(profile, 'startup', '00-planted.py'), 'w').write('import builtins\\nbuiltins.STARTUP = 1\\n')\n"
+         "open(os.path.join(profile, 'ipython_kernel_config.py'), 'w').write(\n"
+         "    'c.InteractiveShellApp.exec_lines = [\"import builtins; builtins.CONFIG = 1\"]\\n')\n"
+         "print('PLANTED')")
+PLANTED_RAN = "import builtins\nprint('RAN', hasattr(builtins, 'STARTUP'), hasattr(builtins, 'CONFIG'))"
+
+
+def test_a_kernel_runs_no_profile_file_an_earlier_notebook_planted(root_grader, submission):
+    """A red-team review planted a start-up file in the next notebook's IPYTHONDIR: the kernel ran it before grading
+    (its forged replies put another notebook's hidden tests on the feedback page). A forked kernel reads no config
+    file and runs no start-up file of its profile."""
+    assert grade(submission, 0, [PLANT]) == ["PLANTED"]
+    assert grade(submission, 1, [PLANTED_RAN]) == ["RAN False False"]
+
+
 def test_a_closed_server_reports_the_cpu_time_of_its_kernels(root_grader, submission):
     """Closed, the server collects its kernels, exits, and reports their CPU seconds with its own (bubblewrap
     passes none on to the worker's RUSAGE_CHILDREN; the worker logs the figure)."""
