@@ -597,9 +597,9 @@ class SandboxedKernelManager(AsyncKernelManager):
             except ForkServerError as exc:  # a sandbox of its own, as without a fork server
                 self.log.warning("fork server of %s: %s; starting the kernel in a sandbox of its own",
                                  self.fork_server, exc)
-                key = os.path.realpath(self.fork_server)
-                if not getattr(_FORK_SERVERS.get(key), "ready", False):
-                    _FAILED_FORK_SERVERS.add(key)  # it cannot start here: not again for every kernel
+                # not again for this submission: a server that cannot start here would fail every kernel, and a new
+                # server's sandbox binds this kernel's folder, where the fallback hands its user the connection key
+                _FAILED_FORK_SERVERS.add(os.path.realpath(self.fork_server))
                 close_fork_servers(self.fork_server)
                 kernel_cmd = self._in_own_sandbox(kernel_cmd)
         self._let_kernel_read_connection_file()

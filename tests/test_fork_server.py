@@ -187,6 +187,40 @@ def test_a_prestarted_kernels_ipc_folder_is_locked_before_prestart_returns(root_
         discard_prestarted(str(scratch))
 
 
+def test_after_a_fallback_no_kernel_of_the_submission_can_read_the_fallen_back_kernel_s_key(root_grader, submission,
+                                                                                            monkeypatch):
+    """A spawn that failed on a ready server started that kernel in a sandbox of its own, with its connection file
+    handed to the sandbox user; the next kernel then started a new server, whose sandbox binds that folder, and read
+    the key (diff review). The submission's other kernels now get sandboxes of their own too."""
+    from autograder import fork_server
+
+    grade(submission, 0, [FIRST])  # the server is up and ready
+    real_spawn, failed = fork_server.ForkServer.spawn, []
+
+    def spawn_failing_once(self, *args, **kwargs):
+        """The first spawn fails as a reply timeout would."""
+        if not failed:
+            failed.append(True)
+            raise fork_server.ForkServerError("no reply from the fork server (test)")
+        return real_spawn(self, *args, **kwargs)
+
+    monkeypatch.setattr(fork_server.ForkServer, "spawn", spawn_failing_once)
+    scratch = submission / "nb1"
+    scratch.mkdir(mode=0o755)
+    config = Config()
+    configure_sandbox(config, scratch, READABLE, SandboxLimits(), fork_server=submission)
+    config.GradingExecute.scratch = str(scratch)
+    GradingExecute(config=config).prestart("python3")
+    try:
+        assert failed
+        connection = scratch / "ipc" / "kernel.json"
+        probe = (f"try:\n    open({str(connection)!r}).read()\n    print('KEY read')\n"
+                 "except OSError as e:\n    print('KEY', type(e).__name__)")
+        assert grade(submission, 0, [probe]) == ["KEY FileNotFoundError"]  # a sandbox of its own: no nb1 there
+    finally:
+        discard_prestarted(str(scratch))
+
+
 # an earlier notebook's kernel plants code in the next notebook's IPython profile (same tmpfs, same user): a start-up
 # file and a config file, which IPython would run when that kernel starts, before the grader sends anything
 PLANT = ("import os\n"
