@@ -6,8 +6,9 @@
 Clean form: the ``python3`` kernelspec; no execution timestamps or widget state;
 text outputs kept (nbval compares them); a cell that drew a figure keeps no output
 and no execution count, so nbval runs it without comparing it; stderr dropped. --execute
-writes nothing when a cell wrote to stderr (a warning, say): nbval would fail that cell,
-and grading counts a test cell that writes to stderr as failed; it names the cells.
+writes nothing when a cell wrote to stderr (a warning, say): nbval would fail that cell
+(grading, which passes over Python warnings, fails a test cell for any other stderr); it
+names the cells.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         nb = execute_notebook(path, args.timeout) if args.execute else nbformat.reads(text, as_version=4)
         if args.execute and (noise := stderr_cells(nb)):
             noisy = True
-            print(f"{path}: not written: cells wrote to stderr, which nbval fails and grading counts as a failed test "
-                  "cell; silence the warning (np.errstate, warnings.catch_warnings) or fix the cell:", file=sys.stderr)
+            print(f"{path}: not written: cells wrote to stderr, which nbval fails (grading fails a test cell for any "
+                  "stderr but a Python warning); silence the warning (np.errstate, warnings.catch_warnings) or fix "
+                  "the cell:", file=sys.stderr)
             for line in noise:
                 print(f"  {line}", file=sys.stderr)
             continue
