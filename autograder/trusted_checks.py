@@ -500,13 +500,17 @@ def _cache_files(paths: dict[str, Path], cache_dir: Path) -> dict[str, Path]:
 
 
 def _files_digest(paths: list[Path]) -> str:
-    """sha256 (hex) over the names (from each path's parent) and bytes of files (folders walked, __pycache__ skipped)."""
+    """sha256 (hex) over the names (from each path's parent) and bytes of files (folders walked; compiled files and
+    editor or OS leftovers skipped, as release skips them)."""
     import hashlib
 
     h = hashlib.sha256()
     for path in paths:
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            # what release leaves out of the student bundle is left out here too: grade, which records with the
+            # bundle's code/ and data/, finds the records release made with the repository's
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.endswith(".pyc")
+                           and not {"__pycache__", ".ipynb_checkpoints", ".DS_Store"} & set(p.parts))
         else:
             files = [path]
         for f in files:  # named from the folder given: a file moved from code/ to data/ changes the digest
