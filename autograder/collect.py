@@ -94,7 +94,6 @@ STUDENT_ID = re.compile(r"[^\W_][\w.@-]*")
 MOODLE_FOLDER = re.compile(r".*_(?P<id>\d+)_assignsubmission_\w*")  # the last id: Moodle appends its own
 # a flat download's file names: the id its folders give, whatever the student typed after it
 MOODLE_PREFIX = re.compile(r".*?_(?P<id>\d+)_assignsubmission_[^\W_]+(?=_|$)")
-MOODLE_MARK = re.compile(r"_(\d+)_assignsubmission_")  # Moodle writes one in a name; the student types around it
 CANVAS_PREFIX = re.compile(r"(?P<id>[^_]+?)(?:_late)?_(?P<user>\d+)_\d+")
 # Canvas with more of the student's own file name after it: ids of 3+ digits and a letter in the rest, so that an
 # id-prefixed name of digit groups (CS_2023_01_07_02-...) is not read as one
@@ -1083,12 +1082,6 @@ def classify(entries: list[Entry], notebooks: list[str], released: dict[str, str
                        if too_long(id_text(folder)) else "")
                 rejected.append(Record(str(e.path), f"cannot derive a student id from folder {folder!r}{why}", source=e))
                 continue
-        elif len(ids := list(dict.fromkeys(MOODLE_MARK.findall(e.path.name)))) > 1 and MOODLE_PREFIX.match(e.path.name):
-            # the full name before Moodle's id and the file name after it are both the student's: either could hold
-            # another student's id and marker
-            rejected.append(Record(str(e.path), f"cannot tell whose file this is: its name holds two Moodle ids "
-                                                f"({', '.join(ids)}), where Moodle writes one", source=e))
-            continue
         else:
             student, timestamp, origin = file_owner(e.path.name, notebooks, blackboard)
             if student is None and not _is_system(e.path) and match_notebook(e.path.stem, notebooks) is None:

@@ -158,15 +158,6 @@ def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
         "Mallory x_4711_assignsubmission_file_5555_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("m"),
     })
     assert list(collect(course, spoofed).students) == ["5555"]
-    # without folders the student names the file after Moodle's id: a name holding two ids is nobody's (review)
-    flat = write_tree(tmp_path / "flat", {
-        "Mallory x_4711_assignsubmission_file_5555_assignsubmission_file_02-shapes-and-loss.ipynb": notebook_bytes("m"),
-        "Li Si_4712_assignsubmission_file_02-shapes-and-loss.ipynb": notebook_bytes("l"),
-    })
-    report = collect(course, flat)
-    assert list(report.students) == ["4712"], report.students
-    assert [(r.student, r.reason) for r in report.rejected] == [
-        (None, "cannot tell whose file this is: its name holds two Moodle ids (4711, 5555), where Moodle writes one")]
 
 
 def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_path):
