@@ -222,13 +222,14 @@ def test_after_a_fallback_no_kernel_of_the_submission_can_read_the_fallen_back_k
 
 
 # an earlier notebook's kernel plants code in the next notebook's IPython profile (same tmpfs, same user): a start-up
-# file and a config file, which IPython would run when that kernel starts, before the grader sends anything
+# file and a config file, which IPython would run when that kernel starts, before the grader sends anything (the
+# config sets code_to_run: exec_lines would lose to the harness's own on the command line)
 PLANT = ("import os\n"
          "profile = os.path.join(os.path.dirname(os.environ['HOME']), 'nb1', '.ipython', 'profile_default')\n"
          "os.makedirs(os.path.join(profile, 'startup'), exist_ok=True)\n"
          "open(os.path.join(profile, 'startup', '00-planted.py'), 'w').write('import builtins\\nbuiltins.STARTUP = 1\\n')\n"
          "open(os.path.join(profile, 'ipython_kernel_config.py'), 'w').write(\n"
-         "    'c.InteractiveShellApp.exec_lines = [\"import builtins; builtins.CONFIG = 1\"]\\n')\n"
+         "    'c.InteractiveShellApp.code_to_run = \"import builtins; builtins.CONFIG = 1\"\\n')\n"
          "print('PLANTED')")
 PLANTED_RAN = "import builtins\nprint('RAN', hasattr(builtins, 'STARTUP'), hasattr(builtins, 'CONFIG'))"
 
