@@ -102,6 +102,27 @@ def test_a_release_records_again_only_the_notebooks_whose_source_or_course_files
     assert recorded() == [["00-a", "02-c"]]
 
 
+def test_the_cache_key_ignores_what_release_leaves_out_of_the_bundle(tmp_path):
+    """release records with the repository's code/ and data/, grade with the bundle's, which release writes without
+    compiled files and editor or OS leftovers: a key over those made grade record everything again (diff review)."""
+    from autograder.trusted_checks import _files_digest
+
+    code = tmp_path / "code" / "part-ii"
+    code.mkdir(parents=True)
+    (code / "checks.py").write_text("VERSION = 1\n")
+    key = _files_digest([tmp_path / "code"])
+    for leftover in ("checks.pyc", "__pycache__/checks.cpython-311.pyc", ".ipynb_checkpoints/checks-checkpoint.py",
+                     ".DS_Store"):
+        (code / leftover).parent.mkdir(exist_ok=True)
+        (code / leftover).write_text("left over\n")
+    assert _files_digest([tmp_path / "code"]) == key
+    (code / "checks.py").write_text("VERSION = 2\n")
+    assert _files_digest([tmp_path / "code"]) != key
+    (code / "checks.py").write_text("VERSION = 1\n")
+    (code / "helpers.py").write_text("\n")  # a new file a kernel can import
+    assert _files_digest([tmp_path / "code"]) != key
+
+
 def test_records_come_from_every_notebook_run_side_by_side_and_are_cached(tmp_path, monkeypatch):
     source = tmp_path / "source"
     source.mkdir()
