@@ -20,8 +20,9 @@ started it; the grading worker logs it).
 
 Each request forks a child that becomes an IPython kernel, in a fresh folder, with its own
 session: a fresh process that never saw another notebook, without paying for the imports
-again. It reads no IPython config file and runs no profile start-up file (its profile is on
-the submission's tmpfs, which the notebooks before it could write). The server itself never runs code it is sent. It and its kernels are not dumpable:
+again. It reads no IPython config file, runs no profile start-up file and imports nothing
+from its working folder (both are on the submission's tmpfs, which the notebooks before it
+could write). The server itself never runs code it is sent. It and its kernels are not dumpable:
 a process of the same user can neither ptrace them nor read their memory, environment or
 file descriptors (a process can still read its own). It reaps its kernels as they end,
 and when stdin closes it waits for the last ones (killing any still running after a grace
@@ -66,14 +67,17 @@ def become_kernel(request: dict) -> None:
         os.makedirs(request["cwd"], exist_ok=True)
         os.chdir(request["cwd"])
         os.environ.update(request["env"])
-        sys.argv = [sys.executable, *request["argv"]]
+        # nothing is imported from the working folder: it is on the submission's tmpfs, where an earlier notebook's
+        # kernel could leave a module (storemagic.py: IPython imports it by that name as it starts)
+        argv = [*request["argv"], "--IPKernelApp.ignore_cwd=True"]
+        sys.argv = [sys.executable, *argv]
         from ipykernel import kernelapp
 
         without_profile_files(kernelapp.IPKernelApp)
         if request.get("connection") is not None:
             use_connection(kernelapp.IPKernelApp, request["connection"])
 
-        kernelapp.launch_new_instance(argv=request["argv"])
+        kernelapp.launch_new_instance(argv=argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

@@ -230,16 +230,21 @@ PLANT = ("import os\n"
          "open(os.path.join(profile, 'startup', '00-planted.py'), 'w').write('import builtins\\nbuiltins.STARTUP = 1\\n')\n"
          "open(os.path.join(profile, 'ipython_kernel_config.py'), 'w').write(\n"
          "    'c.InteractiveShellApp.code_to_run = \"import builtins; builtins.CONFIG = 1\"\\n')\n"
+         # a module in the next kernel's working folder: IPython imports storemagic by that name as it starts
+         "open(os.path.join(os.path.dirname(profile), '..', 'storemagic.py'), 'w').write(\n"
+         "    'import builtins\\nbuiltins.SHADOW = 1\\ndef load_ipython_extension(ip):\\n    pass\\n')\n"
          "print('PLANTED')")
-PLANTED_RAN = "import builtins\nprint('RAN', hasattr(builtins, 'STARTUP'), hasattr(builtins, 'CONFIG'))"
+PLANTED_RAN = ("import builtins\n"
+               "print('RAN', hasattr(builtins, 'STARTUP'), hasattr(builtins, 'CONFIG'), hasattr(builtins, 'SHADOW'))")
 
 
 def test_a_kernel_runs_no_profile_file_an_earlier_notebook_planted(root_grader, submission):
     """A red-team review planted a start-up file in the next notebook's IPYTHONDIR: the kernel ran it before grading
-    (its forged replies put another notebook's hidden tests on the feedback page). A forked kernel reads no config
-    file and runs no start-up file of its profile."""
+    (its forged replies put another notebook's hidden tests on the feedback page); a third round, a storemagic.py in
+    its working folder. A forked kernel reads no config file, runs no start-up file of its profile, and imports
+    nothing from its working folder."""
     assert grade(submission, 0, [PLANT]) == ["PLANTED"]
-    assert grade(submission, 1, [PLANTED_RAN]) == ["RAN False False"]
+    assert grade(submission, 1, [PLANTED_RAN]) == ["RAN False False False"]
 
 
 def test_a_closed_server_reports_the_cpu_time_of_its_kernels(root_grader, submission):
