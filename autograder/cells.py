@@ -238,6 +238,14 @@ def is_edited(cell) -> bool:
         cell.source = source
 
 
+KERNEL_WORDS = 300  # characters of an error that may quote the kernel, for the instructor's summary and notes
+
+
+def clipped(text: str, limit: int = KERNEL_WORDS) -> str:
+    """text, cut to limit characters with '…' at the end when longer."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def first_line(text: str) -> str:
     """The first non-blank line of text, stripped ('' when there is none)."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -100,7 +100,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
-from .cells import KERNEL_DIED, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, nbgrader_meta
+from .cells import KERNEL_DIED, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, clipped, nbgrader_meta
 from .course import sqlite_file
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
@@ -1190,8 +1190,7 @@ class GradingExecute(Execute):
                 if startup_failures > 2:
                     # jupyter_client's words may quote the kernel at any length (an 'Invalid Signature'): the
                     # instructor's summary and the job table get the start of them
-                    reason = str(exc) or type(exc).__name__
-                    reason = reason if len(reason) <= 300 else reason[:299] + "…"
+                    reason = clipped(str(exc) or type(exc).__name__)
                     raise RuntimeError(f"{NO_KERNEL} ({startup_failures} tries): {reason}") from exc
                 time.sleep(2 * startup_failures)
                 continue

@@ -28,7 +28,8 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
-from .cells import BUDGET_NOT_RUN, BUDGET_SPENT, LOST_CELLS, NO_KERNEL, NOTEBOOK_TIMEOUT, WARNING_PATTERN, nbgrader_meta
+from .cells import (BUDGET_NOT_RUN, BUDGET_SPENT, LOST_CELLS, NO_KERNEL, NOTEBOOK_TIMEOUT, WARNING_PATTERN, clipped,
+                    nbgrader_meta)
 from .course import ASSIGNMENT, load_config
 from .sandbox import GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
@@ -272,12 +273,13 @@ class ErrorLog(logging.Handler):
         self.messages.append(record.getMessage())
 
     def reason(self) -> str:
-        """The most specific error line seen, or a generic phrase."""
+        """The most specific error line seen, or a generic phrase; cut to KERNEL_WORDS characters (nbgrader's errors
+        may quote what the kernel sent, such as a forged execution count, for the instructor's summary and notes)."""
         for message in reversed(self.messages):
             lines = [ln for ln in message.strip().splitlines() if ln.strip()]
             if len(lines) > 1 and lines[0].startswith("Traceback"):
-                return lines[-1].strip()
-        return self.messages[0] if self.messages else "nbgrader reported an error"
+                return clipped(lines[-1].strip())
+        return clipped(self.messages[0]) if self.messages else "nbgrader reported an error"
 
 
 def grade_notebook(job: dict, notebook: str, scratch: Path, log: logging.Logger, config=None) -> None:

@@ -827,3 +827,20 @@ def test_grade_says_whose_scores_grading_again_changed_and_by_how_much():
     assert regrade_line({"bo": []}) == "graded again 1 submission graded before: no score changed"
     many = {f"s{i}": [("01-a", 0.0, 1.0)] for i in range(7)}
     assert regrade_line(many).endswith("s4 +1 (01-a 0 -> 1), and 2 more (export's grades.csv has every score)")
+
+
+def test_an_error_that_may_quote_the_kernel_reaches_the_instructor_cut_to_300_characters():
+    """nbgrader's validation error quotes a forged execution count whole: the job table, grade's summary and
+    grades.csv's notes carried it at any length (red-team review)."""
+    import logging
+
+    from autograder.worker import ErrorLog
+
+    errors = ErrorLog()
+    forged = "{'LEAK': '" + "x" * 5000 + "'}"
+    errors.emit(logging.makeLogRecord({"msg": f"Traceback (most recent call last):\n  ...\nValidationError: {forged}"}))
+    reason = errors.reason()
+    assert reason.startswith("ValidationError: {'LEAK'") and len(reason) == 300 and reason.endswith("…"), reason
+    short = ErrorLog()
+    short.emit(logging.makeLogRecord({"msg": "Traceback (most recent call last):\n  ...\nValueError: bad cell"}))
+    assert short.reason() == "ValueError: bad cell"
