@@ -1012,7 +1012,8 @@ def score_changes(before: dict[str, dict[str, float]], after: dict[str, dict[str
 
 
 def regrade_line(regraded: dict[str, list[tuple[str, float | None, float | None]]], most: int = 5) -> str:
-    """'graded again N submissions graded before: scores changed for M: s1 17 -> 19 (02-... 9 -> 11), ...'."""
+    """'graded again N submissions graded before: scores changed for M: s1 +2 (02-... 9 -> 11); ...' (the first
+    `most` students whose scores changed, each with the change of their total and of each notebook's score)."""
     def points(value: float | None) -> str:
         return "-" if value is None else f"{value:g}"
 
