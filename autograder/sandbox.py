@@ -430,12 +430,11 @@ class ReadyKernelClient(AsyncKernelClient):
 
 
 class LimitedKernelClient(ReadyKernelClient):
-    """Kernel client whose sockets drop any single message above the output cap (plus room): a kernel is the
-    student's, and one huge message, on any channel, would be held whole in the grader's memory (a red-team review
-    sent a properly signed 600 MB execute_reply: 2.4 GB in the grading worker)."""
+    """Kernel client whose iopub socket drops any single message above the output cap."""
 
-    def _capped(self, socket):
-        """socket with ZMQ_MAXMSGSIZE set from the manager's output_bytes (none when it has none)."""
+    def connect_iopub(self, identity=None):
+        """Connect iopub with ZMQ_MAXMSGSIZE so one huge message cannot exhaust grader memory."""
+        socket = super().connect_iopub(identity=identity)
         cap = getattr(self.parent, "output_bytes", 0)
         if cap:
             import zmq
@@ -443,22 +442,6 @@ class LimitedKernelClient(ReadyKernelClient):
             # ipykernel batches stdout every 0.2 s, so one message may well exceed the cap itself
             socket.setsockopt(zmq.MAXMSGSIZE, cap + 64 * 2**20)
         return socket
-
-    def connect_iopub(self, identity=None):
-        """The output channel, capped."""
-        return self._capped(super().connect_iopub(identity=identity))
-
-    def connect_shell(self, identity=None):
-        """The request/reply channel, capped (an oversized reply is dropped: the cell then runs into its timeout)."""
-        return self._capped(super().connect_shell(identity=identity))
-
-    def connect_stdin(self, identity=None):
-        """The input channel, capped."""
-        return self._capped(super().connect_stdin(identity=identity))
-
-    def connect_control(self, identity=None):
-        """The control channel, capped."""
-        return self._capped(super().connect_control(identity=identity))
 
 
 class SandboxedKernelManager(AsyncKernelManager):

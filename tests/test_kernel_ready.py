@@ -153,26 +153,3 @@ def test_the_record_run_readies_its_kernel_with_the_ready_client(tmp_path, monke
     nb = asyncio.run(trusted_checks._run_in_record_mode(path, timeout=60))
     assert readied == [ReadyKernelClient]
     assert nb.cells[0].outputs[0]["text"] == "record\n"
-
-
-def test_every_channel_of_a_sandboxed_kernel_s_client_drops_a_message_over_the_cap(tmp_path):
-    """Only IOPub was capped: a red-team review sent a properly signed 600 MB execute_reply on the shell channel, held
-    whole in the grading worker (2.4 GB). A message over the manager's output_bytes (plus room) is dropped on every
-    channel, so a peer cannot make the grader hold it."""
-    import zmq
-    from traitlets import Integer
-    from traitlets.config import Configurable
-
-    class Manager(Configurable):
-        """What the client reads of its kernel manager."""
-
-        output_bytes = Integer(1000)
-
-    client = LimitedKernelClient(parent=Manager(), transport="ipc", ip=str(tmp_path / "k"), shell_port=1,
-                                 iopub_port=2, stdin_port=3, control_port=4, hb_port=5)
-    sockets = [client.connect_shell(), client.connect_iopub(), client.connect_stdin(), client.connect_control()]
-    try:
-        assert [s.getsockopt(zmq.MAXMSGSIZE) for s in sockets] == [1000 + 64 * 2**20] * 4
-    finally:
-        for s in sockets:
-            s.close(linger=0)
