@@ -30,8 +30,9 @@ read-only for the kernel once its sockets exist, so it cannot fill the host disk
 
 Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`` per cell
 (and eight times that per notebook) outputs are cut and a truncation notice is kept; error
-outputs and check records are never dropped; ZeroMQ drops any single
-iopub message larger than that cap. A cell that kills the kernel (``os._exit``, a
+outputs and check records are never dropped. No bound on a single message's size holds
+yet: a kernel can make the grading worker hold one of hundreds of MB (see
+LimitedKernelClient). A cell that kills the kernel (``os._exit``, a
 segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
 after the reply, so the grader does not wait to see which later cell it takes down) or
 ignores the timeout interrupt is marked as failed,
@@ -430,10 +431,13 @@ class ReadyKernelClient(AsyncKernelClient):
 
 
 class LimitedKernelClient(ReadyKernelClient):
-    """Kernel client whose iopub socket drops any single message above the output cap."""
+    """Kernel client meant to drop any single iopub message above the output cap. It does not: the option is set
+    after the socket connected, and ZeroMQ applies socket options at connect(). Set before, ZeroMQ would drop the
+    connection on an oversized frame, and grading would then hang in the next blocking send; extra frames (buffers)
+    would pass uncapped anyway. A working bound needs more than this option (review, 2026-12-06)."""
 
     def connect_iopub(self, identity=None):
-        """Connect iopub with ZMQ_MAXMSGSIZE so one huge message cannot exhaust grader memory."""
+        """Connect iopub, setting ZMQ_MAXMSGSIZE after the fact (without effect: see the class)."""
         socket = super().connect_iopub(identity=identity)
         cap = getattr(self.parent, "output_bytes", 0)
         if cap:
