@@ -101,7 +101,8 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config
 
-from .cells import KERNEL_DIED, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, clipped, nbgrader_meta
+from .cells import (KERNEL_DIED, KERNEL_WORDS, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, clipped,
+                    nbgrader_meta)
 from .course import sqlite_file
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
@@ -688,7 +689,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             server.kill_strays()  # what the ended kernel left running must not run beside the next one
 
 
-def last_log_line(logs: list[Path], limit: int = 300) -> str:
+def last_log_line(logs: list[Path], limit: int = KERNEL_WORDS) -> str:
     """The last non-blank line of these log files, the most recently written first (the next one when its
     last lines are blank), cut to limit characters, unprintable ones as '?'; '' when no log has a line.
     A kernel that could not start wrote its reason last; a student's code may write there too."""
@@ -700,7 +701,7 @@ def last_log_line(logs: list[Path], limit: int = 300) -> str:
         lines = [line.strip() for line in tail.splitlines() if line.strip()]
         if lines:
             line = "".join(c if c.isprintable() else "?" for c in lines[-1])
-            return line if len(line) <= limit else line[:limit - 1] + "…"
+            return clipped(line, limit)
     return ""
 
 
