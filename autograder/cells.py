@@ -238,6 +238,15 @@ def is_edited(cell) -> bool:
         cell.source = source
 
 
+LEFT_OUT_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")  # compiled files, editor and OS leftovers
+
+
+def left_out(path) -> bool:
+    """True for a course file that is no part of the student bundle: compiled, or an editor's or the OS's leftover
+    (any part of its path)."""
+    return any(part in LEFT_OUT_NAMES or part.endswith(".pyc") for part in path.parts)
+
+
 KERNEL_WORDS = 300  # characters of an error that may quote the kernel, for the instructor's summary and notes
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import (cell_points, headings, is_hand_graded, leveled_headings, nbgrader_meta, numbered_cell,
+from .cells import (cell_points, headings, is_hand_graded, left_out, leveled_headings, nbgrader_meta, numbered_cell,
                     numbered_headings, WARNING_PATTERN)
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT,
                      DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, fast_new_gradebooks, one_transaction,
@@ -50,7 +50,6 @@ LEAKS = (
 MARKING_NOTE_PREFIX = "note_"
 MARKING_GUIDES = "marking"  # <course root>/marking/<notebook>.md: the graders' guide, beside formgrader
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # fixed entry dates make the zip byte-identical across releases
-SKIPPED_NAMES = ("__pycache__", ".ipynb_checkpoints", ".DS_Store")
 KEEP = object()  # release(due_date=KEEP): the gradebook's due date stays as it is
 STUDENT_README = Path(__file__).parent / "templates" / "student_README.md"
 LOCK = REPO / "constraints.txt"  # the version of every other package of the grading environment
@@ -433,7 +432,7 @@ def _bundle_files(course: Course) -> list[tuple[Path, str]]:
     for top in BUNDLE_CONTENT:
         base = REPO / top / ASSIGNMENT
         for path in sorted(base.rglob("*")):
-            if path.is_file() and not any(part in SKIPPED_NAMES or part.endswith(".pyc") for part in path.parts):
+            if path.is_file() and not left_out(path):
                 files.append((path, f"{top}/{ASSIGNMENT}/{path.relative_to(base)}"))
     return files
 

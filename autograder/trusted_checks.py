@@ -86,8 +86,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Dict
 from traitlets.config import Config
 
-from .cells import (BUDGET_NOT_RUN, KERNEL_DIED, NOT_RUN, NOTEBOOK_TIMEOUT, TOO_MANY_PROCESSES, first_line, numbered_cell,
-                    visible_source)
+from .cells import (BUDGET_NOT_RUN, KERNEL_DIED, NOT_RUN, NOTEBOOK_TIMEOUT, TOO_MANY_PROCESSES, first_line, left_out,
+                    numbered_cell, visible_source)
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS_PATH = REPO / "code" / "part-ii" / "checks.py"
@@ -509,8 +509,7 @@ def _files_digest(paths: list[Path]) -> str:
         if path.is_dir():
             # what release leaves out of the student bundle is left out here too: grade, which records with the
             # bundle's code/ and data/, finds the records release made with the repository's
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.endswith(".pyc")
-                           and not {"__pycache__", ".ipynb_checkpoints", ".DS_Store"} & set(p.parts))
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not left_out(p))
         else:
             files = [path]
         for f in files:  # named from the folder given: a file moved from code/ to data/ changes the digest
