@@ -607,7 +607,8 @@ class SandboxedKernelManager(AsyncKernelManager):
                 _FAILED_FORK_SERVERS.add(os.path.realpath(self.fork_server))
                 close_fork_servers(self.fork_server)
                 kernel_cmd = self._in_own_sandbox(kernel_cmd)
-        self._let_kernel_read_connection_file()
+        if self.fork_server:  # not forked after all (a fallback): without a fork server, write_connection_file did it
+            self._let_kernel_read_connection_file()
         log = open(Path(self.scratch) / "kernel.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             kw["stdout"] = log
