@@ -1765,10 +1765,11 @@ def test_notebooks_added_or_removed_after_hand_in_are_refused_before_nbgrader(tm
     assert "Assignment<" not in err
 
 
-def one_notebook_course(tmp_path, capsys, monkeypatch, name: str = "02-shapes-and-loss", graded: tuple = ()):
+def one_notebook_course(tmp_path, capsys, monkeypatch, name: str = "02-shapes-and-loss", graded: tuple = (),
+                        released: bool = True):
     """(build, its editable source notebook): a course of that one notebook (recording its expected values and grading
-    run one notebook, not seven), released into tmp_path/build with its expected-values cache in tmp_path; each
-    student in graded hands in the release unanswered and is collected and graded."""
+    run one notebook, not seven), released into tmp_path/build (unless not released) with its expected-values cache in
+    tmp_path; each student in graded hands in the release unanswered and is collected and graded."""
     from shared_builds import editable_sources
 
     monkeypatch.delenv("PART_II_DB_URL", raising=False)
@@ -1778,7 +1779,8 @@ def one_notebook_course(tmp_path, capsys, monkeypatch, name: str = "02-shapes-an
         if other.stem != name:
             other.unlink()
     build = tmp_path / "build"
-    assert run(["release", "--build", str(build)], capsys)[0] == 0
+    if released:
+        assert run(["release", "--build", str(build)], capsys)[0] == 0
     if graded:
         collect_unanswered(tmp_path, capsys, build, graded, name)
         code, err, out = run(["grade", "--workers", "1", "--build", str(build)], capsys)
@@ -1955,21 +1957,12 @@ def test_a_first_release_whose_model_answer_fails_its_own_test_is_refused(tmp_pa
     students, and the first grade, after hand-in, was the first to say so (found by an authoring review)."""
     import nbformat
 
-    from shared_builds import editable_sources
-
-    monkeypatch.delenv("PART_II_DB_URL", raising=False)
-    monkeypatch.setenv("PART_II_CACHE", str(tmp_path / "cache"))
-    sources = editable_sources(tmp_path, monkeypatch)
-    for other in sources.glob("*.ipynb"):
-        if other.stem != "02-shapes-and-loss":
-            other.unlink()
-    edited = sources / "02-shapes-and-loss.ipynb"
+    build, edited = one_notebook_course(tmp_path, capsys, monkeypatch, released=False)
     nb = nbformat.read(edited, as_version=4)
     answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex_perplexity_from_loss")
     answer.source = answer.source.replace("return float(2.0 ** mean_loss)", "return float(np.exp(mean_loss))")
     assert "2.0 ** mean_loss" not in answer.source
     nbformat.write(nb, edited)
-    build = tmp_path / "build"
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 2, err + out
     assert ("02-shapes-and-loss.ipynb: the instructor's solution fails its own check in test_perplexity_from_loss: "
