@@ -30,9 +30,10 @@ read-only for the kernel once its sockets exist, so it cannot fill the host disk
 
 Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`` per cell
 (and eight times that per notebook) outputs are cut and a truncation notice is kept; error
-outputs and check records are never dropped. No bound on a single message's size holds
-yet: a kernel can make the grading worker hold one of hundreds of MB (see
-LimitedKernelClient). A cell that kills the kernel (``os._exit``, a
+outputs and check records are never dropped. What a kernel sends is bounded too
+(``GuardedKernelClient``): a frame over ``MAX_FRAME_BYTES`` (64 MiB), or more than the grading
+worker's memory limit holds, cuts the kernel's connection, and the cell fails as if the kernel
+had died. A cell that kills the kernel (``os._exit``, a
 segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
 after the reply, so the grader does not wait to see which later cell it takes down) or
 ignores the timeout interrupt is marked as failed,
@@ -91,6 +92,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import zmq
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
 from jupyter_client.manager import AsyncKernelManager
@@ -120,11 +122,17 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/fonts")
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record outputs (trusted_checks)
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
+# what a kernel may send the grader: a larger frame makes ZeroMQ cut the connection (GuardedKernelClient); a cell's
+# outputs keep far less (output_bytes), a notebook's check records at most RECORD_BUDGET
+MAX_FRAME_BYTES = RECORD_BUDGET
+SEND_TIMEOUT_MS = 10_000  # a request to a kernel whose connection was cut fails after this instead of blocking
+CUT_GRACE = 0.5  # seconds a kernel whose connection dropped has to be seen ending (then it died, and was not cut)
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 KERNEL_INFO_WAIT = 1.0  # seconds a starting kernel has to answer kernel_info before it is asked again (jupyter_client's)
 IOPUB_WAIT = 0.2  # seconds for that request's status on IOPub, before asking again (jupyter_client's IOPub check)
 # how a kernel's end (or silence) shows while a cell runs; any other exception may be a bug of the grader's own
-KERNEL_STOP_ERRORS = (DeadKernelError, CellTimeoutError, TimeoutError, OSError, ForkServerError)
+KERNEL_STOP_ERRORS = (DeadKernelError, CellTimeoutError, TimeoutError, OSError, ForkServerError, zmq.ZMQError,
+                      MemoryError)
 # what the part-ii notebooks import first: their setup cell (numpy, torch, pyplot), and
 # load_cases() of code/part-ii/arithmetic_data.py (jsonschema, sympy: 0.6 s of every notebook).
 # jsonschema is imported plainly here: cheap only while requirements.txt pins it below 4.25
@@ -431,22 +439,55 @@ class ReadyKernelClient(AsyncKernelClient):
                 raise RuntimeError(f"Kernel didn't respond in {timeout:g} seconds")
 
 
-class LimitedKernelClient(ReadyKernelClient):
-    """Kernel client meant to drop any single iopub message above the output cap. It does not: the option is set
-    after the socket connected, and ZeroMQ applies socket options at connect(). Set before, ZeroMQ would drop the
-    connection on an oversized frame, and grading would then hang in the next blocking send; extra frames (buffers)
-    would pass uncapped anyway. A working bound needs more than this option (review, 2026-12-06)."""
+def guarded(context):
+    """context (a zmq Context), its sockets given ZMQ_MAXMSGSIZE and ZMQ_SNDTIMEO as they are created, before they
+    connect: ZeroMQ applies socket options at connect(), and set later they do nothing."""
+    context.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+    context.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
+    return context
 
-    def connect_iopub(self, identity=None):
-        """Connect iopub, setting ZMQ_MAXMSGSIZE after the fact (without effect: see the class)."""
-        socket = super().connect_iopub(identity=identity)
-        cap = getattr(self.parent, "output_bytes", 0)
-        if cap:
-            import zmq
 
-            # ipykernel batches stdout every 0.2 s, so one message may well exceed the cap itself
-            socket.setsockopt(zmq.MAXMSGSIZE, cap + 64 * 2**20)
-        return socket
+class GuardedKernelClient(ReadyKernelClient):
+    """Kernel client over connections a kernel cannot use to make grading hold unbounded memory, or to block it.
+
+    A frame over MAX_FRAME_BYTES makes ZeroMQ drop the connection for good, and a request sent on a dropped
+    connection fails after SEND_TIMEOUT_MS instead of waiting for ever (guarded). Frames under that size (a message's
+    buffers, a flood of messages) are bounded by the grading worker's memory limit (worker.limit_memory): ZeroMQ
+    drops the connection when it cannot allocate a message, or Python raises MemoryError. A monitor on each channel
+    notes a drop, and is_alive() is then False: nbclient ends the cell as a dead kernel's at its next check (each
+    second), and GradingExecute._connection_cut names the cause.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._monitors: dict = {}  # channel -> monitor socket reporting the connection's drop
+        self._lost = ""
+
+    def _context_default(self):
+        """jupyter_client's context for this client, guarded."""
+        return guarded(super()._context_default())
+
+    def _create_connected_socket(self, channel, identity=None):
+        """Connect as jupyter_client does, then watch the connection for a drop (the heartbeat makes its own sockets
+        and reconnects by itself). A drop before the monitor exists would need the kernel to send on a connection
+        whose handshake is not done yet."""
+        sock = super()._create_connected_socket(channel, identity=identity)
+        self._monitors[channel] = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        return sock
+
+    def lost_channel(self) -> str:
+        """The first channel whose connection has dropped ('' while none has): the kernel ended, or ZeroMQ cut it."""
+        if not self._lost:
+            self._lost = next((name for name, monitor in self._monitors.items()
+                               if not monitor.closed and monitor.get(zmq.EVENTS) & zmq.POLLIN), "")
+        return self._lost
+
+    async def _async_is_alive(self) -> bool:
+        """False once a channel's connection dropped (the kernel can no longer be heard or asked), else as the
+        manager sees the kernel's process."""
+        return not self.lost_channel() and await super()._async_is_alive()
+
+    is_alive = _async_is_alive  # AsyncKernelClient binds is_alive to KernelClient's method, which this would not change
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -472,13 +513,17 @@ class SandboxedKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         if not self.scratch:
             raise ValueError("SandboxedKernelManager.scratch is not set; call configure_sandbox() first")
-        self.client_factory = LimitedKernelClient
+        self.client_factory = GuardedKernelClient
         self.transport = "ipc"
         self.ipc_dir.mkdir(parents=True, exist_ok=True)
         (Path(self.scratch) / "work").mkdir(exist_ok=True)  # mount point of the private tmpfs
         # absolute: nbgrader changes directory; one kernel per scratch folder at a time
         self.ip = str(self.ipc_dir / "kernel")
         self.connection_file = str(self.ipc_dir / "kernel.json")
+
+    def _context_default(self):
+        """jupyter_client's context for this manager (its control socket: interrupts), guarded."""
+        return guarded(super()._context_default())
 
     @property
     def ipc_dir(self) -> Path:
@@ -1216,13 +1261,15 @@ class GradingExecute(Execute):
             self._timed_out = self._exit_requested = False
             # only a code cell runs anything in the kernel: no watch thread for markdown
             watch = ProcessWatch(kernel if cells[index].cell_type == "code" else None, self.max_cell_processes, server)
-            stopped = None
             try:
                 with watch:
                     self.preprocess_cell(cells[index], resources, index)
             except Exception as err:  # noqa: BLE001 - DeadKernelError, iopub timeouts, broken pipes
-                stopped = f"the kernel stopped while running this cell ({type(err).__name__})"
+                stopped = (self._connection_cut(err)
+                           or f"the kernel stopped while running this cell ({type(err).__name__})")
                 self._log_stop(cells[index], index, err)
+            else:  # a connection cut after the cell's reply came (IOPub's, say) is this cell's doing
+                stopped = self._connection_cut()
             # the watch may fire after the cell's reply came in, before the kernel's death was noticed
             if stopped or watch.stopped_at:
                 failed.add(index)
@@ -1270,7 +1317,7 @@ class GradingExecute(Execute):
             except Exception:  # noqa: BLE001 - a cell that dies on replay is skipped from now on
                 failed.add(index)
                 return False
-            if watch.stopped_at:
+            if watch.stopped_at or self._connection_cut():
                 failed.add(index)
                 return False
             if self._timed_out:
@@ -1285,6 +1332,29 @@ class GradingExecute(Execute):
             return ""
         return (f"the cell started more than {self.max_cell_processes} processes (a fork bomb?), so the grader "
                 f"stopped it together with the kernel")
+
+    def _connection_cut(self, err: Exception | None = None) -> str:
+        """What a cell shows when the kernel sent the grader more than it accepts ('' when it did not): a channel's
+        connection dropped while the kernel's process lives on (ZeroMQ cut it: a frame over MAX_FRAME_BYTES, or no
+        memory left for a message), or err is the grader's MemoryError. A kernel that died drops its connections too,
+        so one seen ending within CUT_GRACE seconds died: its cell says so as any other."""
+        lost = self.kc.lost_channel() if isinstance(self.kc, GuardedKernelClient) else ""
+        if not (lost or isinstance(err, MemoryError)) or (lost and self._kernel_ends(CUT_GRACE)):
+            return ""
+        self.log.info("the kernel sent more than the grader accepts (%s)",
+                      f"{lost} connection cut" if lost else "MemoryError")
+        return (f"the kernel sent the grader more than it accepts (a message over {MAX_FRAME_BYTES // 2**20} MiB, "
+                f"such as that much output at once, or more than the grader's memory holds), so the grader stopped it "
+                f"and restarted it without this cell")
+
+    def _kernel_ends(self, seconds: float) -> bool:
+        """True when the kernel's process has ended, or ends within seconds."""
+        deadline = time.monotonic() + seconds
+        while run_sync(self.km.is_alive)():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _kernel_responds(self) -> bool:
         """True when the kernel answers kernel_info soon after an interrupt."""

@@ -17,6 +17,7 @@ import logging
 import math
 import multiprocessing
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -34,6 +35,9 @@ from .course import ASSIGNMENT, load_config
 from .sandbox import GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
 PR_SET_PDEATHSIG = 1
+# address space of a sandboxed grading worker: it maps ~0.8 GiB itself; the rest holds what kernels send (each frame at
+# most sandbox.MAX_FRAME_BYTES), so a flood of frames costs the host at most this much per worker
+WORKER_MEMORY_BYTES = 2 * 2**30
 # notebooks left (the current one included) when the parent may start warming up the next job: about the
 # time a sandbox's start and its fork server's imports take (~2 s) against a notebook's (~2.6 s, median)
 WARM_AHEAD = 2
@@ -180,6 +184,23 @@ def die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="die-with-grade", daemon=True).start()
+
+
+def limit_memory(limit: int = WORKER_MEMORY_BYTES) -> None:
+    """Lower this process's soft address-space limit to limit bytes (never above the hard limit, which stays as it
+    is: the sandbox's prlimit sets the kernels' own limits, soft and hard). A kernel's flood of messages then makes
+    ZeroMQ cut that kernel's connection, or Python raise MemoryError, and the cell fails (GuardedKernelClient)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def address_space_line() -> str:
+    """'peak address space 812 MiB (limit 2048 MiB)': this process's VmPeak and its soft RLIMIT_AS, for the log."""
+    peak = next((int(line.split()[1]) // 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                 if line.startswith("VmPeak:")), None)
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limit = "none" if soft == resource.RLIM_INFINITY else f"{soft // 2**20} MiB"
+    return f"peak address space {peak} MiB (limit {limit})"
 
 
 def with_ours(preprocessors: list, swaps: dict) -> list:
@@ -417,14 +438,18 @@ def tell_nearly_done(ahead) -> None:
         ahead.close()
 
 
-def run_job(job_dir: Path, gate=None, ahead=None) -> dict:
+def run_job(job_dir: Path, gate=None, ahead=None, own_process: bool = False) -> dict:
     """Grade every notebook of the job; return {notebook: {"status": ..., "error": ...}}.
 
     gate and ahead (the worker's ends of two pipes, or None): the job first starts its sandbox,
     fork server and first kernel, then waits for the go on gate before it grades anything; it
     writes to ahead when WARM_AHEAD notebooks are left, so the parent can warm the next job up.
+    own_process: this process is the job's alone, so a sandboxed job limits its memory (limit_memory; without the
+    sandbox, kernels are this process's children and would inherit the limit).
     """
     job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
+    if own_process and job["sandbox"]:
+        limit_memory()
     os.environ["PART_II_ROOT"] = job["bundle_dir"]  # the kernels' code/ and data/, no instructor file
     log = logging.getLogger("autograder.worker")
     log.setLevel(logging.INFO)
@@ -479,6 +504,7 @@ def run_job(job_dir: Path, gate=None, ahead=None) -> dict:
         discard_prestarted()  # no kernel outlives the job
         # the submission's cost: bubblewrap passes no CPU time on to this process's RUSAGE_CHILDREN
         log.info("fork server CPU (server and kernels): %.2f s", close_fork_servers())
+        log.info("grading process: %s", address_space_line())
     for notebook, result in results.items():
         if result["status"] == "error":
             zero_notebook(job, notebook)
@@ -507,7 +533,7 @@ def child_main(job_dir: str, gate=None, ahead=None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        write_result(Path(job_dir), run_job(Path(job_dir), gate, ahead))
+        write_result(Path(job_dir), run_job(Path(job_dir), gate, ahead, own_process=True))
     except BaseException:
         import traceback
 
@@ -525,7 +551,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m autograder.worker JOB_DIR  (a folder prepared by `python -m autograder grade`, "
               "holding job.json)", file=sys.stderr)
         return 2
-    write_result(Path(argv[0]), run_job(Path(argv[0])))
+    write_result(Path(argv[0]), run_job(Path(argv[0]), own_process=True))
     return 0
 
 

@@ -20,7 +20,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.sandbox import GradingExecute, LimitedKernelClient, ReadyKernelClient  # noqa: E402
+from autograder.sandbox import GradingExecute, GuardedKernelClient, ReadyKernelClient  # noqa: E402
 
 
 class Channel:
@@ -115,7 +115,7 @@ def test_a_kernel_that_never_answers_raises_once_the_timeout_is_spent():
 def test_grading_kernels_get_the_ready_client_and_a_real_kernel_s_first_output_is_kept(tmp_path):
     """No sandbox: GradingExecute's manager makes ReadyKernelClients, and a kernel readied by one delivers the first
     cell's output (IOPub was connected when wait_for_ready returned)."""
-    assert issubclass(LimitedKernelClient, ReadyKernelClient)  # the sandboxed managers' client
+    assert issubclass(GuardedKernelClient, ReadyKernelClient)  # the sandboxed managers' client
     nb = new_notebook(cells=[new_code_cell("print('first', 6 * 7)"), new_code_cell("1 / 0")],
                       metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     executor = GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[])
