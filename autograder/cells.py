@@ -251,8 +251,11 @@ KERNEL_WORDS = 300  # characters of an error that may quote the kernel, for the 
 
 
 def clipped(text: str, limit: int = KERNEL_WORDS) -> str:
-    """text, cut to limit characters with '…' at the end when longer."""
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    """text as one printable line (each unprintable character, a line break or a terminal's escape among them, as
+    '?': the text may be a kernel's, and the instructor reads it in a terminal), cut to limit characters with '…' at
+    the end when longer."""
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def first_line(text: str) -> str:

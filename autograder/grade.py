@@ -47,7 +47,7 @@ from typing import Any
 import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
-from .cells import ANSI
+from .cells import ANSI, clipped
 from .collect import _digest, load_collect_log
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
                      build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
@@ -714,7 +714,7 @@ def _failure_reason(run: Running, rc: int | None, timed_out: bool) -> str:
     log = run.job_dir / "worker.log"
     lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines() if log.exists() else []
     last = lines[-1] if lines else "no output"
-    return f"the grading process failed (exit code {rc}): {last[:300]}"
+    return f"the grading process failed (exit code {rc}): {clipped(last)}"
 
 
 # --- the run -------------------------------------------------------------------------------

@@ -746,8 +746,7 @@ def last_log_line(logs: list[Path], limit: int = KERNEL_WORDS) -> str:
             tail = file.read().decode("utf-8", errors="replace")
         lines = [line.strip() for line in tail.splitlines() if line.strip()]
         if lines:
-            line = "".join(c if c.isprintable() else "?" for c in lines[-1])
-            return clipped(line, limit)
+            return clipped(lines[-1], limit)
     return ""
 
 

@@ -844,3 +844,19 @@ def test_an_error_that_may_quote_the_kernel_reaches_the_instructor_cut_to_300_ch
     short = ErrorLog()
     short.emit(logging.makeLogRecord({"msg": "Traceback (most recent call last):\n  ...\nValueError: bad cell"}))
     assert short.reason() == "ValueError: bad cell"
+    # nbgrader's first message when no traceback came: one line, no terminal control of the kernel's choosing
+    bare = ErrorLog()
+    bare.emit(logging.makeLogRecord({"msg": "kernel said:\n\x1b]0;pwned\x07\x1b[2Jdone"}))
+    assert bare.reason() == "kernel said:??]0;pwned??[2Jdone"
+
+
+def test_a_failed_worker_s_last_log_line_reaches_the_instructor_as_one_printable_line_of_at_most_300(tmp_path):
+    """The worker's log may end with words of a kernel's (an exception quoting what it sent): grade's summary and the
+    job table show them without terminal control, cut to 300 characters."""
+    from autograder.grade import Running, _failure_reason
+
+    (tmp_path / "worker.log").write_text("Traceback (most recent call last):\nValueError: \x1b[2J" + "y" * 500 + "\n")
+    reason = _failure_reason(Running("s1", None, tmp_path, 0.0, 60.0), 1, timed_out=False)
+    assert reason == "the grading process failed (exit code 1): ValueError: ?[2J" + "y" * 283 + "…"
+    (tmp_path / "worker.log").unlink()
+    assert _failure_reason(Running("s1", None, tmp_path, 0.0, 60.0), 1, timed_out=False).endswith(": no output")
