@@ -53,7 +53,7 @@ from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT,
                      build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
 
-RETRIES = 1  # a worker that crashes (not a timeout) is started once more
+RETRIES = 1  # a worker that crashes (not a timeout, not out of memory: those would end the same) is started once more
 POLL_SECONDS = 0.2
 TEMPLATE_TABLES = ("assignment", "notebook", "base_cell", "grade_cells", "solution_cells", "task_cells", "source_cell")
 
@@ -705,14 +705,33 @@ def install_autograded(course: Course, job_dir: Path, student: str) -> None:
         os.replace(src, dest)
 
 
+def _log_lines(run: Running) -> list[str]:
+    """The lines of the worker's log ([] when it wrote none)."""
+    log = run.job_dir / "worker.log"
+    return log.read_text(encoding="utf-8", errors="replace").strip().splitlines() if log.exists() else []
+
+
+def _out_of_memory(run: Running, rc: int | None) -> bool:
+    """True when the worker ended for want of memory (its limit: worker.limit_memory): ZeroMQ aborted it ('FATAL
+    ERROR: OUT OF MEMORY' on its log, SIGABRT), or Python's MemoryError ended it. Grading it again would end the same."""
+    lines = _log_lines(run)
+    if rc == -signal.SIGABRT:
+        return any("OUT OF MEMORY" in line for line in lines[-20:])
+    return rc == 1 and bool(lines) and lines[-1].startswith("MemoryError")
+
+
 def _failure_reason(run: Running, rc: int | None, timed_out: bool) -> str:
     """A one-line reason why a worker produced no result."""
+    from .worker import WORKER_MEMORY_BYTES
+
     if timed_out:
         return f"grading took longer than {run.budget:.0f} s and was stopped"
+    if _out_of_memory(run, rc):
+        return (f"the grading process ran out of memory (its limit: {WORKER_MEMORY_BYTES / 2**30:g} GiB): a kernel "
+                f"sent it more than that; reports/grade-logs/{run.student}.log has the worker's log")
     if rc is not None and rc < 0:
         return f"the grading process was killed by signal {-rc} ({signal.Signals(-rc).name})"
-    log = run.job_dir / "worker.log"
-    lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines() if log.exists() else []
+    lines = _log_lines(run)
     last = lines[-1] if lines else "no output"
     return f"the grading process failed (exit code {rc}): {clipped(last)}"
 
@@ -808,8 +827,9 @@ class Scheduler:
                 self.result.notebook_errors[student] = problems
             return True
         reason = _failure_reason(run, rc, timed_out)
+        retry = not timed_out and not _out_of_memory(run, rc)
         discard_job_dir(run.job_dir)
-        if not timed_out and self.retries.get(student, 0) < RETRIES:
+        if retry and self.retries.get(student, 0) < RETRIES:
             self.retries[student] = self.retries.get(student, 0) + 1
             _update_job(self.gb.db, student, state="pending", pid=None, error=reason)
             self.gb.db.commit()

@@ -33,7 +33,8 @@ Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`
 outputs and check records are never dropped. What a kernel sends is bounded too
 (``GuardedKernelClient``): a frame over ``MAX_FRAME_BYTES`` (64 MiB), or more than the grading
 worker's memory limit holds, cuts the kernel's connection, and the cell fails as if the kernel
-had died. A cell that kills the kernel (``os._exit``, a
+had died (a message of millions of tiny frames makes ZeroMQ abort the worker instead: the
+submission is reported out of memory). A cell that kills the kernel (``os._exit``, a
 segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
 after the reply, so the grader does not wait to see which later cell it takes down) or
 ignores the timeout interrupt is marked as failed,
@@ -125,7 +126,9 @@ RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 # what a kernel may send the grader: a larger frame makes ZeroMQ cut the connection (GuardedKernelClient); a cell's
 # outputs keep far less (output_bytes), a notebook's check records at most RECORD_BUDGET
 MAX_FRAME_BYTES = RECORD_BUDGET
-SEND_TIMEOUT_MS = 10_000  # a request to a kernel whose connection was cut fails after this instead of blocking
+# a request to a kernel whose connection was cut fails after this: sent from outside nbclient's event loop (the
+# executor's kernel_info after an interrupt, a replay), it would otherwise block for ever
+SEND_TIMEOUT_MS = 10_000
 CUT_GRACE = 0.5  # seconds a kernel whose connection dropped has to be seen ending (then it died, and was not cut)
 IPC_SOCKETS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 KERNEL_INFO_WAIT = 1.0  # seconds a starting kernel has to answer kernel_info before it is asked again (jupyter_client's)
@@ -441,7 +444,7 @@ class ReadyKernelClient(AsyncKernelClient):
 
 def guarded(context):
     """context (a zmq Context), its sockets given ZMQ_MAXMSGSIZE and ZMQ_SNDTIMEO as they are created, before they
-    connect: ZeroMQ applies socket options at connect(), and set later they do nothing."""
+    connect: ZeroMQ applies ZMQ_MAXMSGSIZE at connect(), and set later it does nothing."""
     context.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
     context.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
     return context
@@ -453,9 +456,10 @@ class GuardedKernelClient(ReadyKernelClient):
     A frame over MAX_FRAME_BYTES makes ZeroMQ drop the connection for good, and a request sent on a dropped
     connection fails after SEND_TIMEOUT_MS instead of waiting for ever (guarded). Frames under that size (a message's
     buffers, a flood of messages) are bounded by the grading worker's memory limit (worker.limit_memory): ZeroMQ
-    drops the connection when it cannot allocate a message, or Python raises MemoryError. A monitor on each channel
-    notes a drop, and is_alive() is then False: nbclient ends the cell as a dead kernel's at its next check (each
-    second), and GradingExecute._connection_cut names the cause.
+    drops the connection when it cannot allocate a message, or Python raises MemoryError; where ZeroMQ cannot
+    recover (millions of tiny frames), it aborts the worker, and the submission is reported out of memory. A monitor
+    on each channel notes a drop, and is_alive() is then False: nbclient ends the cell as a dead kernel's at its next
+    check (each second), and GradingExecute._connection_cut names the cause.
     """
 
     def __init__(self, **kwargs):
@@ -1032,10 +1036,11 @@ class GradingExecute(Execute):
             self.kernel_manager_class = SandboxedKernelManager
 
     def create_kernel_manager(self):
-        """nbclient's, its clients ReadyKernelClients where they would be plain AsyncKernelClients (no sandbox)."""
+        """nbclient's, its clients GuardedKernelClients where they would be plain AsyncKernelClients (no sandbox: a
+        student's check, a trusted class), so a cell that sends too much fails there as it does in the sandbox."""
         km = super().create_kernel_manager()
         if km.client_factory is AsyncKernelClient:
-            km.client_factory = ReadyKernelClient
+            km.client_factory = GuardedKernelClient
         return km
 
     @default("store_widget_state")
@@ -1267,8 +1272,8 @@ class GradingExecute(Execute):
                 stopped = (self._connection_cut(err)
                            or f"the kernel stopped while running this cell ({type(err).__name__})")
                 self._log_stop(cells[index], index, err)
-            else:  # a connection cut after the cell's reply came (IOPub's, say) is this cell's doing
-                stopped = self._connection_cut()
+            else:  # a connection cut after the cell's reply came (IOPub's, say) is this cell's doing; exit()'s is not
+                stopped = "" if self._exit_requested else self._connection_cut()
             # the watch may fire after the cell's reply came in, before the kernel's death was noticed
             if stopped or watch.stopped_at:
                 failed.add(index)

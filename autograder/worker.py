@@ -38,6 +38,8 @@ PR_SET_PDEATHSIG = 1
 # address space of a sandboxed grading worker: it maps ~0.8 GiB itself; the rest holds what kernels send (each frame at
 # most sandbox.MAX_FRAME_BYTES), so a flood of frames costs the host at most this much per worker
 WORKER_MEMORY_BYTES = 2 * 2**30
+# a notebook's error when Python ran out of that memory outside a cell (in a cell, the cell fails: see GradingExecute)
+OUT_OF_MEMORY = "the grader ran out of memory grading this notebook: a kernel sent it more than it holds"
 # notebooks left (the current one included) when the parent may start warming up the next job: about the
 # time a sandbox's start and its fork server's imports take (~2 s) against a notebook's (~2.6 s, median)
 WARM_AHEAD = 2
@@ -189,7 +191,9 @@ def die_with_parent() -> None:
 def limit_memory(limit: int = WORKER_MEMORY_BYTES) -> None:
     """Lower this process's soft address-space limit to limit bytes (never above the hard limit, which stays as it
     is: the sandbox's prlimit sets the kernels' own limits, soft and hard). A kernel's flood of messages then makes
-    ZeroMQ cut that kernel's connection, or Python raise MemoryError, and the cell fails (GuardedKernelClient)."""
+    ZeroMQ cut that kernel's connection, or Python raise MemoryError, and the cell fails (GuardedKernelClient); or,
+    when ZeroMQ fails to allocate where it cannot recover (a message of millions of tiny frames), it aborts this
+    process, and `grade` reports the submission as out of memory (grade._failure_reason)."""
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 
@@ -485,7 +489,8 @@ def run_job(job_dir: Path, gate=None, ahead=None, own_process: bool = False) -> 
             try:
                 grade_notebook(job, notebook, scratch, log, configs.pop(k))
                 results[notebook] = {"status": "graded"}
-            except RuntimeError as exc:
+            except (RuntimeError, MemoryError) as exc:
+                exc = exc if isinstance(exc, RuntimeError) else RuntimeError(OUT_OF_MEMORY)
                 log.error("could not grade %s: %s", notebook, exc)
                 kernel_logs = [scratch / "kernel.log", Path(job["scratch_root"]) / "kernel.log"]
                 for kernel_log in kernel_logs:

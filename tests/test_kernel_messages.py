@@ -19,13 +19,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import zmq
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder import worker  # noqa: E402
 from autograder.course import ASSIGNMENT  # noqa: E402
-from autograder.sandbox import MAX_FRAME_BYTES, bwrap_available  # noqa: E402
+from autograder.sandbox import MAX_FRAME_BYTES, SEND_TIMEOUT_MS, bwrap_available  # noqa: E402
 from kernel_outputs import cell_texts  # noqa: E402
 from test_worker_prestart import STUDENT, make_job, notebook  # noqa: E402
 
@@ -79,3 +80,75 @@ def test_a_kernel_that_sends_too_much_fails_its_cell_and_grading_goes_on(tmp_pat
             f"{CUT}, so the grader stopped it and restarted it without this cell"]
     peak = re.search(r"grading process: peak address space (\d+) MiB \(limit (\d+) MiB\)", log.read_text())
     assert peak and int(peak[2]) == worker.WORKER_MEMORY_BYTES // 2**20, log.read_text()[-3000:]
+
+
+def test_without_the_sandbox_a_frame_over_the_cap_fails_its_cell_as_in_the_sandbox(tmp_path):
+    """A student's check and a --no-sandbox class use the same client: the cell fails with the same reason, and the
+    rest of the notebook runs in a new kernel."""
+    from autograder.sandbox import GradingExecute
+
+    nb = notebook([CELLS[0], HUGE_REPLY, CELLS[-1]])
+    GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[]).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}})
+    assert cell_texts(nb) == ["before", "ERROR KernelDied", "after 42"]
+    assert nb.cells[1].outputs[-1].evalue == f"{CUT}, so the grader stopped it and restarted it without this cell"
+
+
+def test_every_socket_to_a_kernel_gets_the_frame_cap_and_the_send_timeout_before_it_connects(tmp_path):
+    """The client's and the manager's (interrupts) contexts give each new socket both options: ZeroMQ reads
+    ZMQ_MAXMSGSIZE only when the socket connects, so it must be there from the start."""
+    from autograder.sandbox import GuardedKernelClient, SandboxedKernelManager
+
+    for owner in (GuardedKernelClient(), SandboxedKernelManager(scratch=str(tmp_path))):
+        sock = owner.context.socket(zmq.DEALER)
+        try:
+            assert (sock.getsockopt(zmq.MAXMSGSIZE), sock.getsockopt(zmq.SNDTIMEO)) == (MAX_FRAME_BYTES, SEND_TIMEOUT_MS)
+        finally:
+            sock.close(linger=0)
+            owner.context.term()
+
+
+@pytest.mark.parametrize("rc, log, out_of_memory", [
+    (-6, "INFO grading nb-a\nFATAL ERROR: OUT OF MEMORY (src/yqueue.hpp:92)\n", True),  # ZeroMQ's abort
+    (1, "Traceback (most recent call last):\n  File \"x.py\", line 1\nMemoryError\n", True),
+    (-6, "INFO grading nb-a\n", False),  # another abort: retried, reported as the signal
+    (1, "Traceback (most recent call last):\nValueError: MemoryError\n", False),
+])
+def test_a_worker_that_ran_out_of_memory_is_reported_so_and_not_graded_again(tmp_path, rc, log, out_of_memory):
+    """grade's reason for a worker that ended without a result, and whether it retries it (it would end the same)."""
+    from autograder.grade import Running, _failure_reason, _out_of_memory
+
+    (tmp_path / "worker.log").write_text(log)
+    run = Running("s1", None, tmp_path, 0.0, 60.0)
+    assert _out_of_memory(run, rc) is out_of_memory
+    reason = _failure_reason(run, rc, timed_out=False)
+    if out_of_memory:
+        assert reason == ("the grading process ran out of memory (its limit: 2 GiB): a kernel sent it more than that; "
+                          "reports/grade-logs/s1.log has the worker's log")
+    else:
+        assert "out of memory" not in reason and reason.startswith(("the grading process was killed by signal 6",
+                                                                    "the grading process failed (exit code 1)"))
+
+
+def test_a_notebook_whose_grading_runs_out_of_memory_outside_a_cell_is_an_error_of_its_own(tmp_path, monkeypatch):
+    """A MemoryError where no cell catches it (nbgrader's own steps) ends that notebook with a reason; the job goes on
+    to the next notebook."""
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))  # run_job sets it for its kernels; the test's own is restored
+    scratch_root = tmp_path / "scratch"
+    scratch_root.mkdir()
+    job_dir = make_job(tmp_path, scratch_root, {"nb-a": notebook(["1"]), "nb-b": notebook(["2"])})
+    graded = []
+
+    def grade_notebook(job, notebook, scratch, log, config=None):
+        if notebook == "nb-a":
+            raise MemoryError
+        graded.append(notebook)
+
+    monkeypatch.setattr(worker, "grade_notebook", grade_notebook)
+    monkeypatch.setattr(worker, "prestart_kernel", lambda *args: None)
+    zeroed = []
+    monkeypatch.setattr(worker, "zero_notebook", lambda job, notebook: zeroed.append(notebook))
+    results = worker.run_job(job_dir)
+    assert {nb: {k: v for k, v in r.items() if k != "seconds"} for nb, r in results.items()} == {
+        "nb-a": {"status": "error", "error": worker.OUT_OF_MEMORY}, "nb-b": {"status": "graded"}}
+    assert graded == ["nb-b"] and zeroed == ["nb-a"]

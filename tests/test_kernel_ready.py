@@ -113,9 +113,10 @@ def test_a_kernel_that_never_answers_raises_once_the_timeout_is_spent():
 
 
 def test_grading_kernels_get_the_ready_client_and_a_real_kernel_s_first_output_is_kept(tmp_path):
-    """No sandbox: GradingExecute's manager makes ReadyKernelClients, and a kernel readied by one delivers the first
-    cell's output (IOPub was connected when wait_for_ready returned)."""
-    assert issubclass(GuardedKernelClient, ReadyKernelClient)  # the sandboxed managers' client
+    """No sandbox: GradingExecute's manager makes GuardedKernelClients (ReadyKernelClients, as the sandboxed managers'
+    are), and a kernel readied by one delivers the first cell's output (IOPub was connected when wait_for_ready
+    returned)."""
+    assert issubclass(GuardedKernelClient, ReadyKernelClient)
     nb = new_notebook(cells=[new_code_cell("print('first', 6 * 7)"), new_code_cell("1 / 0")],
                       metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     executor = GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[])
@@ -129,7 +130,7 @@ def test_grading_kernels_get_the_ready_client_and_a_real_kernel_s_first_output_i
 
     executor.create_kernel_manager = recording_manager
     executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
-    assert clients == [ReadyKernelClient] and ReadyKernelClient is not AsyncKernelClient
+    assert clients == [GuardedKernelClient] and ReadyKernelClient is not AsyncKernelClient
     assert nb.cells[0].outputs[0]["text"] == "first 42\n"
     assert nb.cells[1].outputs[0]["ename"] == "ZeroDivisionError"
 
