@@ -1087,6 +1087,26 @@ class GradingExecute(Execute):
         message = f"the cell ran longer than its {self.timeout} s limit and was stopped by the grader"
         return {"ename": "CellTimeoutError", "evalue": message, "traceback": [f"CellTimeoutError: {message}"]}
 
+    async def async_wait_for_reply(self, msg_id, cell=None):
+        """nbclient's wait for the reply to msg_id (a replayed cell's, a kernel_info's), its timeout counted on the
+        clock: nbclient's counts only the intervals in which the shell channel was silent, so a kernel sending other
+        messages there, one a second, kept grading waiting past every time limit. Whether the kernel lives (or its
+        connection was cut) is checked between messages too; the timeout is handled as nbclient handles it."""
+        timeout = self._get_timeout(cell)
+        deadline = time.monotonic() + timeout if timeout else math.inf
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=min(self.shell_timeout_interval, left)))
+            except queue.Empty:
+                msg = None
+            if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+            await self._async_check_alive()
+        await self._async_handle_timeout(timeout, cell)
+        return None
+
+    wait_for_reply = run_sync(async_wait_for_reply)  # nbclient binds wait_for_reply to its own coroutine
+
     @validate("preload_modules")
     def _valid_modules(self, proposal):
         """Module names only: they end up in code the kernel runs at start-up."""

@@ -152,3 +152,44 @@ def test_a_notebook_whose_grading_runs_out_of_memory_outside_a_cell_is_an_error_
     assert {nb: {k: v for k, v in r.items() if k != "seconds"} for nb, r in results.items()} == {
         "nb-a": {"status": "error", "error": worker.OUT_OF_MEMORY}, "nb-b": {"status": "graded"}}
     assert graded == ["nb-b"] and zeroed == ["nb-a"]
+
+
+# run first, it prints; replayed (after the kernel died), it sends the grader a shell message a second for ever
+DRIP_WHEN_REPLAYED = (
+    "import os, time\n"
+    "_k = get_ipython().kernel\n"
+    "if os.path.exists('/tmp/.replayed'):\n"
+    "    while True:\n"
+    "        _k.session.send(_k.shell_stream, 'comm_msg', {}, ident=_k._shell_parent_ident.get())\n"
+    "        time.sleep(1)\n"
+    "open('/tmp/.replayed', 'w').close()\n"
+    "print('first run')")
+
+
+def test_a_replayed_cell_that_keeps_the_shell_channel_busy_is_stopped_at_its_time_limit(tmp_path):
+    """The wait for a replayed cell's reply counts its time limit on the clock: it used to count only the seconds
+    in which the shell channel was silent, and a message a second kept the job waiting until grade killed it (79 min
+    for a 7-notebook submission; red-team review). The replay is cut after the cell's limit and grading goes on."""
+    from autograder.grade import worker_context
+
+    if not bwrap_available():
+        pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
+    scratch_root = Path(tempfile.mkdtemp(prefix="messages-"))  # short: unix socket paths
+    scratch_root.chmod(0o711)
+    cells = [CELLS[0], DRIP_WHEN_REPLAYED, "import os; os._exit(1)", CELLS[-1]]
+    job_dir = make_job(tmp_path, scratch_root, {"nb-a": notebook(cells)})
+    job = json.loads((job_dir / "job.json").read_text())
+    (job_dir / "job.json").write_text(json.dumps({**job, "cell_timeout": 5}))
+    proc = worker_context().Process(target=worker.child_main, args=(str(job_dir),))
+    proc.start()
+    try:
+        proc.join(120)  # the replay's 5 s and three kernels; the old wait never ended
+        log = job_dir / "worker.log"
+        assert proc.exitcode == 0, f"exit code {proc.exitcode} (None: grading after 120 s):\n{log.read_text()[-3000:]}"
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        shutil.rmtree(scratch_root, ignore_errors=True)
+    graded = nbformat.read(job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT / "nb-a.ipynb", as_version=4)
+    assert cell_texts(graded) == ["before", "first run", "ERROR KernelDied", "after 42"]
