@@ -49,23 +49,25 @@ CUT = ("the kernel sent the grader more than it accepts (a message over 64 MiB, 
        "more than the grader's memory holds)")
 
 
-def test_a_kernel_that_sends_too_much_fails_its_cell_and_grading_goes_on(tmp_path):
-    """Each sending cell fails with the reason, its kernel is replaced (the next cell finds x from a replay), the job
-    ends in time, and the worker's log shows its memory limit."""
+def graded_in_a_worker(tmp_path: Path, cells: list[str], seconds: int, **job_changes) -> tuple:
+    """Grade one notebook of these code cells as `grade` does, in a sandboxed worker process of its own, with
+    job_changes to its job.json; return the autograded notebook and the worker's log. Fails (and kills the worker)
+    when the worker has not ended well within seconds."""
     from autograder.grade import worker_context
 
     if not bwrap_available():
         pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
-    assert MAX_FRAME_BYTES == 64 * 2**20 and FRAME < MAX_FRAME_BYTES, "CUT and FRAME assume a 64 MiB cap"
     scratch_root = Path(tempfile.mkdtemp(prefix="messages-"))  # short: unix socket paths
     scratch_root.chmod(0o711)
-    job_dir = make_job(tmp_path, scratch_root, {"nb-a": notebook(CELLS)})
+    job_dir = make_job(tmp_path, scratch_root, {"nb-a": notebook(cells)})
+    job = json.loads((job_dir / "job.json").read_text())
+    (job_dir / "job.json").write_text(json.dumps({**job, **job_changes}))
     proc = worker_context().Process(target=worker.child_main, args=(str(job_dir),))
     proc.start()
     try:
-        proc.join(240)  # three kernels and four cells; a blocked send waits for ever
-        log = job_dir / "worker.log"
-        assert proc.exitcode == 0, f"exit code {proc.exitcode} (None: grading after 240 s):\n{log.read_text()[-3000:]}"
+        proc.join(seconds)
+        log = (job_dir / "worker.log").read_text()
+        assert proc.exitcode == 0, f"exit code {proc.exitcode} (None: grading after {seconds} s):\n{log[-3000:]}"
     finally:
         if proc.is_alive():
             proc.kill()
@@ -73,13 +75,20 @@ def test_a_kernel_that_sends_too_much_fails_its_cell_and_grading_goes_on(tmp_pat
         shutil.rmtree(scratch_root, ignore_errors=True)
     results = json.loads((job_dir / "result.json").read_text())["notebooks"]
     assert results["nb-a"]["status"] == "graded", results
-    graded = nbformat.read(job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT / "nb-a.ipynb", as_version=4)
+    return nbformat.read(job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT / "nb-a.ipynb", as_version=4), log
+
+
+def test_a_kernel_that_sends_too_much_fails_its_cell_and_grading_goes_on(tmp_path):
+    """Each sending cell fails with the reason, its kernel is replaced (the next cell finds x from a replay), the job
+    ends in time, and the worker's log shows its memory limit."""
+    assert MAX_FRAME_BYTES == 64 * 2**20 and FRAME < MAX_FRAME_BYTES, "CUT and FRAME assume a 64 MiB cap"
+    graded, log = graded_in_a_worker(tmp_path, CELLS, 240)  # three kernels and four cells
     assert cell_texts(graded) == ["before", "ERROR KernelDied", "ERROR KernelDied", "after 42"]
     for cell in graded.cells[1:3]:
         assert [out.evalue for out in cell.outputs if out.output_type == "error"] == [
             f"{CUT}, so the grader stopped it and restarted it without this cell"]
-    peak = re.search(r"grading process: peak address space (\d+) MiB \(limit (\d+) MiB\)", log.read_text())
-    assert peak and int(peak[2]) == worker.WORKER_MEMORY_BYTES // 2**20, log.read_text()[-3000:]
+    peak = re.search(r"grading process: peak address space (\d+) MiB \(limit (\d+) MiB\)", log)
+    assert peak and int(peak[2]) == worker.WORKER_MEMORY_BYTES // 2**20, log[-3000:]
 
 
 def test_without_the_sandbox_a_frame_over_the_cap_fails_its_cell_as_in_the_sandbox(tmp_path):
@@ -170,26 +179,6 @@ def test_a_replayed_cell_that_keeps_the_shell_channel_busy_is_stopped_at_its_tim
     """The wait for a replayed cell's reply counts its time limit on the clock: it used to count only the seconds
     in which the shell channel was silent, and a message a second kept the job waiting until grade killed it (79 min
     for a 7-notebook submission; red-team review). The replay is cut after the cell's limit and grading goes on."""
-    from autograder.grade import worker_context
-
-    if not bwrap_available():
-        pytest.fail("bubblewrap is not usable here; `make sysdeps` installs it")
-    scratch_root = Path(tempfile.mkdtemp(prefix="messages-"))  # short: unix socket paths
-    scratch_root.chmod(0o711)
     cells = [CELLS[0], DRIP_WHEN_REPLAYED, "import os; os._exit(1)", CELLS[-1]]
-    job_dir = make_job(tmp_path, scratch_root, {"nb-a": notebook(cells)})
-    job = json.loads((job_dir / "job.json").read_text())
-    (job_dir / "job.json").write_text(json.dumps({**job, "cell_timeout": 5}))
-    proc = worker_context().Process(target=worker.child_main, args=(str(job_dir),))
-    proc.start()
-    try:
-        proc.join(120)  # the replay's 5 s and three kernels; the old wait never ended
-        log = job_dir / "worker.log"
-        assert proc.exitcode == 0, f"exit code {proc.exitcode} (None: grading after 120 s):\n{log.read_text()[-3000:]}"
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        shutil.rmtree(scratch_root, ignore_errors=True)
-    graded = nbformat.read(job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT / "nb-a.ipynb", as_version=4)
+    graded, _ = graded_in_a_worker(tmp_path, cells, 120, cell_timeout=5)  # the old wait never ended
     assert cell_texts(graded) == ["before", "first run", "ERROR KernelDied", "after 42"]
