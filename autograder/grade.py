@@ -712,23 +712,26 @@ def _log_lines(run: Running) -> list[str]:
 
 
 def _out_of_memory(run: Running, rc: int | None) -> bool:
-    """True when the worker ended for want of memory (its limit: worker.limit_memory): ZeroMQ aborted it ('FATAL
-    ERROR: OUT OF MEMORY' on its log, SIGABRT), or Python's MemoryError ended it. Grading it again would end the same."""
+    """True when the worker ended for want of memory (its limit: worker.limit_memory): aborted (SIGABRT) by ZeroMQ
+    ('FATAL ERROR: OUT OF MEMORY (file:line)' on its log), by C++'s std::bad_alloc or by Python's fatal MemoryError,
+    or ended by an uncaught MemoryError. Grading it again would end the same."""
     lines = _log_lines(run)
     if rc == -signal.SIGABRT:
-        return any("OUT OF MEMORY" in line for line in lines[-20:])
+        return any(line.startswith("FATAL ERROR: OUT OF MEMORY (") or "std::bad_alloc" in line
+                   or (line.startswith("Fatal Python error") and "MemoryError" in line) for line in lines[-200:])
     return rc == 1 and bool(lines) and lines[-1].startswith("MemoryError")
 
 
-def _failure_reason(run: Running, rc: int | None, timed_out: bool) -> str:
-    """A one-line reason why a worker produced no result."""
+def _failure_reason(run: Running, rc: int | None, timed_out: bool, sandboxed: bool = True) -> str:
+    """A one-line reason why a worker produced no result (sandboxed: the worker had worker.limit_memory's limit)."""
     from .worker import WORKER_MEMORY_BYTES
 
     if timed_out:
         return f"grading took longer than {run.budget:.0f} s and was stopped"
     if _out_of_memory(run, rc):
-        return (f"the grading process ran out of memory (its limit: {WORKER_MEMORY_BYTES / 2**30:g} GiB): a kernel "
-                f"sent it more than that; reports/grade-logs/{run.student}.log has the worker's log")
+        limit = f" (its limit: {WORKER_MEMORY_BYTES / 2**30:g} GiB)" if sandboxed else ""
+        return (f"the grading process ran out of memory{limit}: a kernel sent it more than it holds; "
+                f"reports/grade-logs/{run.student}.log has the worker's log")
     if rc is not None and rc < 0:
         return f"the grading process was killed by signal {-rc} ({signal.Signals(-rc).name})"
     lines = _log_lines(run)
@@ -826,7 +829,7 @@ class Scheduler:
             if problems:
                 self.result.notebook_errors[student] = problems
             return True
-        reason = _failure_reason(run, rc, timed_out)
+        reason = _failure_reason(run, rc, timed_out, self.sandboxed)
         retry = not timed_out and not _out_of_memory(run, rc)
         discard_job_dir(run.job_dir)
         if retry and self.retries.get(student, 0) < RETRIES:
