@@ -1374,7 +1374,7 @@ class GradingExecute(Execute):
     def _kernel_ends(self, seconds: float) -> bool:
         """True when the kernel's process has ended, or ends within seconds."""
         deadline = time.monotonic() + seconds
-        while run_sync(self.km.is_alive)():
+        while run_sync(_alive)(self.km):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
