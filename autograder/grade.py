@@ -55,6 +55,8 @@ from .extensions import extension_ends, nbgrader_interval, sync_submission
 
 RETRIES = 1  # a worker that crashes (not a timeout, not out of memory: those would end the same) is started once more
 POLL_SECONDS = 0.2
+OUT_OF_MEMORY_REASON = "the grading process ran out of memory"  # how such a failure's reason starts
+AUTOGRADING_LINE = re.compile(r"\S+ \S+ INFO Autograding (.+\.ipynb)$")  # nbgrader's, on the worker's log
 TEMPLATE_TABLES = ("assignment", "notebook", "base_cell", "grade_cells", "solution_cells", "task_cells", "source_cell")
 
 JOBS = Table(
@@ -722,15 +724,27 @@ def _out_of_memory(run: Running, rc: int | None) -> bool:
     return rc == 1 and bool(lines) and lines[-1].startswith("MemoryError")
 
 
-def _failure_reason(run: Running, rc: int | None, timed_out: bool, sandboxed: bool = True) -> str:
-    """A one-line reason why a worker produced no result (sandboxed: the worker had worker.limit_memory's limit)."""
+def _notebook_at_end(run: Running, notebooks: list[str]) -> str | None:
+    """The notebook (one of notebooks) nbgrader was grading when the worker's log ends ('... INFO Autograding
+    <path>/<notebook>.ipynb'), or None."""
+    for line in reversed(_log_lines(run)):
+        if (found := AUTOGRADING_LINE.match(line)) and Path(found[1]).stem in notebooks:
+            return Path(found[1]).stem
+    return None
+
+
+def _failure_reason(run: Running, rc: int | None, timed_out: bool, sandboxed: bool = True,
+                    notebooks: list[str] = ()) -> str:
+    """A one-line reason why a worker produced no result (sandboxed: the worker had worker.limit_memory's limit;
+    notebooks: the course's, one of which an out-of-memory reason names as the one being graded)."""
     from .worker import WORKER_MEMORY_BYTES
 
     if timed_out:
         return f"grading took longer than {run.budget:.0f} s and was stopped"
     if _out_of_memory(run, rc):
         limit = f" (its limit: {WORKER_MEMORY_BYTES / 2**30:g} GiB)" if sandboxed else ""
-        return (f"the grading process ran out of memory{limit}: a kernel sent it more than it holds; "
+        where = f" grading {notebook}" if (notebook := _notebook_at_end(run, list(notebooks))) else ""
+        return (f"{OUT_OF_MEMORY_REASON}{where}{limit}: a kernel sent it more than it holds; "
                 f"reports/grade-logs/{run.student}.log has the worker's log")
     if rc is not None and rc < 0:
         return f"the grading process was killed by signal {-rc} ({signal.Signals(-rc).name})"
@@ -829,7 +843,7 @@ class Scheduler:
             if problems:
                 self.result.notebook_errors[student] = problems
             return True
-        reason = _failure_reason(run, rc, timed_out, self.sandboxed)
+        reason = _failure_reason(run, rc, timed_out, self.sandboxed, self.course.notebook_names())
         retry = not timed_out and not _out_of_memory(run, rc)
         discard_job_dir(run.job_dir)
         if retry and self.retries.get(student, 0) < RETRIES:
@@ -1069,16 +1083,22 @@ def print_summary(course: Course, result: GradeResult) -> None:
     if result.regraded:
         print(regrade_line(result.regraded))
     build = build_option(course)
+    again = [s for s, reason in sorted(result.errors.items()) if not reason.startswith(OUT_OF_MEMORY_REASON)]
+    same = [s for s in sorted(result.errors) if s not in again]  # the same hand-in would send the grader the same
     if result.graded:
         print(f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "
               f"`python -m autograder export{build}` (grades.csv); free-text answers are graded by hand in formgrader")
-    elif result.errors:
+    elif again:
         print(f"next: `python -m autograder grade{build}` tries the submissions that failed again (the errors above "
               "say why they failed)")
-    elif result.skipped:
+    elif result.skipped and not same:
         print(f"next: nothing to grade (every hand-in named is graded; --force grades again); "
               f"`python -m autograder feedback{build}` and `python -m autograder export{build}` write the pages and "
               f"grades.csv, `python -m autograder collect PATH{build}` files new hand-ins")
+    if same:
+        print(f"{'' if result.graded or again else 'next: '}grading {listed(same)} again would run out of memory "
+              f"again: `python -m autograder collect PATH{build}` files a corrected hand-in, and "
+              f"`python -m autograder grade{build}` grades it")
     if left := [s for s in to_grade(course) if s not in result.errors]:  # e.g. a run limited by --student
         n = len(left)
         print(f"{n} other collected {'student is' if n == 1 else 'students are'} not graded yet ({listed(left)}): "

@@ -936,6 +936,30 @@ def test_a_run_that_graded_nothing_still_ends_with_what_to_do_next(tmp_path, cap
         "why they failed)"]
 
 
+def test_the_summary_does_not_advise_grading_again_what_ran_out_of_memory(tmp_path, capsys):
+    """A submission whose worker ran out of memory would run out again: the summary asks for a corrected hand-in
+    instead of another `grade`, alone or beside other failures and grades."""
+    from autograder.grade import GradeResult, print_summary
+
+    with build_env(tmp_path):
+        course = Course.load(tmp_path)
+    build = f" --build {tmp_path.resolve()}"
+    memory = {"cy": "the grading process ran out of memory grading 02-shapes-and-loss (its limit: 2 GiB): ...",
+              "al": "the grading process ran out of memory (its limit: 2 GiB): ..."}
+    same = (f"grading al, cy again would run out of memory again: `python -m autograder collect PATH{build}` files a "
+            f"corrected hand-in, and `python -m autograder grade{build}` grades it")
+    print_summary(course, GradeResult(mode="sandbox", skipped=["ann"], errors=memory))
+    assert capsys.readouterr().out.splitlines()[3:] == ["next: " + same]
+    print_summary(course, GradeResult(mode="sandbox", errors={**memory, "bob": "worker died"}))
+    assert capsys.readouterr().out.splitlines()[4:] == [
+        f"next: `python -m autograder grade{build}` tries the submissions that failed again (the errors above say "
+        "why they failed)", same]
+    print_summary(course, GradeResult(mode="sandbox", graded=["ann"], errors=memory))
+    assert capsys.readouterr().out.splitlines()[3:] == [
+        f"next: `python -m autograder feedback{build}` (a page per student and notebook) and "
+        f"`python -m autograder export{build}` (grades.csv); free-text answers are graded by hand in formgrader", same]
+
+
 def test_the_summary_names_collected_students_a_limited_run_left_ungraded(tmp_path, capsys, monkeypatch):
     """`grade --student ann` leaves the others of the class ungraded: the summary says so, and how to grade them (the
     failed ones are listed as errors already)."""

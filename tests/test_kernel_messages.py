@@ -138,6 +138,13 @@ def test_a_worker_that_ran_out_of_memory_is_reported_so_and_not_graded_again(tmp
                           "holds; reports/grade-logs/s1.log has the worker's log")
         assert _failure_reason(run, rc, timed_out=False, sandboxed=False).startswith(
             "the grading process ran out of memory: a kernel")  # no limit without the sandbox
+        # the notebook being graded, from nbgrader's last 'Autograding' line naming one of the course's notebooks
+        with (tmp_path / "worker.log").open("w") as f:
+            f.write("2026-12-06 20:20:21,952 INFO Autograding /c/autograded/s1/part-ii/nb-a.ipynb\n"
+                    "2026-12-06 20:20:23,011 INFO Autograding /c/autograded/s1/part-ii/nb-b.ipynb\n"
+                    "2026-12-06 20:20:24,100 INFO Autograding /c/autograded/s1/part-ii/planted.ipynb\n" + log)
+        assert _failure_reason(run, rc, timed_out=False, notebooks=["nb-a", "nb-b"]).startswith(
+            "the grading process ran out of memory grading nb-b (its limit: 2 GiB): a kernel sent it")
     else:
         assert "out of memory" not in reason and reason.startswith(("the grading process was killed by signal 6",
                                                                     "the grading process failed (exit code 1)"))
