@@ -34,7 +34,9 @@ outputs and check records are never dropped. What a kernel sends is bounded too
 (``GuardedKernelClient``): a frame over ``MAX_FRAME_BYTES`` (64 MiB), or more than the grading
 worker's memory limit holds, cuts the kernel's connection, and the cell fails as if the kernel
 had died (a message of millions of tiny frames makes ZeroMQ abort the worker instead: the
-submission is reported out of memory). A cell that kills the kernel (``os._exit``, a
+submission is reported out of memory). A kernel sends its stdout and stderr in messages of at
+most ``STREAM_CHUNK_CHARS`` characters (``stream_chunks_argument``), so an honest print of any
+size is only truncated; a value that large displayed at once still cuts. A cell that kills the kernel (``os._exit``, a
 segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
 after the reply, so the grader does not wait to see which later cell it takes down) or
 ignores the timeout interrupt is marked as failed,
@@ -245,6 +247,40 @@ def cpu_limit_argument(cpu_seconds: int) -> str:
     code = ("if True: (lambda r, n: r.setrlimit(r.RLIMIT_CPU, (n, n)))(__import__('resource'), "
             f"int(sum(__import__('resource').getrusage(0)[:2])) + 1 + {int(cpu_seconds)})")
     return f"--IPKernelApp.exec_lines={code}"
+
+
+# A kernel's stdout and stderr send what was written since their last flush (every 0.2 s) as one message, and the
+# grader cuts a kernel whose message passes MAX_FRAME_BYTES: an honest print of that much at once would fail its cell
+# and restart the kernel. Run in the kernel at start-up, this makes each flush send its text in messages of at most
+# STREAM_CHUNK_CHARS characters (at most 6 bytes of JSON each), so such a print is cut to the cell's output budget
+# like any other. It wraps OutStream._flush_buffers (ipykernel 7: the (parent, text) pairs one flush sends), not
+# write: IPython's run_cell puts a bound write of its own on the stream object, which would bypass the class's.
+STREAM_CHUNK_CHARS = 2**20
+STREAM_CHUNKS_SOURCE = """
+import ipykernel.iostream
+
+
+def in_chunks(flush_buffers, chunk):
+    '''OutStream._flush_buffers whose texts are cut into pieces of at most `chunk` characters, sent in order.'''
+    def flush_buffers_in_chunks(self):
+        for parent, text in flush_buffers(self):
+            for start in range(0, len(text), chunk):
+                yield parent, text[start:start + chunk]
+
+    flush_buffers_in_chunks.chunked = True
+    return flush_buffers_in_chunks
+
+
+if not getattr(ipykernel.iostream.OutStream._flush_buffers, "chunked", False):
+    ipykernel.iostream.OutStream._flush_buffers = in_chunks(ipykernel.iostream.OutStream._flush_buffers, CHUNK)
+"""
+
+
+def stream_chunks_argument() -> str:
+    """The ipykernel option whose start-up line makes the kernel's stdout and stderr send at most STREAM_CHUNK_CHARS
+    characters per message (STREAM_CHUNKS_SOURCE, run in a namespace of its own: the student's gains no name)."""
+    source = f"CHUNK = {STREAM_CHUNK_CHARS}\n{STREAM_CHUNKS_SOURCE}"
+    return f"--IPKernelApp.exec_lines=if True: exec({source!r}, {{}})"
 
 
 def sandbox_uid(scratch: str) -> int:
@@ -1128,15 +1164,15 @@ class GradingExecute(Execute):
         return f"--IPKernelApp.exec_lines={code}"
 
     async def async_start_new_kernel(self, **kwargs):
-        """Start the kernel in the scratch folder, with kernel_env in its environment and the preload."""
+        """Start the kernel in the scratch folder, with kernel_env in its environment, its streams sending output in
+        chunks (stream_chunks_argument) and the preload."""
         if self.scratch:
             kwargs["cwd"] = self.scratch
         if self.kernel_env:
             kwargs["env"] = {**os.environ, **kwargs.get("env", {}), **self.kernel_env}
-        preload = self.preload_argument()
         saved = self.extra_arguments
-        if preload and getattr(self.km, "ipykernel", False):
-            self.extra_arguments = [*saved, preload]
+        if getattr(self.km, "ipykernel", False):
+            self.extra_arguments = [*saved, stream_chunks_argument(), *filter(None, [self.preload_argument()])]
         try:
             return await super().async_start_new_kernel(**kwargs)
         finally:
@@ -1368,7 +1404,7 @@ class GradingExecute(Execute):
         self.log.info("the kernel sent more than the grader accepts (%s)",
                       f"{lost} connection cut" if lost else "MemoryError")
         return (f"the kernel sent the grader more than it accepts (a message over {MAX_FRAME_BYTES // 2**20} MiB, "
-                f"such as that much output at once, or more than the grader's memory holds), so the grader stopped it "
+                f"such as a value that large displayed at once, or more than the grader's memory holds), so the grader stopped it "
                 f"and restarted it without this cell")
 
     def _kernel_ends(self, seconds: float) -> bool:

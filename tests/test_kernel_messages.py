@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from autograder import worker  # noqa: E402
 from autograder.course import ASSIGNMENT  # noqa: E402
-from autograder.sandbox import MAX_FRAME_BYTES, SEND_TIMEOUT_MS, bwrap_available  # noqa: E402
+from autograder.sandbox import MAX_FRAME_BYTES, SEND_TIMEOUT_MS, SandboxLimits, bwrap_available  # noqa: E402
 from kernel_outputs import cell_texts  # noqa: E402
 from test_worker_prestart import STUDENT, make_job, notebook  # noqa: E402
 
@@ -45,7 +45,7 @@ MANY_FRAMES = SIGNED.format(
     socket="_k.iopub_socket", msg_type="stream", content="{'name': 'stdout', 'text': 'frames sent'}",
     extra=f"buffers=[b'B' * {FRAME}] * {worker.WORKER_MEMORY_BYTES // FRAME + 1}")
 CELLS = ["x = 41\nprint('before')", HUGE_REPLY, MANY_FRAMES, "print('after', x + 1)"]
-CUT = ("the kernel sent the grader more than it accepts (a message over 64 MiB, such as that much output at once, or "
+CUT = ("the kernel sent the grader more than it accepts (a message over 64 MiB, such as a value that large displayed at once, or "
        "more than the grader's memory holds)")
 
 
@@ -101,6 +101,41 @@ def test_without_the_sandbox_a_frame_over_the_cap_fails_its_cell_as_in_the_sandb
         nb, {"metadata": {"path": str(tmp_path)}})
     assert cell_texts(nb) == ["before", "ERROR KernelDied", "after 42"]
     assert nb.cells[1].outputs[-1].evalue == f"{CUT}, so the grader stopped it and restarted it without this cell"
+
+
+# an honest print of more than the cap in one write, then as many writes within one flush interval (0.2 s)
+BIG_PRINTS = ["x = 41\nprint('before')", f"print('z' * {MAX_FRAME_BYTES + 2**20})",
+              f"import sys\nfor _ in range({MAX_FRAME_BYTES // 2**20 + 1}):\n    sys.stdout.write('y' * 2**20)",
+              "print('after', x + 1, [name for name in dir() if 'chunk' in name.lower()])"]
+
+
+def assert_big_prints_truncated(nb) -> None:
+    """Both big prints kept only the cell's output budget, with the note; no kernel was cut or restarted."""
+    texts = cell_texts(nb)
+    assert [texts[0], texts[3]] == ["before", "after 42 []"]  # the kernel-side code bound no name of the student's
+    for text, letter in zip(texts[1:3], "zy"):
+        kept, note = text.rsplit("\n", 1)
+        assert set(kept) == {letter} and 2**20 < len(kept) <= SandboxLimits.output_bytes, len(kept)
+        assert note.startswith("[output truncated: a cell may print"), note
+
+
+def test_a_print_over_the_cap_is_sent_in_pieces_and_only_truncated_without_the_sandbox(tmp_path):
+    """A student's check (and --no-sandbox grading): the kernel's streams send at most STREAM_CHUNK_CHARS characters
+    per message, so printing more than the cap at once is cut to the cell's budget, not the kernel (before, each of
+    the two cells failed as KernelDied and the kernel was restarted)."""
+    from autograder.sandbox import GradingExecute
+
+    nb = notebook(BIG_PRINTS)
+    GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[]).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}})
+    assert_big_prints_truncated(nb)
+
+
+def test_a_print_over_the_cap_is_only_truncated_in_the_sandbox_too(tmp_path):
+    """The same in a kernel forked from a sandboxed worker's fork server, as `grade` runs it."""
+    graded, log = graded_in_a_worker(tmp_path, BIG_PRINTS, 180)
+    assert_big_prints_truncated(graded)
+    assert "connection cut" not in log
 
 
 def test_every_socket_to_a_kernel_gets_the_frame_cap_and_the_send_timeout_before_it_connects(tmp_path):
