@@ -33,10 +33,13 @@ c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.EscapedMarkdown"}
 c.HTMLExporter.preprocessors = ["autograder.feedback.SafeOutputMetadata"]  # image sizes are written in unquoted
 # an output's plain text before its HTML, markdown or SVG, which the sanitizer shows as escaped tags (a pandas
-# table's <thead>); LaTeX (display(Math(...)), sympy) before it, as MathJax sets it from escaped text
-c.NbConvertBase.display_data_priority = ["image/png", "image/jpeg", "text/latex", "text/plain", "image/svg+xml",
-                                         "text/html", "text/markdown", "application/javascript",
-                                         "application/vnd.jupyter.widget-view+json", "text/vnd.mermaid"]
+# table's <thead>); LaTeX (display(Math(...)), sympy) before it, as MathJax sets it from escaped text. Set on the
+# filters that read it (HTMLExporter's is WidgetsDataTypeFilter), not on NbConvertBase: nbgrader's preprocessors
+# redefine the option without config, so each warned of it on every notebook graded (half a worker's log)
+for _filter in ("DataTypeFilter", "WidgetsDataTypeFilter"):
+    c[_filter].display_data_priority = ["image/png", "image/jpeg", "text/latex", "text/plain", "image/svg+xml",
+                                        "text/html", "text/markdown", "application/javascript",
+                                        "application/vnd.jupyter.widget-view+json", "text/vnd.mermaid"]
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "在此写下你的回答。"

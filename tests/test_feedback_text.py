@@ -860,3 +860,21 @@ def test_a_failed_worker_s_last_log_line_reaches_the_instructor_as_one_printable
     assert reason == "the grading process failed (exit code 1): ValueError: ?[2J" + "y" * 283 + "…"
     (tmp_path / "worker.log").unlink()
     assert _failure_reason(Running("s1", None, tmp_path, 0.0, 60.0), 1, timed_out=False).endswith(": no output")
+
+
+def test_grading_s_preprocessors_recognise_every_option_of_the_course_config(caplog):
+    """nbgrader's preprocessors and the harness's executor know each option the course config gives their classes:
+    the output priority, once set on NbConvertBase, which nbgrader's preprocessors redefine without config, made
+    each of them warn on every notebook graded (half of each worker's log)."""
+    import logging
+
+    import nbgrader.preprocessors
+
+    from autograder.worker import BudgetedExecute
+
+    config = load_config()
+    with caplog.at_level(logging.WARNING):
+        for cls in [*(getattr(nbgrader.preprocessors, name) for name in nbgrader.preprocessors.__all__),
+                    BudgetedExecute]:
+            cls(config=config)
+    assert [r.getMessage() for r in caplog.records if "not recognized" in r.getMessage()] == []
