@@ -1096,8 +1096,8 @@ def print_summary(course: Course, result: GradeResult) -> None:
               f"`python -m autograder feedback{build}` and `python -m autograder export{build}` write the pages and "
               f"grades.csv, `python -m autograder collect PATH{build}` files new hand-ins")
     if same:
-        print(f"{'' if result.graded or again else 'next: '}grading {listed(same)} again would run out of memory "
-              f"again: `python -m autograder collect PATH{build}` files a corrected hand-in, and "
+        print(f"{'' if result.graded or again else 'next: '}grading {listed(same)} again would most likely run "
+              f"out of memory again: `python -m autograder collect PATH{build}` files a corrected hand-in, and "
               f"`python -m autograder grade{build}` grades it")
     if left := [s for s in to_grade(course) if s not in result.errors]:  # e.g. a run limited by --student
         n = len(left)

@@ -35,8 +35,9 @@ outputs and check records are never dropped. What a kernel sends is bounded too
 worker's memory limit holds, cuts the kernel's connection, and the cell fails as if the kernel
 had died (a message of millions of tiny frames makes ZeroMQ abort the worker instead: the
 submission is reported out of memory). A kernel sends its stdout and stderr in messages of at
-most ``STREAM_CHUNK_CHARS`` characters (``stream_chunks_argument``), so an honest print of any
-size is only truncated; a value that large displayed at once still cuts. A cell that kills the kernel (``os._exit``, a
+most ``STREAM_CHUNK_CHARS`` characters and at most ``stream_cap`` per cell (``stream_chunks_argument``),
+so an honest print of any size is only truncated, at that cost to the grader; one displayed value or
+error message that large still cuts. A cell that kills the kernel (``os._exit``, a
 segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
 after the reply, so the grader does not wait to see which later cell it takes down) or
 ignores the timeout interrupt is marked as failed,
@@ -250,20 +251,31 @@ def cpu_limit_argument(cpu_seconds: int) -> str:
 
 
 # A kernel's stdout and stderr send what was written since their last flush (every 0.2 s) as one message, and the
-# grader cuts a kernel whose message passes MAX_FRAME_BYTES: an honest print of that much at once would fail its cell
-# and restart the kernel. Run in the kernel at start-up, this makes each flush send its text in messages of at most
-# STREAM_CHUNK_CHARS characters (at most 6 bytes of JSON each), so such a print is cut to the cell's output budget
-# like any other. It wraps OutStream._flush_buffers (ipykernel 7: the (parent, text) pairs one flush sends), not
-# write: IPython's run_cell puts a bound write of its own on the stream object, which would bypass the class's.
+# grader cuts a kernel whose message passes MAX_FRAME_BYTES; and whatever a kernel sends, the grader receives and
+# decodes before its output budget drops it. Run in the kernel at start-up, this makes each flush send its text in
+# messages of at most STREAM_CHUNK_CHARS characters (at most 6 bytes of JSON each), and each stream send at most
+# stream_cap(output_bytes) characters per request (a cell): more than the grader keeps, so the grader still truncates
+# and says so, but an honest print of any size costs the grader that much at most. It wraps
+# OutStream._flush_buffers (ipykernel 7: the (parent header, text) pairs one flush sends), not write: IPython's
+# run_cell puts a bound write of its own on the stream object, which would bypass the class's.
 STREAM_CHUNK_CHARS = 2**20
 STREAM_CHUNKS_SOURCE = """
+import sys
+
 import ipykernel.iostream
 
 
-def in_chunks(flush_buffers, chunk):
-    '''OutStream._flush_buffers whose texts are cut into pieces of at most `chunk` characters, sent in order.'''
+def in_chunks(flush_buffers, chunk, cap):
+    '''OutStream._flush_buffers whose texts go out in pieces of at most `chunk` characters, and at most `cap`
+    characters per request: the rest is dropped.'''
     def flush_buffers_in_chunks(self):
+        sent = self.__dict__.setdefault("_chars_sent", {})  # request's msg_id -> characters sent for it
         for parent, text in flush_buffers(self):
+            request = parent.get("msg_id")
+            if request not in sent and len(sent) >= 16:
+                sent.clear()
+            text = text[:max(cap - sent.get(request, 0), 0)]
+            sent[request] = sent.get(request, 0) + len(text)
             for start in range(0, len(text), chunk):
                 yield parent, text[start:start + chunk]
 
@@ -271,15 +283,25 @@ def in_chunks(flush_buffers, chunk):
     return flush_buffers_in_chunks
 
 
-if not getattr(ipykernel.iostream.OutStream._flush_buffers, "chunked", False):
-    ipykernel.iostream.OutStream._flush_buffers = in_chunks(ipykernel.iostream.OutStream._flush_buffers, CHUNK)
+OutStream = ipykernel.iostream.OutStream
+if not hasattr(OutStream, "_flush_buffers"):
+    print("autograder: this ipykernel has no OutStream._flush_buffers; output is not sent in chunks",
+          file=sys.__stderr__)
+elif not getattr(OutStream._flush_buffers, "chunked", False):
+    OutStream._flush_buffers = in_chunks(OutStream._flush_buffers, CHUNK, CAP)
 """
 
 
-def stream_chunks_argument() -> str:
+def stream_cap(output_bytes: int) -> int:
+    """Characters a kernel's stream sends per cell at most: twice the cell's output budget (bytes), and a chunk."""
+    return max(2 * output_bytes, STREAM_CHUNK_CHARS)
+
+
+def stream_chunks_argument(output_bytes: int) -> str:
     """The ipykernel option whose start-up line makes the kernel's stdout and stderr send at most STREAM_CHUNK_CHARS
-    characters per message (STREAM_CHUNKS_SOURCE, run in a namespace of its own: the student's gains no name)."""
-    source = f"CHUNK = {STREAM_CHUNK_CHARS}\n{STREAM_CHUNKS_SOURCE}"
+    characters per message and stream_cap(output_bytes) per cell (STREAM_CHUNKS_SOURCE, run in a namespace of its
+    own: the student's gains no name)."""
+    source = f"CHUNK, CAP = {STREAM_CHUNK_CHARS}, {stream_cap(output_bytes)}\n{STREAM_CHUNKS_SOURCE}"
     return f"--IPKernelApp.exec_lines=if True: exec({source!r}, {{}})"
 
 
@@ -1172,7 +1194,8 @@ class GradingExecute(Execute):
             kwargs["env"] = {**os.environ, **kwargs.get("env", {}), **self.kernel_env}
         saved = self.extra_arguments
         if getattr(self.km, "ipykernel", False):
-            self.extra_arguments = [*saved, stream_chunks_argument(), *filter(None, [self.preload_argument()])]
+            self.extra_arguments = [*saved, stream_chunks_argument(self.output_bytes),
+                                    *filter(None, [self.preload_argument()])]
         try:
             return await super().async_start_new_kernel(**kwargs)
         finally:
@@ -1404,8 +1427,8 @@ class GradingExecute(Execute):
         self.log.info("the kernel sent more than the grader accepts (%s)",
                       f"{lost} connection cut" if lost else "MemoryError")
         return (f"the kernel sent the grader more than it accepts (a message over {MAX_FRAME_BYTES // 2**20} MiB, "
-                f"such as a value that large displayed at once, or more than the grader's memory holds), so the grader stopped it "
-                f"and restarted it without this cell")
+                f"such as one displayed value or error message that large, or more than the grader's memory holds), "
+                f"so the grader stopped it and restarted it without this cell")
 
     def _kernel_ends(self, seconds: float) -> bool:
         """True when the kernel's process has ended, or ends within seconds."""

@@ -946,8 +946,8 @@ def test_the_summary_does_not_advise_grading_again_what_ran_out_of_memory(tmp_pa
     build = f" --build {tmp_path.resolve()}"
     memory = {"cy": "the grading process ran out of memory grading 02-shapes-and-loss (its limit: 2 GiB): ...",
               "al": "the grading process ran out of memory (its limit: 2 GiB): ..."}
-    same = (f"grading al, cy again would run out of memory again: `python -m autograder collect PATH{build}` files a "
-            f"corrected hand-in, and `python -m autograder grade{build}` grades it")
+    same = (f"grading al, cy again would most likely run out of memory again: `python -m autograder collect "
+            f"PATH{build}` files a corrected hand-in, and `python -m autograder grade{build}` grades it")
     print_summary(course, GradeResult(mode="sandbox", skipped=["ann"], errors=memory))
     assert capsys.readouterr().out.splitlines()[3:] == ["next: " + same]
     print_summary(course, GradeResult(mode="sandbox", errors={**memory, "bob": "worker died"}))

@@ -45,8 +45,8 @@ MANY_FRAMES = SIGNED.format(
     socket="_k.iopub_socket", msg_type="stream", content="{'name': 'stdout', 'text': 'frames sent'}",
     extra=f"buffers=[b'B' * {FRAME}] * {worker.WORKER_MEMORY_BYTES // FRAME + 1}")
 CELLS = ["x = 41\nprint('before')", HUGE_REPLY, MANY_FRAMES, "print('after', x + 1)"]
-CUT = ("the kernel sent the grader more than it accepts (a message over 64 MiB, such as a value that large displayed at once, or "
-       "more than the grader's memory holds)")
+CUT = ("the kernel sent the grader more than it accepts (a message over 64 MiB, such as one displayed value or error "
+       "message that large, or more than the grader's memory holds)")
 
 
 def graded_in_a_worker(tmp_path: Path, cells: list[str], seconds: int, **job_changes) -> tuple:
@@ -103,39 +103,60 @@ def test_without_the_sandbox_a_frame_over_the_cap_fails_its_cell_as_in_the_sandb
     assert nb.cells[1].outputs[-1].evalue == f"{CUT}, so the grader stopped it and restarted it without this cell"
 
 
-# an honest print of more than the cap in one write, then as many writes within one flush interval (0.2 s)
+# honest prints of more than the frame cap: in one write; in many writes within one flush interval (0.2 s); 200 Mi
+# characters JSON writes as 6 bytes each; 1.2 GiB over many flushes
 BIG_PRINTS = ["x = 41\nprint('before')", f"print('z' * {MAX_FRAME_BYTES + 2**20})",
               f"import sys\nfor _ in range({MAX_FRAME_BYTES // 2**20 + 1}):\n    sys.stdout.write('y' * 2**20)",
+              "print('\\x00' * 200 * 2**20)", "for _ in range(300):\n    print('w' * 2**22)",
               "print('after', x + 1, [name for name in dir() if 'chunk' in name.lower()])"]
 
 
 def assert_big_prints_truncated(nb) -> None:
-    """Both big prints kept only the cell's output budget, with the note; no kernel was cut or restarted."""
+    """Each big print kept at most the cell's output budget, with the note; no kernel was cut or restarted."""
     texts = cell_texts(nb)
-    assert [texts[0], texts[3]] == ["before", "after 42 []"]  # the kernel-side code bound no name of the student's
-    for text, letter in zip(texts[1:3], "zy"):
+    assert [texts[0], texts[-1]] == ["before", "after 42 []"]  # the kernel-side code bound no name of the student's
+    for text, letter in zip(texts[1:-1], "zy\x00w"):
         kept, note = text.rsplit("\n", 1)
-        assert set(kept) == {letter} and 2**20 < len(kept) <= SandboxLimits.output_bytes, len(kept)
+        assert set(kept) == {letter} and 0 < len(kept) <= SandboxLimits.output_bytes, len(kept)
         assert note.startswith("[output truncated: a cell may print"), note
 
 
 def test_a_print_over_the_cap_is_sent_in_pieces_and_only_truncated_without_the_sandbox(tmp_path):
     """A student's check (and --no-sandbox grading): the kernel's streams send at most STREAM_CHUNK_CHARS characters
-    per message, so printing more than the cap at once is cut to the cell's budget, not the kernel (before, each of
-    the two cells failed as KernelDied and the kernel was restarted)."""
-    from autograder.sandbox import GradingExecute
+    per message and stream_cap per cell, so printing any amount is cut to the cell's budget, not the kernel, and
+    the grader receives little more than it keeps (before: each cell failed as KernelDied, its kernel restarted; then
+    with chunks alone, the grader received every character, and the largest prints timed out or cut the kernel)."""
+    from autograder.sandbox import STREAM_CHUNK_CHARS, GradingExecute, stream_cap
+
+    class Counted(GradingExecute):
+        """GradingExecute that counts, per cell, the stream characters it receives and their largest message."""
+
+        def output(self, outs, msg, display_id, cell_index):
+            if msg.get("msg_type") == "stream":
+                total, largest = self.received.get(cell_index, (0, 0))
+                size = len(msg["content"]["text"])
+                self.received[cell_index] = (total + size, max(largest, size))
+            return super().output(outs, msg, display_id, cell_index)
 
     nb = notebook(BIG_PRINTS)
-    GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[]).preprocess(
-        nb, {"metadata": {"path": str(tmp_path)}})
+    executor = Counted(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[])
+    executor.received = {}
+    executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
     assert_big_prints_truncated(nb)
+    for cell in range(1, len(BIG_PRINTS) - 1):
+        total, largest = executor.received[cell]
+        assert executor.output_bytes < total <= stream_cap(executor.output_bytes) + 1, (cell, total)  # and print's \n
+        assert largest <= STREAM_CHUNK_CHARS, (cell, largest)
 
 
 def test_a_print_over_the_cap_is_only_truncated_in_the_sandbox_too(tmp_path):
-    """The same in a kernel forked from a sandboxed worker's fork server, as `grade` runs it."""
+    """The same in a kernel forked from a sandboxed worker's fork server, as `grade` runs it; the worker's memory
+    stays far from its limit (the 200 Mi characters of '\\x00' took it to 1.5 GiB of its 2 before the per-cell cap)."""
     graded, log = graded_in_a_worker(tmp_path, BIG_PRINTS, 180)
     assert_big_prints_truncated(graded)
     assert "connection cut" not in log
+    peak = re.search(r"grading process: peak address space (\d+) MiB", log)
+    assert peak and int(peak[1]) < worker.WORKER_MEMORY_BYTES // 2**20 // 2, log[-3000:]
 
 
 def test_every_socket_to_a_kernel_gets_the_frame_cap_and_the_send_timeout_before_it_connects(tmp_path):
