@@ -305,6 +305,16 @@ def stream_chunks_argument(output_bytes: int) -> str:
     return f"--IPKernelApp.exec_lines=if True: exec({source!r}, {{}})"
 
 
+def json_prefix(text: str, limit: int) -> str:
+    """The longest prefix of text whose JSON form (json.dumps: quotes, escapes) is at most limit characters (bytes):
+    output budgets count those, and a control or non-ASCII character takes up to 6 of them."""
+    lo, hi = 0, min(len(text), limit)
+    while lo < hi:  # the JSON form grows with the prefix: bisect for the last length that fits
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(json.dumps(text[:mid])) <= limit else (lo, mid - 1)
+    return text[:lo]
+
+
 def sandbox_uid(scratch: str) -> int:
     """The unprivileged user id a root grader gives the kernel of this scratch folder."""
     import zlib
@@ -1277,7 +1287,7 @@ class GradingExecute(Execute):
             return super().output(outs, msg, display_id, cell_index)
         kept = None
         if msg.get("msg_type") == "stream" and left > 0:
-            content["text"] = content.get("text", "")[:left]
+            content["text"] = json_prefix(str(content.get("text", "")), left)
             kept = super().output(outs, msg, display_id, cell_index)
         if not self._cell_truncated:
             self._cell_truncated = True

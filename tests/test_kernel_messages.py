@@ -20,6 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -117,8 +119,22 @@ def assert_big_prints_truncated(nb) -> None:
     assert [texts[0], texts[-1]] == ["before", "after 42 []"]  # the kernel-side code bound no name of the student's
     for text, letter in zip(texts[1:-1], "zy\x00w"):
         kept, note = text.rsplit("\n", 1)
-        assert set(kept) == {letter} and 0 < len(kept) <= SandboxLimits.output_bytes, len(kept)
+        # the budget counts JSON bytes, which a character like '\x00' takes 6 of
+        assert set(kept) == {letter} and 0 < len(json.dumps(kept)) <= SandboxLimits.output_bytes, len(kept)
         assert note.startswith("[output truncated: a cell may print"), note
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab\x00\n\"\\é中😀"), max_size=40), st.integers(0, 200))
+def test_a_truncated_output_keeps_the_longest_prefix_whose_json_fits_the_budget(text, limit):
+    """Output budgets count JSON bytes (json.dumps), which a character takes 1 to 12 of: the text kept is a prefix
+    that fits, and one more character would not."""
+    from autograder.sandbox import json_prefix
+
+    kept = json_prefix(text, limit)
+    assert text.startswith(kept)
+    assert len(kept) == len(text) or len(json.dumps(text[:len(kept) + 1])) > limit
+    assert len(json.dumps(kept)) <= limit or kept == ""
 
 
 def test_a_print_over_the_cap_is_sent_in_pieces_and_only_truncated_without_the_sandbox(tmp_path):
