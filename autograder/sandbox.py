@@ -452,7 +452,6 @@ def configure_sandbox(config: Config, scratch: Path, readable: list[Path], limit
     km.max_processes = limits.max_processes
     km.file_size_bytes = limits.file_size_bytes
     km.disk_bytes = limits.disk_bytes
-    km.output_bytes = limits.output_bytes
     env = dict(km.get("setenv", {}))
     root = _part_ii_root(readable)
     if root:
@@ -574,7 +573,6 @@ class SandboxedKernelManager(AsyncKernelManager):
     max_processes = Integer(SandboxLimits.max_processes).tag(config=True)
     file_size_bytes = Integer(SandboxLimits.file_size_bytes).tag(config=True)
     disk_bytes = Integer(SandboxLimits.disk_bytes).tag(config=True)
-    output_bytes = Integer(SandboxLimits.output_bytes).tag(config=True)
     fork_server = Unicode("", help="the submission's folder: when set, kernels are forked from one fork server "
                                    "in one sandbox per folder (fork_server.py); '' starts a sandbox per kernel"
                           ).tag(config=True)
@@ -1279,15 +1277,17 @@ class GradingExecute(Execute):
         size = len(json.dumps(content, default=str))
         if getattr(self, "_budget_cell", None) != cell_index:  # a new cell gets its own budget
             self._budget_cell, self._cell_used, self._cell_truncated = cell_index, 0, False
-        left = min(self.output_bytes - self._cell_used,
-                   NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - getattr(self, "_output_used", 0))
-        self._cell_used += size
-        self._output_used = getattr(self, "_output_used", 0) + min(size, max(left, 0))
+        self._output_used = getattr(self, "_output_used", 0)  # JSON bytes kept: a dropped output costs the notebook 0
+        left = min(self.output_bytes - self._cell_used, NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - self._output_used)
+        self._cell_used += size  # a cell's budget counts what it sent: its output is kept up to where it ran out
         if size <= left:
+            self._output_used += size
             return super().output(outs, msg, display_id, cell_index)
         kept = None
-        if msg.get("msg_type") == "stream" and left > 0:
-            content["text"] = json_prefix(str(content.get("text", "")), left)
+        text = str(content.get("text", ""))
+        if msg.get("msg_type") == "stream" and (text := json_prefix(text, left - size + len(json.dumps(text)))):
+            content["text"] = text  # the part whose message, its name and quotes included, fits what is left
+            self._output_used += len(json.dumps(content, default=str))
             kept = super().output(outs, msg, display_id, cell_index)
         if not self._cell_truncated:
             self._cell_truncated = True

@@ -137,6 +137,26 @@ def test_a_truncated_output_keeps_the_longest_prefix_whose_json_fits_the_budget(
     assert len(json.dumps(kept)) <= limit or kept == ""
 
 
+def test_output_a_cell_could_not_keep_costs_the_notebook_s_budget_nothing(tmp_path):
+    """The notebook keeps NOTEBOOK_OUTPUT_FACTOR cells' worth of what it kept: eight cells whose figure-sized HTML
+    each exceeded the cell's budget and was dropped left the ninth cell's print in place (it was charged as kept,
+    and every later print of the notebook was dropped: review), and a truncated print's message, its name and
+    quotes included, fits the cell's budget."""
+    from autograder.sandbox import NOTEBOOK_OUTPUT_FACTOR, GradingExecute
+
+    budget = 10_000
+    dropped = "from IPython.display import HTML, display\nprint('small')\ndisplay(HTML('h' * 15_000))"
+    nb = notebook([dropped] * NOTEBOOK_OUTPUT_FACTOR + ["print('hello')", f"print('a' * {3 * budget})"])
+    GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[],
+                   output_bytes=budget).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    texts = cell_texts(nb)
+    assert texts[:NOTEBOOK_OUTPUT_FACTOR] == ["small\n\n[output truncated: a cell may print 10000 bytes, a notebook "
+                                              "80000]"] * NOTEBOOK_OUTPUT_FACTOR, texts
+    assert texts[-2] == "hello"
+    kept = [out for out in nb.cells[-1].outputs if out.output_type == "stream"][0]
+    assert set(kept.text) == {"a"} and len(json.dumps({"name": kept.name, "text": kept.text})) <= budget, len(kept.text)
+
+
 def test_a_print_over_the_cap_is_sent_in_pieces_and_only_truncated_without_the_sandbox(tmp_path):
     """A student's check (and --no-sandbox grading): the kernel's streams send at most STREAM_CHUNK_CHARS characters
     per message and stream_cap per cell, so printing any amount is cut to the cell's budget, not the kernel, and
