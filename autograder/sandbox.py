@@ -1284,8 +1284,8 @@ class GradingExecute(Execute):
             self._output_used += size
             return super().output(outs, msg, display_id, cell_index)
         kept = None
-        text = str(content.get("text", ""))
-        if msg.get("msg_type") == "stream" and (text := json_prefix(text, left - size + len(json.dumps(text)))):
+        text = str(content.get("text", "")) if msg.get("msg_type") == "stream" and left > 0 else ""
+        if text and (text := json_prefix(text, left - size + len(json.dumps(text)))):
             content["text"] = text  # the part whose message, its name and quotes included, fits what is left
             self._output_used += len(json.dumps(content, default=str))
             kept = super().output(outs, msg, display_id, cell_index)
