@@ -713,21 +713,21 @@ def _log_lines(run: Running) -> list[str]:
     return log.read_text(encoding="utf-8", errors="replace").strip().splitlines() if log.exists() else []
 
 
-def _out_of_memory(run: Running, rc: int | None) -> bool:
+def _out_of_memory(run: Running, rc: int | None, lines: list[str] | None = None) -> bool:
     """True when the worker ended for want of memory (its limit: worker.limit_memory): aborted (SIGABRT) by ZeroMQ
     ('FATAL ERROR: OUT OF MEMORY (file:line)' on its log), by C++'s std::bad_alloc or by Python's fatal MemoryError,
-    or ended by an uncaught MemoryError. Grading it again would end the same."""
-    lines = _log_lines(run)
+    or ended by an uncaught MemoryError. Grading it again would end the same. lines: its log's, when read already."""
+    lines = _log_lines(run) if lines is None else lines
     if rc == -signal.SIGABRT:
         return any(line.startswith("FATAL ERROR: OUT OF MEMORY (") or "std::bad_alloc" in line
                    or (line.startswith("Fatal Python error") and "MemoryError" in line) for line in lines[-200:])
     return rc == 1 and bool(lines) and lines[-1].startswith("MemoryError")
 
 
-def _notebook_at_end(run: Running, notebooks: list[str]) -> str | None:
-    """The notebook (one of notebooks) nbgrader was grading when the worker's log ends ('... INFO Autograding
-    <path>/<notebook>.ipynb'), or None."""
-    for line in reversed(_log_lines(run)):
+def _notebook_at_end(lines: list[str], notebooks: list[str]) -> str | None:
+    """The notebook (one of notebooks) nbgrader was grading when the worker's log (its lines) ends ('... INFO
+    Autograding <path>/<notebook>.ipynb'), or None."""
+    for line in reversed(lines):
         if (found := AUTOGRADING_LINE.match(line)) and Path(found[1]).stem in notebooks:
             return Path(found[1]).stem
     return None
@@ -741,14 +741,14 @@ def _failure_reason(run: Running, rc: int | None, timed_out: bool, sandboxed: bo
 
     if timed_out:
         return f"grading took longer than {run.budget:.0f} s and was stopped"
-    if _out_of_memory(run, rc):
+    lines = _log_lines(run)
+    if _out_of_memory(run, rc, lines):
         limit = f" (its limit: {WORKER_MEMORY_BYTES / 2**30:g} GiB)" if sandboxed else ""
-        where = f" grading {notebook}" if (notebook := _notebook_at_end(run, list(notebooks))) else ""
+        where = f" grading {notebook}" if (notebook := _notebook_at_end(lines, list(notebooks))) else ""
         return (f"{OUT_OF_MEMORY_REASON}{where}{limit}: a kernel sent it more than it holds; "
                 f"reports/grade-logs/{run.student}.log has the worker's log")
     if rc is not None and rc < 0:
         return f"the grading process was killed by signal {-rc} ({signal.Signals(-rc).name})"
-    lines = _log_lines(run)
     last = lines[-1] if lines else "no output"
     return f"the grading process failed (exit code {rc}): {clipped(last)}"
 
@@ -844,7 +844,7 @@ class Scheduler:
                 self.result.notebook_errors[student] = problems
             return True
         reason = _failure_reason(run, rc, timed_out, self.sandboxed, self.course.notebook_names())
-        retry = not timed_out and not _out_of_memory(run, rc)
+        retry = not timed_out and not reason.startswith(OUT_OF_MEMORY_REASON)  # either would end the same
         discard_job_dir(run.job_dir)
         if retry and self.retries.get(student, 0) < RETRIES:
             self.retries[student] = self.retries.get(student, 0) + 1
