@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ from autograder import worker  # noqa: E402
 from autograder.course import ASSIGNMENT  # noqa: E402
 from autograder.sandbox import MAX_FRAME_BYTES, SEND_TIMEOUT_MS, SandboxLimits, bwrap_available  # noqa: E402
 from kernel_outputs import cell_texts  # noqa: E402
-from test_worker_prestart import STUDENT, make_job, notebook  # noqa: E402
+from test_worker_prestart import STUDENT, end_worker, make_job, notebook  # noqa: E402
 
 FRAME = 60_000_000  # under MAX_FRAME_BYTES: only the memory limit stops a message of many such frames
 SIGNED = ("_k = get_ipython().kernel\n"
@@ -71,10 +70,7 @@ def graded_in_a_worker(tmp_path: Path, cells: list[str], seconds: int, **job_cha
         log = (job_dir / "worker.log").read_text()
         assert proc.exitcode == 0, f"exit code {proc.exitcode} (None: grading after {seconds} s):\n{log[-3000:]}"
     finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        shutil.rmtree(scratch_root, ignore_errors=True)
+        end_worker(proc, scratch_root)
     results = json.loads((job_dir / "result.json").read_text())["notebooks"]
     assert results["nb-a"]["status"] == "graded", results
     return nbformat.read(job_dir / "course" / "autograded" / STUDENT / ASSIGNMENT / "nb-a.ipynb", as_version=4), log

@@ -116,6 +116,15 @@ def make_job(base: Path, scratch_root: Path, notebooks: dict | None = None) -> P
     return job_dir
 
 
+def end_worker(proc, scratch_root: Path) -> None:
+    """After a test of a worker process: kill it if it still runs (the test failed or ran out of time), and remove its
+    scratch folder."""
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    shutil.rmtree(scratch_root, ignore_errors=True)
+
+
 def kernel_line(text: str) -> tuple[float, int, bool, bool, int]:
     """(start time, pid, probed before, preloaded, parent pid) from a PROBE cell's output."""
     _, start, pid, seen, preloaded, ppid = text.split()
@@ -383,10 +392,7 @@ def test_a_warming_job_starts_its_sandbox_and_first_kernel_and_runs_no_cell_befo
             proc.join(0 if told is None else 0.1)
         assert proc.exitcode == 0, log.read_text()[-3000:]
     finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        shutil.rmtree(scratch_root, ignore_errors=True)
+        end_worker(proc, scratch_root)
     results = json.loads((job_dir / "result.json").read_text())["notebooks"]
     assert {nb: r["status"] for nb, r in results.items()} == dict.fromkeys(("nb-a", "nb-b", "nb-c"), "graded")
     texts = {nb: cell_texts(nbformat.read(autograded / f"{nb}.ipynb", as_version=4)) for nb in results}
