@@ -588,8 +588,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     if died := kernel_death(nb):
         print(f"✘ {died} stopped the Python kernel. Grading, like this check, then starts a new kernel, re-runs the "
               "cells before it and goes on without it, so nothing that cell defines exists later: remove its exit(), "
-              "quit() or os._exit() call, or make it use less memory or show smaller values (a displayed value or "
-              "error message under 64 MiB), and run the check again.")
+              "quit() or os._exit() call, or make it use less memory, and run the check again.")
     if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or copies or slow or stopped or unrun or died:
         print(f"({NUMBERING_NOTE})")
     if problem:

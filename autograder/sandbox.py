@@ -35,10 +35,10 @@ outputs and check records are never dropped. What a kernel sends is bounded too
 worker's memory limit holds, cuts the kernel's connection, and the cell fails as if the kernel
 had died (a message of millions of tiny frames makes ZeroMQ abort the worker instead: the
 submission is reported out of memory). A kernel sends its stdout and stderr in messages of at
-most ``STREAM_CHUNK_CHARS`` characters and at most ``stream_cap`` per cell (``stream_chunks_argument``),
-so an honest print of any size is only truncated, at that cost to the grader; one displayed value or
-error message that large still cuts. A cell that kills the kernel (``os._exit``, a
-segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
+most ``STREAM_CHUNK_CHARS`` characters and at most ``stream_cap`` per cell, and a displayed value or
+error message over ``MAX_FRAME_BYTES`` cut, with a note (``kernel_output_argument``), so an honest
+print or value of any size is only truncated, at that cost to the grader. A cell that kills the
+kernel (``os._exit``, a segfault, a memory or CPU limit), calls IPython's ``exit()`` (the kernel stops a moment
 after the reply, so the grader does not wait to see which later cell it takes down) or
 ignores the timeout interrupt is marked as failed,
 the kernel is restarted, the earlier cells are replayed quietly, and grading goes on,
@@ -291,18 +291,73 @@ elif not getattr(OutStream._flush_buffers, "chunked", False):
     OutStream._flush_buffers = in_chunks(OutStream._flush_buffers, CHUNK, CAP)
 """
 
+# One displayed value or error over MAX_FRAME_BYTES is a single message that no chunking splits (a huge string left as
+# a cell's last line, raise ValueError(huge)): the grader would cut the kernel for it, and the cell would fail as
+# KernelDied. Run in the kernel at start-up too, this sends such a message with its long values cut and a note instead:
+# a display keeps the start of its plain text, an error (or an execute reply) its name and the start of its message and
+# traceback, so the cell fails or passes by its own error and the kernel lives on. It wraps Session.serialize, which
+# every message passes; a message of another type, or one still over after the cut, is sent as it is.
+MESSAGE_KEEP_CHARS = 2**16  # of each long string kept (at most 6 bytes of JSON each), the traceback's first 100 lines
+MESSAGE_CAP_SOURCE = """
+import functools
+
+import jupyter_client.session
+
+DISPLAYS = ("display_data", "execute_result", "update_display_data")
+REPLIES = ("error", "execute_reply")
+
+
+def within(content, msg_type, keep, note):
+    '''content with its long values cut to `keep` characters and the note added.'''
+    if msg_type in DISPLAYS:
+        text = content.get("data", {}).get("text/plain")
+        text = text[:keep] + "\\n" if isinstance(text, str) and text else ""
+        return {**content, "data": {"text/plain": text + note}, "metadata": {}}
+    cut = {key: str(content[key])[:keep] for key in ("ename", "evalue") if key in content}
+    if "evalue" in cut:
+        cut["evalue"] += "\\n" + note
+    if isinstance(content.get("traceback"), list):
+        cut["traceback"] = [str(line)[:keep] for line in content["traceback"][:100]] + [note]
+    cut.update({key: empty for key, empty in (("payload", []), ("user_expressions", {})) if key in content})
+    return {**content, **cut}
+
+
+def capped(serialize, limit, keep):
+    '''Session.serialize that sends a display or error message with a frame over `limit` bytes cut (within).'''
+    @functools.wraps(serialize)
+    def serialize_capped(self, msg, ident=None):
+        frames = serialize(self, msg, ident)
+        size = max(map(len, frames))
+        msg_type = (msg.get("header") or {}).get("msg_type")
+        if size <= limit or msg_type not in DISPLAYS + REPLIES or not isinstance(msg.get("content"), dict):
+            return frames
+        note = (f"[the kernel cut this output: {size / 2**20:.1f} MiB, more than one message to the grader may "
+                f"hold ({limit // 2**20} MiB)]")
+        return serialize(self, {**msg, "content": within(msg["content"], msg_type, keep, note)}, ident)
+
+    serialize_capped.capped = True
+    return serialize_capped
+
+
+Session = jupyter_client.session.Session
+if not getattr(Session.serialize, "capped", False):
+    Session.serialize = capped(Session.serialize, LIMIT, KEEP)
+"""
+
 
 def stream_cap(output_bytes: int) -> int:
     """Characters a kernel's stream sends per cell at most: twice the cell's output budget (bytes), and a chunk."""
     return max(2 * output_bytes, STREAM_CHUNK_CHARS)
 
 
-def stream_chunks_argument(output_bytes: int) -> str:
+def kernel_output_argument(output_bytes: int) -> str:
     """The ipykernel option whose start-up line makes the kernel's stdout and stderr send at most STREAM_CHUNK_CHARS
-    characters per message and stream_cap(output_bytes) per cell (STREAM_CHUNKS_SOURCE, run in a namespace of its
-    own: the student's gains no name)."""
-    source = f"CHUNK, CAP = {STREAM_CHUNK_CHARS}, {stream_cap(output_bytes)}\n{STREAM_CHUNKS_SOURCE}"
-    return f"--IPKernelApp.exec_lines=if True: exec({source!r}, {{}})"
+    characters per message and stream_cap(output_bytes) per cell (STREAM_CHUNKS_SOURCE), and send a display or
+    error message over MAX_FRAME_BYTES cut (MESSAGE_CAP_SOURCE); each runs in a namespace of its own, so the
+    student's gains no name."""
+    chunks = f"CHUNK, CAP = {STREAM_CHUNK_CHARS}, {stream_cap(output_bytes)}\n{STREAM_CHUNKS_SOURCE}"
+    messages = f"LIMIT, KEEP = {MAX_FRAME_BYTES}, {MESSAGE_KEEP_CHARS}\n{MESSAGE_CAP_SOURCE}"
+    return f"--IPKernelApp.exec_lines=if True: exec({chunks!r}, {{}}); exec({messages!r}, {{}})"
 
 
 def json_prefix(text: str, limit: int) -> str:
@@ -1195,14 +1250,14 @@ class GradingExecute(Execute):
 
     async def async_start_new_kernel(self, **kwargs):
         """Start the kernel in the scratch folder, with kernel_env in its environment, its streams sending output in
-        chunks (stream_chunks_argument) and the preload."""
+        chunks and its large messages cut (kernel_output_argument), and the preload."""
         if self.scratch:
             kwargs["cwd"] = self.scratch
         if self.kernel_env:
             kwargs["env"] = {**os.environ, **kwargs.get("env", {}), **self.kernel_env}
         saved = self.extra_arguments
         if getattr(self.km, "ipykernel", False):
-            self.extra_arguments = [*saved, stream_chunks_argument(self.output_bytes),
+            self.extra_arguments = [*saved, kernel_output_argument(self.output_bytes),
                                     *filter(None, [self.preload_argument()])]
         try:
             return await super().async_start_new_kernel(**kwargs)
@@ -1436,9 +1491,8 @@ class GradingExecute(Execute):
             return ""
         self.log.info("the kernel sent more than the grader accepts (%s)",
                       f"{lost} connection cut" if lost else "MemoryError")
-        return (f"the kernel sent the grader more than it accepts (a message over {MAX_FRAME_BYTES // 2**20} MiB, "
-                f"such as one displayed value or error message that large, or more than the grader's memory holds), "
-                f"so the grader stopped it and restarted it without this cell")
+        return (f"the kernel sent the grader more than it accepts (a message over {MAX_FRAME_BYTES // 2**20} MiB, or "
+                f"more than the grader's memory holds), so the grader stopped it and restarted it without this cell")
 
     def _kernel_ends(self, seconds: float) -> bool:
         """True when the kernel's process has ended, or ends within seconds."""

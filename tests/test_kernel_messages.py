@@ -27,14 +27,16 @@ sys.path.insert(0, str(REPO))
 
 from autograder import worker  # noqa: E402
 from autograder.course import ASSIGNMENT  # noqa: E402
-from autograder.sandbox import MAX_FRAME_BYTES, SEND_TIMEOUT_MS, SandboxLimits, bwrap_available  # noqa: E402
+from autograder.sandbox import (MAX_FRAME_BYTES, MESSAGE_KEEP_CHARS, SEND_TIMEOUT_MS, SandboxLimits,  # noqa: E402
+                                bwrap_available)
 from kernel_outputs import cell_texts  # noqa: E402
 from test_worker_prestart import STUDENT, end_worker, make_job, notebook  # noqa: E402
 
 FRAME = 60_000_000  # under MAX_FRAME_BYTES: only the memory limit stops a message of many such frames
 SIGNED = ("_k = get_ipython().kernel\n"
           "_k.session.send({socket}, {msg_type!r}, {content}, parent=_k.get_parent('shell'), {extra})")
-# an execute_reply to the cell's own request, one frame over the cap
+# an execute_reply to the cell's own request, one frame over the cap: 'pad' is no field the kernel's own cut of a
+# large reply knows, so it stands for a cell that undoes the kernel's limits
 HUGE_REPLY = SIGNED.format(
     socket="_k.shell_stream", msg_type="execute_reply",
     content=("{'status': 'ok', 'execution_count': 1, 'user_expressions': {}, 'payload': [], "
@@ -46,8 +48,7 @@ MANY_FRAMES = SIGNED.format(
     socket="_k.iopub_socket", msg_type="stream", content="{'name': 'stdout', 'text': 'frames sent'}",
     extra=f"buffers=[b'B' * {FRAME}] * {worker.WORKER_MEMORY_BYTES // FRAME + 1}")
 CELLS = ["x = 41\nprint('before')", HUGE_REPLY, MANY_FRAMES, "print('after', x + 1)"]
-CUT = ("the kernel sent the grader more than it accepts (a message over 64 MiB, such as one displayed value or error "
-       "message that large, or more than the grader's memory holds)")
+CUT = "the kernel sent the grader more than it accepts (a message over 64 MiB, or more than the grader's memory holds)"
 
 
 def graded_in_a_worker(tmp_path: Path, cells: list[str], seconds: int, **job_changes) -> tuple:
@@ -106,7 +107,13 @@ def test_without_the_sandbox_a_frame_over_the_cap_fails_its_cell_as_in_the_sandb
 BIG_PRINTS = ["x = 41\nprint('before')", f"print('z' * {MAX_FRAME_BYTES + 2**20})",
               f"import sys\nfor _ in range({MAX_FRAME_BYTES // 2**20 + 1}):\n    sys.stdout.write('y' * 2**20)",
               "print('\\x00' * 200 * 2**20)", "for _ in range(300):\n    print('w' * 2**22)",
-              "print('after', x + 1, [name for name in dir() if 'chunk' in name.lower()])"]
+              "print('after', x + 1, [n for n in dir() if 'chunk' in n.lower() or n in ('within', 'LIMIT')])"]
+# single messages over the frame cap, which no chunking splits: a cell's value, an error, a displayed object
+BIG_VALUES = [f"'v' * {MAX_FRAME_BYTES + 2**20}", f"raise ValueError('e' * {MAX_FRAME_BYTES + 2**20})",
+              f"from IPython.display import HTML, display\ndisplay(HTML('h' * {MAX_FRAME_BYTES + 2**20}))"]
+BIG_OUTPUTS = BIG_PRINTS[:-1] + BIG_VALUES + BIG_PRINTS[-1:]
+KERNEL_CUT = re.compile(r"\[the kernel cut this output: 1?[0-9]{2}\.[0-9] MiB, more than one message to the grader "
+                        r"may hold \(64 MiB\)\]")
 
 
 def assert_big_prints_truncated(nb) -> None:
@@ -118,6 +125,19 @@ def assert_big_prints_truncated(nb) -> None:
         # the budget counts JSON bytes, which a character like '\x00' takes 6 of
         assert set(kept) == {letter} and 0 < len(json.dumps(kept)) <= SandboxLimits.output_bytes, len(kept)
         assert note.startswith("[output truncated: a cell may print"), note
+
+
+def assert_big_values_cut(cells) -> None:
+    """The kernel sent each of BIG_VALUES cut, with its note: the value's start, the error by its own name (the
+    grader cut the kernel for them before, and each cell failed as KernelDied), the displayed object's plain text."""
+    assert cell_texts(nbformat.v4.new_notebook(cells=cells)) == ["", "ERROR ValueError", ""]
+    value, error, shown = ([out for out in cell.outputs if out.output_type != "stream"] for cell in cells)
+    assert [out.output_type for out in value + error + shown] == ["execute_result", "error", "display_data"]
+    kept, note = value[0].data["text/plain"].rsplit("\n", 1)
+    assert kept == "'" + "v" * (MESSAGE_KEEP_CHARS - 1) and KERNEL_CUT.fullmatch(note), note
+    assert KERNEL_CUT.fullmatch(error[0].traceback[-1]) and "eeee" in error[0].traceback[-2], error[0].traceback[-2:]
+    kept, note = shown[0].data["text/plain"].split("\n")
+    assert kept == "<IPython.core.display.HTML object>" and KERNEL_CUT.fullmatch(note) and len(shown[0].data) == 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -153,11 +173,12 @@ def test_output_a_cell_could_not_keep_costs_the_notebook_s_budget_nothing(tmp_pa
     assert set(kept.text) == {"a"} and len(json.dumps({"name": kept.name, "text": kept.text})) <= budget, len(kept.text)
 
 
-def test_a_print_over_the_cap_is_sent_in_pieces_and_only_truncated_without_the_sandbox(tmp_path):
+def test_a_print_or_value_over_the_cap_is_only_truncated_without_the_sandbox(tmp_path):
     """A student's check (and --no-sandbox grading): the kernel's streams send at most STREAM_CHUNK_CHARS characters
     per message and stream_cap per cell, so printing any amount is cut to the cell's budget, not the kernel, and
     the grader receives little more than it keeps (before: each cell failed as KernelDied, its kernel restarted; then
-    with chunks alone, the grader received every character, and the largest prints timed out or cut the kernel)."""
+    with chunks alone, the grader received every character, and the largest prints timed out or cut the kernel).
+    A value, error or displayed object over the cap is sent cut, with a note (before: KernelDied too)."""
     from autograder.sandbox import STREAM_CHUNK_CHARS, GradingExecute, stream_cap
 
     class Counted(GradingExecute):
@@ -170,22 +191,24 @@ def test_a_print_over_the_cap_is_sent_in_pieces_and_only_truncated_without_the_s
                 self.received[cell_index] = (total + size, max(largest, size))
             return super().output(outs, msg, display_id, cell_index)
 
-    nb = notebook(BIG_PRINTS)
+    nb = notebook(BIG_OUTPUTS)
     executor = Counted(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[])
     executor.received = {}
     executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
     assert_big_prints_truncated(nb)
+    assert_big_values_cut(nb.cells[len(BIG_PRINTS) - 1:-1])
     for cell in range(1, len(BIG_PRINTS) - 1):
         total, largest = executor.received[cell]
         assert executor.output_bytes < total <= stream_cap(executor.output_bytes) + 1, (cell, total)  # and print's \n
         assert largest <= STREAM_CHUNK_CHARS, (cell, largest)
 
 
-def test_a_print_over_the_cap_is_only_truncated_in_the_sandbox_too(tmp_path):
+def test_a_print_or_value_over_the_cap_is_only_truncated_in_the_sandbox_too(tmp_path):
     """The same in a kernel forked from a sandboxed worker's fork server, as `grade` runs it; the worker's memory
     stays far from its limit (the 200 Mi characters of '\\x00' took it to 1.5 GiB of its 2 before the per-cell cap)."""
-    graded, log = graded_in_a_worker(tmp_path, BIG_PRINTS, 180)
+    graded, log = graded_in_a_worker(tmp_path, BIG_OUTPUTS, 180)
     assert_big_prints_truncated(graded)
+    assert_big_values_cut(graded.cells[len(BIG_PRINTS) - 1:-1])
     assert "connection cut" not in log
     peak = re.search(r"grading process: peak address space (\d+) MiB", log)
     assert peak and int(peak[1]) < worker.WORKER_MEMORY_BYTES // 2**20 // 2, log[-3000:]
