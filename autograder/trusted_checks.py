@@ -298,16 +298,21 @@ def cell_failure(expected: list, got: list) -> str | None:
 
 
 def joined_failures(failures: list[str], limit: int = VERDICT_CHARS) -> str:
-    """'a; b; c' in at most `limit` characters, cut after a whole failure ('a; and 2 more checks failed')."""
-    for shown in range(len(failures), 0, -1):
-        rest = len(failures) - shown
-        text = "; ".join(failures[:shown]) + (f"; and {rest} more {'check' if rest == 1 else 'checks'} failed"
-                                             if rest else "")
+    """'a (3 checks); b; c' in at most `limit` characters: each failure once, with the number of checks that gave it
+    (a check run in a loop), cut after a whole failure ('a; and 2 more checks failed')."""
+    counts = dict.fromkeys(failures, 0)
+    for failure in failures:
+        counts[failure] += 1
+    texts = [failure if n == 1 else f"{failure} ({n} checks)" for failure, n in counts.items()]
+    for shown in range(len(texts), 0, -1):
+        rest = sum(list(counts.values())[shown:])
+        text = "; ".join(texts[:shown]) + (f"; and {rest} more {'check' if rest == 1 else 'checks'} failed"
+                                          if rest else "")
         if len(text) <= limit:
             return text
         if shown == 1:  # the first failure alone is too long: cut it, keep the count of the others
-            tail = text[len(failures[0]):]
-            return failures[0][:max(limit - len(tail) - 1, 0)] + "…" + tail
+            tail = text[len(texts[0]):]
+            return texts[0][:max(limit - len(tail) - 1, 0)] + "…" + tail
     return ""
 
 

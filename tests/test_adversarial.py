@@ -251,6 +251,13 @@ def test_records_are_judged_against_the_instructor_not_the_kernel():
     long = [{"kind": "true", "label": "x" * 400}, {"kind": "true", "label": "y"}]  # the first alone is too long
     verdict = cell_failure(long, [{"kind": "true", "holds": False}] * 2)
     assert len(verdict) <= 300 and verdict.endswith("…; and 1 more check failed"), verdict
+    # one check in a loop failing five times is named once, with its count (it was repeated until cut)
+    looped = [{"kind": "true", "label": "the same loss in bits gives the same perplexity"}] * 5 + many[:1]
+    assert cell_failure(looped, [{"kind": "true", "holds": False}] * 6) == (
+        "the same loss in bits gives the same perplexity: not true (5 checks); property 0 of the answer: not true")
+    verdict = cell_failure(looped[:5] + long, [{"kind": "true", "holds": False}] * 7)
+    assert verdict == ("the same loss in bits gives the same perplexity: not true (5 checks); and 2 more checks "
+                       "failed"), verdict
 
 
 def test_checks_keep_their_in_process_behaviour_outside_the_grader(monkeypatch):
