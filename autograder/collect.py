@@ -37,7 +37,8 @@ from .course import ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, AutograderErr
 LAYOUTS_HELP = """\
 accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-and-loss.ipynb):
   one folder per student      STUDENT/02-shapes-and-loss.ipynb (any depth below STUDENT/)
-    Moodle folders            Full Name_12345_assignsubmission_file_/…   -> student 12345
+    Moodle folders            Full Name_12345_assignsubmission_file_/…   -> student 12345 (Moodle's
+                              participant number for the assignment, not the student's ID number)
   student id in the file name STUDENT_02-shapes-and-loss.ipynb (separator _ - . or space)
     a name of its own         1011_mywork.ipynb or 1011.ipynb -> student 1011 when the gradebook or another
                               file or folder of the download names 1011 (then filed as the notebook whose
@@ -63,7 +64,8 @@ accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-a
     notebook to several students, as a class download does, or its LMS file or folder names give a
     gradebook student or two or more students other than ID).
 Collect refuses, before filing anything, folders that give two students one id ('Zhang San/' and
-'Zhang_San/') and a new id that differs from another only in case ('Uma' beside the gradebook's 'uma').
+'Zhang_San/') and a new id that differs from another only in case ('Uma' beside the gradebook's 'uma'),
+and, with a roster in the gradebook (students with names), a class download none of whose students it holds.
 A copy named like 'NAME (1).ipynb', 'NAME-1.ipynb', 'Copy of NAME.ipynb' or 'NAME-final.ipynb'
 counts as NAME; when a student has two files for one notebook the newer one is kept (at the same
 time, the one with more answers filled in, then the higher-numbered copy, a '-final' one, the one in
@@ -1675,6 +1677,26 @@ def known_students(course: Course) -> frozenset[str]:
         return frozenset(s.id for s in gb.students)
 
 
+def roster_students(course: Course) -> frozenset[str]:
+    """Ids of the gradebook's students with a name or e-mail address: a roster's (nbgrader db student import/add);
+    collect registers students by id alone."""
+    with course.gradebook() as gb:
+        return frozenset(s.id for s in gb.students if s.first_name or s.last_name or s.email)
+
+
+def off_roster_text(course: Course, new: list[str], roster: list[str]) -> str:
+    """Why collect files nothing from a class download none of whose students the gradebook knows, while it holds a
+    roster: the download's ids are most likely not the roster's (Moodle's participant numbers)."""
+    many = len(new) > 1
+    return (f"nothing was collected: none of the {len(new)} students this download names ({listed(new)}) is in the "
+            f"gradebook, whose roster lists {len(roster)} ({listed(roster)}): filed, "
+            f"{'they' if many else 'it'} would be new {'students' if many else 'student'}, and the roster's would "
+            "have no hand-in. A Moodle download names each student by the assignment's participant number, not by "
+            "ID number (Moodle's grading worksheet lists both): rename the download's folders to the roster's ids, "
+            "or import a roster whose ids are the download's, and collect again; add a student the roster lacks with "
+            f"`nbgrader db student add ID --first-name … --last-name …`, run in {course.root}")
+
+
 def shared_notebooks(entries: list[Entry], notebooks: list[str], known: frozenset[str]) -> dict[str, list[str]]:
     """{notebook: students} for each notebook that the download's own layout files for several students (a class)."""
     try:
@@ -1819,6 +1841,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                                   f"gradebook ({adds}, run in {course.root}) and collect again: the files are then on "
                                   "record as rejected")
         raise AutograderError(f"{why}\n{LAYOUTS_HELP}")
+    if student is None and seen and not set(seen) & known and (roster := roster_students(course)):
+        raise AutograderError(off_roster_text(course, sorted(seen), sorted(roster)))
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
     with course.lock("collect"):
         log = load_collect_log(course)  # first: a damaged record stops collect before it files anything

@@ -160,6 +160,44 @@ def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
     assert list(collect(course, spoofed).students) == ["5555"]
 
 
+def test_a_class_download_none_of_whose_students_is_on_the_roster_is_refused_before_filing(course, tmp_path):
+    """Moodle names students by the assignment's participant number, not by the ID number a roster holds (an
+    instructor's walkthrough: every roster student exported 0, beside new rows for the download's numbers). With a
+    roster (students with names) in the gradebook, a class download none of whose ids it knows files nothing and
+    registers nobody; one that names a roster student files its new students beside them, and without a roster (ids
+    collect registered) a download of new students is filed as before."""
+    roster = {"2023010101": ("San", "Zhang"), "2023010102": ("Si", "Li")}
+    with course.gradebook() as gb:
+        for sid, (first, last) in roster.items():
+            gb.update_or_create_student(sid, first_name=first, last_name=last)
+    moodle = {"张三_20001_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z"),
+              "李四_20002_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("l")}
+    with pytest.raises(AutograderError) as refused:
+        collect(course, write_tree(tmp_path / "moodle", moodle))
+    assert str(refused.value).startswith(
+        "nothing was collected: none of the 2 students this download names (20001, 20002) is in the gradebook, whose "
+        "roster lists 2 (2023010101, 2023010102): filed, they would be new students, and the roster's would have no "
+        "hand-in. A Moodle download names each student by the assignment's participant number"), refused.value
+    assert f"`nbgrader db student add ID --first-name … --last-name …`, run in {course.root}" in str(refused.value)
+    with course.gradebook() as gb:
+        assert sorted(st.id for st in gb.students) == sorted(roster)
+    assert not course.step_dir("submitted", "20001").exists()
+    # the folders renamed to the roster's ids, and a student the roster lacks beside them: filed
+    renamed = {"张三_2023010101_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z"),
+               "王五_2023010199_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("w")}
+    assert sorted(collect(course, write_tree(tmp_path / "renamed", renamed)).students) == ["2023010101", "2023010199"]
+    # --student files one student's download as given, roster or not
+    assert list(collect(course, write_tree(tmp_path / "one", {"x/02-shapes-and-loss.ipynb": notebook_bytes("x")}),
+                        student="mailed").students) == ["mailed"]
+
+
+def test_without_a_roster_a_download_of_new_students_is_filed_beside_the_collected_ones(course, tmp_path):
+    """Ids collect registered carry no name: a later download of other students (late hand-ins) is not refused."""
+    collect(course, write_tree(tmp_path / "a", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("a")}))
+    assert list(collect(course, write_tree(tmp_path / "b", {"bob/02-shapes-and-loss.ipynb": notebook_bytes("b")}))
+                .students) == ["bob"]
+
+
 def test_moodle_file_names_without_folders_give_the_same_numeric_id(course, tmp_path):
     """Moodle's download with "submissions in folders" off: Full Name_ID_assignsubmission_file_NAME."""
     flat = write_tree(tmp_path / "flat", {
