@@ -332,6 +332,30 @@ def test_collect_again_reports_unchanged_then_updated(course, tmp_path):
     assert saved["students"]["hana"]["replaced"] == third.replaced
 
 
+def test_the_same_notebook_again_with_a_later_file_time_keeps_its_hand_in_time(course, tmp_path, monkeypatch):
+    """A copy of the filed notebook mailed or saved since (a later file time, same bytes) leaves the hand-in unchanged
+    and its time where it was: it was re-dated, and an on-time student became 279 days late (an instructor's
+    walkthrough). A zip's wall-clock time read in another zone is still corrected, and another notebook is filed."""
+    download = write_tree(tmp_path / "d", {"hana/02-shapes-and-loss.ipynb": notebook_bytes("v1")})
+    os.utime(download / "hana/02-shapes-and-loss.ipynb", (1_767_225_600,) * 2)  # 2026-01-01 00:00 UTC
+    collect(course, download)
+    first = stamp_of(course, "hana")
+    mailed = write_tree(tmp_path / "mail", {"02-shapes-and-loss.ipynb": notebook_bytes("v1")})  # its time: now
+    again = collect(course, mailed / "02-shapes-and-loss.ipynb", student="hana").students["hana"]
+    assert (again.status, again.replaced, stamp_of(course, "hana")) == ("unchanged", None, first)
+    changed = write_tree(tmp_path / "mail2", {"02-shapes-and-loss.ipynb": notebook_bytes("v2")})
+    assert collect(course, changed / "02-shapes-and-loss.ipynb", student="hana").students["hana"].status == "updated"
+    assert stamp_of(course, "hana") > first
+    # a zip's DOS time (the zipper's wall clock): the same zip read in a zone 8 hours behind moves the time later
+    with zipfile.ZipFile(tmp_path / "class.zip", "w") as zf:
+        zf.writestr(zipfile.ZipInfo("rui/02-shapes-and-loss.ipynb", (2026, 1, 1, 22, 0, 0)), notebook_bytes("r"))
+    set_time_zone(monkeypatch, "Asia/Shanghai")
+    collect(course, tmp_path / "class.zip")
+    set_time_zone(monkeypatch, "UTC")
+    assert collect(course, tmp_path / "class.zip").students["rui"].status == "updated"
+    assert stamp_of(course, "rui").startswith("2026-01-01 22:00:00"), stamp_of(course, "rui")
+
+
 def test_collect_exits_0_when_all_is_filed_1_when_a_file_is_rejected_2_when_nothing_is(course, tmp_path, capsys):
     """Scripts see it: 0 when every file was filed or ignored, 1 when one waits in rejected/ for a look."""
     from autograder.cli import main
