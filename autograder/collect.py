@@ -197,6 +197,8 @@ class StudentReport:
     file_times: dict[str, str] = field(default_factory=dict)  # notebook -> its filed file's time (TIMESTAMP_FORMAT)
     error: str | None = None  # why the notebooks in unfiled could not be written (a full disk: 'OSError: …')
     unfiled: list[str] = field(default_factory=list)  # notebooks of a download not filed yet (see not_filed)
+    unanswered: list[str] = field(default_factory=list)  # filed notebooks none of whose answer cells differs from the
+    # release: an unchanged copy handed in (the wrong file, most likely)
 
 
 @dataclass
@@ -1500,6 +1502,20 @@ def moved_files(filed: dict[str, str], notebooks: list[str]) -> dict[str, str]:
     return moved
 
 
+def unanswered_notebooks(course: Course, student: str, notebooks: list[str], stubs: dict[str, dict[str, str]]
+                         ) -> list[str]:
+    """Those of a student's filed notebooks that have answer cells, none of which differs from the release."""
+    unanswered = []
+    for nb in notebooks:
+        path = filed_path(course, student, nb)
+        try:
+            if stubs.get(nb) and path.is_file() and not answers_given(read_notebook(path.read_bytes())[0], stubs[nb]):
+                unanswered.append(nb)
+        except Exception:  # noqa: BLE001 - a filed file that does not read says nothing either way
+            continue
+    return unanswered
+
+
 def filed_notebooks(course: Course, student: str) -> list[str]:
     """The notebooks (names without .ipynb) of a student's filed hand-in, sorted."""
     return sorted(p.stem for p in course.step_dir("submitted", student).glob("*.ipynb"))
@@ -1878,6 +1894,8 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                 report.students[sid] = file_student(course, sid, files, notes, notebooks, earlier.get(sid, {}))
             except Exception as exc:  # noqa: BLE001 - a full disk, a file that cannot be written: the others go on
                 report.students[sid] = not_filed(course, sid, files, notes, notebooks, earlier.get(sid, {}), exc)
+            report.students[sid].unanswered = unanswered_notebooks(course, sid, list(report.students[sid].notebooks),
+                                                                   stubs)
         save_report(course, report, entries, {(f.student, f.notebook) for f in filed
                                               if report.students[f.student].status != NOT_FILED})
     return report
@@ -2028,6 +2046,11 @@ def print_report(report: CollectReport) -> None:
         print(f"not filed ({len(failed)}): the earlier hand-in, if any, stays; collect the download again")
         for s, r in failed:
             print(f"  {s}: {unfiled_text(r.unfiled, r.error)}")
+    if unanswered := [(s, r.unanswered) for s, r in sorted(report.students.items()) if r.unanswered]:
+        print(f"handed in unchanged from the release, no answer filled in ({len(unanswered)}): the wrong file, most "
+              "likely; ask for the one meant")
+        for s, nbs in unanswered:
+            print(f"  {s}: {', '.join(nbs)}")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")

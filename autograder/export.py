@@ -5,7 +5,8 @@ student_id, last_name, first_name, email, raw_score, late_submission_penalty, sc
 max_score; duedate and timestamp in UTC, as nbgrader keeps them), then one score column per
 notebook, the number of cells still waiting for a human grader, how many seconds after the due
 date (or the student's extension) the hand-in came (0: on time or no due date), a status and the
-reasons behind it (rejected or missing files, notebooks that could not be graded, grading errors).
+reasons behind it (rejected or missing files, notebooks handed in as released, notebooks that could
+not be graded, grading errors).
 Status is one of graded, awaiting manual grading (graded, but cells wait for a grader in formgrader:
 the score can still change), incomplete (graded, with reasons to look at), error, not graded (scores
 left empty, not 0), no valid notebook (files handed in, none gradable: the notes name each file and
@@ -70,6 +71,8 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
         return NOT_FILED, notes + [f"{unfiled_text(collected['unfiled'], collected.get('error'))}: collect the "
                                    f"download again, then `{grade}`"]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
+    notes += [f"{nb}.ipynb is the release's copy, no answer filled in (the wrong file?)"
+              for nb in collected.get("unanswered", [])]
     if job is None:
         if not collected.get("notebooks"):
             # a student who handed in only files that could not be graded has a row saying which and why (a Jupyter

@@ -990,6 +990,35 @@ def test_at_equal_times_the_file_with_answers_then_final_then_fewer_folders_wins
     assert "kept dee/02-shapes-and-loss-final.ipynb, the file named final" in reasons["dee/02-shapes-and-loss.ipynb"]
 
 
+def test_a_release_copy_handed_in_unchanged_is_named_in_collect_s_summary_and_the_export(course, tmp_path, capsys):
+    """The most common wrong upload, the blank notebook handed in, scored 0 with nothing to tell it from a student who
+    tried and failed (an instructor's walkthrough): collect lists it, collect.json keeps it, and its export row says
+    so; an answer filled in later clears it."""
+    from autograder.collect import print_report
+    from autograder.export import student_notes
+
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()"
+    nbformat.write(nbformat.reads(answer_notebook(stub).decode(), 4), course.release_dir / "02-shapes-and-loss.ipynb")
+    download = write_tree(tmp_path / "d", {"ann/02-shapes-and-loss.ipynb": answer_notebook(stub),
+                                           "bob/02-shapes-and-loss.ipynb": answer_notebook("x = 1"),
+                                           "cyd/01-probability-and-bayes.ipynb": notebook_bytes("no answer cells")})
+    report = collect(course, download)
+    assert {s: r.unanswered for s, r in report.students.items()} == {
+        "ann": ["02-shapes-and-loss"], "bob": [], "cyd": []}
+    print_report(report)
+    out = capsys.readouterr().out
+    assert ("handed in unchanged from the release, no answer filled in (1): the wrong file, most likely; ask for the "
+            "one meant\n  ann: 02-shapes-and-loss\n") in out, out
+    log = json.loads((course.reports_dir / "collect.json").read_text())
+    job = {"state": "done", "notebooks": "{}"}
+    ann, bob = (student_notes(student, log, job)[1] for student in ("ann", "bob"))
+    assert ann[-1] == "02-shapes-and-loss.ipynb is the release's copy, no answer filled in (the wrong file?)", ann
+    assert not [note for note in bob if "release's copy" in note], bob
+    solved = write_tree(tmp_path / "later", {"ann/02-shapes-and-loss.ipynb": answer_notebook("x = 2")})
+    os.utime(solved / "ann/02-shapes-and-loss.ipynb", (time.time() + 60,) * 2)
+    assert collect(course, solved).students["ann"].unanswered == []
+
+
 def test_jupyter_copies_are_collected_and_the_highest_numbered_one_wins_a_tie(course, tmp_path):
     """'NAME-copy' made collect crash (copy_number found no digits); Copy10 is a later copy than Copy2."""
     alone = write_tree(tmp_path / "alone", {"yan/02-shapes-and-loss-copy.ipynb": notebook_bytes("copy")})
