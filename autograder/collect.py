@@ -2046,11 +2046,12 @@ def print_report(report: CollectReport) -> None:
         print(f"not filed ({len(failed)}): the earlier hand-in, if any, stays; collect the download again")
         for s, r in failed:
             print(f"  {s}: {unfiled_text(r.unfiled, r.error)}")
-    if unanswered := [(s, r.unanswered) for s, r in sorted(report.students.items()) if r.unanswered]:
+    if unanswered := [(s, r) for s, r in sorted(report.students.items()) if r.unanswered]:
         print(f"handed in unchanged from the release, no answer filled in ({len(unanswered)}): the wrong file, most "
               "likely; ask for the one meant")
-        for s, nbs in unanswered:
-            print(f"  {s}: {', '.join(nbs)}")
+        for s, r in unanswered:
+            every = len(r.unanswered) > 1 and set(r.unanswered) == set(r.notebooks)
+            print(f"  {s}: {f'all {len(r.unanswered)} notebooks handed in' if every else ', '.join(r.unanswered)}")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")

@@ -1014,6 +1014,12 @@ def test_a_release_copy_handed_in_unchanged_is_named_in_collect_s_summary_and_th
     ann, bob = (student_notes(student, log, job)[1] for student in ("ann", "bob"))
     assert ann[-1] == "02-shapes-and-loss.ipynb is the release's copy, no answer filled in (the wrong file?)", ann
     assert not [note for note in bob if "release's copy" in note], bob
+    nbformat.write(nbformat.reads(answer_notebook(stub).decode(), 4),
+                   course.release_dir / "01-probability-and-bayes.ipynb")
+    both = write_tree(tmp_path / "both", {f"dan/{nb}.ipynb": answer_notebook(stub)
+                                          for nb in ("01-probability-and-bayes", "02-shapes-and-loss")})
+    print_report(collect(course, both))
+    assert "\n  dan: all 2 notebooks handed in\n" in capsys.readouterr().out
     solved = write_tree(tmp_path / "later", {"ann/02-shapes-and-loss.ipynb": answer_notebook("x = 2")})
     os.utime(solved / "ann/02-shapes-and-loss.ipynb", (time.time() + 60,) * 2)
     assert collect(course, solved).students["ann"].unanswered == []
