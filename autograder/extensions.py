@@ -14,6 +14,7 @@ formgrader and nbgrader's late penalty all read lateness from nbgrader's column.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 from dataclasses import dataclass
 
 from sqlalchemy import Column, DateTime, MetaData, String, Table, inspect, select
@@ -37,7 +38,8 @@ class Extension:
     until: dt.datetime  # naive UTC
     due_date: dt.datetime | None  # the assignment's due date (naive UTC), None when it has none
     known: bool  # the student is in the gradebook (collect has filed a hand-in of theirs)
-    suggestions: tuple[str, ...] = ()  # when not known: students of the gradebook whose ids differ only in case
+    suggestions: tuple[str, ...] = ()  # when not known: students of the gradebook whose ids differ only in case, else
+    # (no hand-in of theirs collected either) those whose ids are closest to it: a typo
     collected: bool = False  # when not known: collect saw them, and they were removed from the gradebook since
 
     @property
@@ -200,8 +202,14 @@ def extensions(course: Course) -> list[Extension]:
             by_case.setdefault(id_key(sid), []).append(sid)
         seen = collected_students(course)
         return [Extension(student, until, due, student in known,
-                          () if student in known else tuple(by_case.get(id_key(student), ())), student in seen)
+                          () if student in known else tuple(by_case.get(id_key(student), ()))
+                          or (() if student in seen else closest_ids(student, known)), student in seen)
                 for student, until in sorted(extension_ends(gb.db).items())]
+
+
+def closest_ids(student: str, known: set[str]) -> tuple[str, ...]:
+    """The gradebook's ids that an id it lacks is most likely a typo of ('2004' -> '20004'), at most three."""
+    return tuple(difflib.get_close_matches(student, sorted(known), n=3, cutoff=0.8))
 
 
 def gradebook_students(course: Course) -> set[str]:
@@ -235,9 +243,13 @@ def describe(ext: Extension, given: str = "", build: str = "") -> str:
         line += f" (no later than the due date, {utc_time(ext.due_date)}, so it gives no extra time)"
     else:
         line += f" ({late_by(ext.interval.total_seconds())} after the due date)"
-    if len(ext.suggestions) == 1:
+    in_case = [s for s in ext.suggestions if id_key(s) == id_key(ext.student)]
+    if len(in_case) == 1:
         line += (f"; not in the gradebook, but {ext.suggestions[0]} is: ids are case-sensitive, did you mean "
                  f"{ext.suggestions[0]}?")
+    elif ext.suggestions and not in_case:
+        line += (f"; not in the gradebook yet (no hand-in of theirs collected): did you mean "
+                 f"{' or '.join(ext.suggestions)}?")
     elif ext.suggestions:
         line += (f"; not in the gradebook, but {' and '.join(ext.suggestions)} are: ids are case-sensitive, did you mean "
                  "one of them?")

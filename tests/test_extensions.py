@@ -207,6 +207,24 @@ def test_an_id_that_differs_only_in_case_is_named_and_the_command_exits_1(course
     assert "not in the gradebook, but Ann and ann are: ids are case-sensitive, did you mean one of them?" in out, out
 
 
+def test_an_id_close_to_a_gradebook_student_s_is_named_as_a_likely_typo(course, capsys):
+    """extend --student 2004 for a class with 20004 (an instructor's walkthrough): granted, exit 1, and the line
+    names the id it most likely meant; an id close to none gets the plain question."""
+    build = str(course.root.parent)
+    with course.gradebook() as gb:
+        for sid in ("20001", "20004"):
+            gb.update_or_create_student(sid)
+    assert main(["extend", "--student", "2004", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
+    out = capsys.readouterr().out
+    assert ("2004: until 2026-03-01 16:00:30 UTC (1 min after the due date); not in the gradebook yet (no hand-in of "
+            "theirs collected): did you mean 20004? (`python -m autograder extend --student 2004 --until none "
+            f"--build {build}` removes it)") in out, out
+    assert main(["extend", "--student", "zed", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
+    out = capsys.readouterr().out
+    assert "zed: until 2026-03-01 16:00:30 UTC (1 min after the due date); not in the gradebook yet (no hand-in of " \
+           "theirs collected: is the id right?)" in out and "did you mean" not in out.split("zed:")[1], out
+
+
 def test_the_command_grants_lists_and_removes(course, capsys):
     build = str(course.root.parent)
     assert main(["extend", "--build", build]) == 0
