@@ -310,9 +310,9 @@ def joined_failures(failures: list[str], limit: int = VERDICT_CHARS) -> str:
                                           if rest else "")
         if len(text) <= limit:
             return text
-        if shown == 1:  # the first failure alone is too long: cut it, keep the count of the others
-            tail = text[len(texts[0]):]
-            return texts[0][:max(limit - len(tail) - 1, 0)] + "…" + tail
+        if shown == 1:  # the first failure alone is too long: cut it, keep its count and the count of the others
+            tail = text[len(failures[0]):]  # texts[0] is failures[0], with its count when it has one
+            return failures[0][:max(limit - len(tail) - 1, 0)] + "…" + tail
     return ""
 
 

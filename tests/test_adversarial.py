@@ -258,6 +258,8 @@ def test_records_are_judged_against_the_instructor_not_the_kernel():
     verdict = cell_failure(looped[:5] + long, [{"kind": "true", "holds": False}] * 7)
     assert verdict == ("the same loss in bits gives the same perplexity: not true (5 checks); and 2 more checks "
                        "failed"), verdict
+    verdict = cell_failure([long[0]] * 3 + looped[:1], [{"kind": "true", "holds": False}] * 4)
+    assert len(verdict) <= 300 and verdict.endswith("x… (3 checks); and 1 more check failed"), verdict  # review
 
 
 def test_checks_keep_their_in_process_behaviour_outside_the_grader(monkeypatch):
