@@ -197,8 +197,8 @@ class StudentReport:
     file_times: dict[str, str] = field(default_factory=dict)  # notebook -> its filed file's time (TIMESTAMP_FORMAT)
     error: str | None = None  # why the notebooks in unfiled could not be written (a full disk: 'OSError: …')
     unfiled: list[str] = field(default_factory=list)  # notebooks of a download not filed yet (see not_filed)
-    unanswered: list[str] = field(default_factory=list)  # filed notebooks none of whose answer cells differs from the
-    # release: an unchanged copy handed in (the wrong file, most likely)
+    unanswered: list[str] = field(default_factory=list)  # filed notebooks that are the release's copy, no answer
+    # written (unanswered_notebooks): the wrong file, most likely
 
 
 @dataclass
@@ -1502,17 +1502,23 @@ def moved_files(filed: dict[str, str], notebooks: list[str]) -> dict[str, str]:
     return moved
 
 
-def unanswered_notebooks(course: Course, student: str, notebooks: list[str], stubs: dict[str, dict[str, str]]
-                         ) -> list[str]:
-    """Those of a student's filed notebooks that have answer cells, none of which differs from the release."""
+def unanswered_notebooks(course: Course, student: str, notebooks: list[str], stubs: dict[str, dict[str, str]],
+                         release: dict[str, nbformat.NotebookNode]) -> list[str]:
+    """Those of a student's filed notebooks that have answer cells and are the release's copy: no answer cell differs
+    from its stub, and every cell's source is one of the release's (an answer written in a cell of the student's own
+    is an answer)."""
     unanswered = []
     for nb in notebooks:
         path = filed_path(course, student, nb)
+        if not stubs.get(nb) or nb not in release or not path.is_file():
+            continue
+        released = {cell.source.strip() for cell in release[nb].cells}
         try:
-            if stubs.get(nb) and path.is_file() and not answers_given(read_notebook(path.read_bytes())[0], stubs[nb]):
-                unanswered.append(nb)
+            filed = read_notebook(path.read_bytes())[0]
         except Exception:  # noqa: BLE001 - a filed file that does not read says nothing either way
             continue
+        if not answers_given(filed, stubs[nb]) and all(cell.source.strip() in released for cell in filed.cells):
+            unanswered.append(nb)
     return unanswered
 
 
@@ -1895,7 +1901,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             except Exception as exc:  # noqa: BLE001 - a full disk, a file that cannot be written: the others go on
                 report.students[sid] = not_filed(course, sid, files, notes, notebooks, earlier.get(sid, {}), exc)
             report.students[sid].unanswered = unanswered_notebooks(course, sid, list(report.students[sid].notebooks),
-                                                                   stubs)
+                                                                   stubs, release)
         save_report(course, report, entries, {(f.student, f.notebook) for f in filed
                                               if report.students[f.student].status != NOT_FILED})
     return report

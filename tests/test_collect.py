@@ -999,12 +999,15 @@ def test_a_release_copy_handed_in_unchanged_is_named_in_collect_s_summary_and_th
 
     stub = "# YOUR CODE HERE\nraise NotImplementedError()"
     nbformat.write(nbformat.reads(answer_notebook(stub).decode(), 4), course.release_dir / "02-shapes-and-loss.ipynb")
+    own_cell = nbformat.reads(answer_notebook(stub).decode(), 4)  # the stub left, the answer in a cell of its own
+    own_cell.cells.append(nbformat.v4.new_code_cell("x = 3"))
     download = write_tree(tmp_path / "d", {"ann/02-shapes-and-loss.ipynb": answer_notebook(stub),
                                            "bob/02-shapes-and-loss.ipynb": answer_notebook("x = 1"),
-                                           "cyd/01-probability-and-bayes.ipynb": notebook_bytes("no answer cells")})
+                                           "cyd/01-probability-and-bayes.ipynb": notebook_bytes("no answer cells"),
+                                           "eve/02-shapes-and-loss.ipynb": nbformat.writes(own_cell).encode()})
     report = collect(course, download)
     assert {s: r.unanswered for s, r in report.students.items()} == {
-        "ann": ["02-shapes-and-loss"], "bob": [], "cyd": []}
+        "ann": ["02-shapes-and-loss"], "bob": [], "cyd": [], "eve": []}  # eve's answer: review
     print_report(report)
     out = capsys.readouterr().out
     assert ("handed in unchanged from the release, no answer filled in (1): the wrong file, most likely; ask for the "
