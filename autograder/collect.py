@@ -1374,28 +1374,26 @@ def parse_time(text) -> dt.datetime | None:
         return None
 
 
-def older_than_filed(course: Course, filed: list[Filed], earlier: dict,
-                     replace_older: bool = False) -> tuple[list[Filed], list[Record], list[Record]]:
+def older_than_filed(course: Course, filed: list[Filed], earlier: dict, replace_older: bool = False,
+                     zone_moved: bool = False) -> tuple[list[Filed], list[Record], list[Record]]:
     """Split off each file older than the file of the same notebook collected before (earlier: the collect log's
     students): an older download collected after a newer one must not put an earlier version back. Return (files
     to file, older files rejected, older files ignored: the very hand-in collected and replaced before). A file
-    whose bytes are the filed notebook's, with a later time that is not a wall-clock reading, is filed with the
-    filed one's time. replace_older: keep them all (a genuine resubmission whose file time is earlier, e.g. a
-    zip's)."""
-    if replace_older:
-        return list(filed), [], []
+    whose bytes are the filed notebook's, with a later time, is filed with the filed one's time, unless that time is
+    a wall-clock reading and zone_moved (this collect reads such times in another zone than the last: a correction).
+    replace_older: keep every other file (a genuine resubmission whose file time is earlier, e.g. a zip's)."""
     kept, older, seen_before = [], [], []
     for f in filed:
         before = parse_time(earlier.get(f.student, {}).get("file_times", {}).get(f.notebook, ""))
         on_file = filed_path(course, f.student, f.notebook)
         same = before is not None and on_file.is_file() and filed_bytes(f) == on_file.read_bytes()
-        if same and f.entry.mtime > before and not f.entry.wall_clock:
-            # the same notebook again with a later file time (a copy mailed or saved since): handed in when it was
-            # first collected, so it keeps that time and the hand-in stays unchanged
+        if same and f.entry.mtime > before and not (f.entry.wall_clock and zone_moved):
+            # the same notebook again with a later file time (a copy mailed, saved or zipped since): handed in when it
+            # was first collected, so it keeps that time and the hand-in stays unchanged
             kept.append(replace(f, entry=replace(f.entry, mtime=before)))
             continue
         # the same file read with other times (collected again with TZ set, say) is filed: its time is corrected
-        if before is None or f.entry.mtime >= before or not on_file.is_file() or same:
+        if replace_older or before is None or f.entry.mtime >= before or not on_file.is_file() or same:
             kept.append(f)
             continue
         if where := replaced_copy(course, f):  # an earlier download collected again: nothing new to look at
@@ -1877,7 +1875,9 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     with course.lock("collect"):
         log = load_collect_log(course)  # first: a damaged record stops collect before it files anything
         earlier = log["students"]
-        filed, older, seen_before = older_than_filed(course, filed, earlier, replace_older)
+        # the same wall-clock times read in another zone than the last collect's: their times are to be corrected
+        zone_moved = bool((last := log.get("zone")) and zone_name(last) != zone_name(local_zone()))
+        filed, older, seen_before = older_than_filed(course, filed, earlier, replace_older, zone_moved)
         filed, untouched = untouched_over_work(course, filed, stubs, replace_older)
         older += untouched
         rejected[:], superseded = older_damaged(course, rejected, filed, earlier, notebooks, replace_older)

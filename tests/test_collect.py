@@ -343,6 +343,13 @@ def test_the_same_notebook_again_with_a_later_file_time_keeps_its_hand_in_time(c
     mailed = write_tree(tmp_path / "mail", {"02-shapes-and-loss.ipynb": notebook_bytes("v1")})  # its time: now
     again = collect(course, mailed / "02-shapes-and-loss.ipynb", student="hana").students["hana"]
     assert (again.status, again.replaced, stamp_of(course, "hana")) == ("unchanged", None, first)
+    # the same in a zip zipped since (its DOS time is a wall-clock reading, in the zone of the last collect), or among
+    # files that need --replace-older (review)
+    with zipfile.ZipFile(tmp_path / "mailed.zip", "w") as zf:
+        zf.writestr(zipfile.ZipInfo("02-shapes-and-loss.ipynb", (2026, 9, 1, 10, 0, 0)), notebook_bytes("v1"))
+    for replace_older in (False, True):
+        again = collect(course, tmp_path / "mailed.zip", student="hana", replace_older=replace_older).students["hana"]
+        assert (again.status, stamp_of(course, "hana")) == ("unchanged", first), replace_older
     changed = write_tree(tmp_path / "mail2", {"02-shapes-and-loss.ipynb": notebook_bytes("v2")})
     assert collect(course, changed / "02-shapes-and-loss.ipynb", student="hana").students["hana"].status == "updated"
     assert stamp_of(course, "hana") > first
