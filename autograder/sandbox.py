@@ -294,10 +294,11 @@ elif not getattr(OutStream._flush_buffers, "chunked", False):
 # One displayed value or error over MAX_FRAME_BYTES is a single message that no chunking splits (a huge string left as
 # a cell's last line, raise ValueError(huge)): the grader would cut the kernel for it, and the cell would fail as
 # KernelDied. Run in the kernel at start-up too, this sends such a message with its long values cut and a note instead:
-# a display keeps the start of its plain text, an error (or an execute reply) its name and the start of its message and
-# traceback, so the cell fails or passes by its own error and the kernel lives on. It wraps Session.serialize, which
+# a display keeps the start of its plain text (a check's record its kind and label, so its check fails as a value it
+# could not compare), an error (or an execute reply) its name and the start of its message and traceback, so the cell
+# fails or passes by its own error and the kernel lives on. It wraps Session.serialize, which
 # every message passes; a message of another type, or one still over after the cut, is sent as it is.
-MESSAGE_KEEP_CHARS = 2**16  # of each long string kept (at most 6 bytes of JSON each), the traceback's first 100 lines
+MESSAGE_KEEP_CHARS = 2**16  # of each long string kept (at most 6 bytes of JSON each), the traceback's first 49 lines
 MESSAGE_CAP_SOURCE = """
 import functools
 
@@ -308,16 +309,24 @@ REPLIES = ("error", "execute_reply")
 
 
 def within(content, msg_type, keep, note):
-    '''content with its long values cut to `keep` characters and the note added.'''
+    '''content with its long values cut to `keep` characters and the note added (first in an error's message and
+    within the traceback's first 50 lines, which the grader keeps of them).'''
     if msg_type in DISPLAYS:
-        text = content.get("data", {}).get("text/plain")
+        data = content.get("data", {})
+        record = data.get(RECORD)
+        if isinstance(record, dict):  # a check's record: its kind and label go on, its values are no longer there
+            return {**content, "data": {RECORD: {"kind": str(record.get("kind"))[:100],
+                                                 "label": str(record.get("label"))[:keep],
+                                                 "actual": {"unsupported": "a value too large to send"}}},
+                    "metadata": {}}
+        text = data.get("text/plain")
         text = text[:keep] + "\\n" if isinstance(text, str) and text else ""
         return {**content, "data": {"text/plain": text + note}, "metadata": {}}
     cut = {key: str(content[key])[:keep] for key in ("ename", "evalue") if key in content}
     if "evalue" in cut:
-        cut["evalue"] += "\\n" + note
+        cut["evalue"] = note + "\\n" + cut["evalue"]
     if isinstance(content.get("traceback"), list):
-        cut["traceback"] = [str(line)[:keep] for line in content["traceback"][:100]] + [note]
+        cut["traceback"] = [str(line)[:keep] for line in content["traceback"][:49]] + [note]
     cut.update({key: empty for key, empty in (("payload", []), ("user_expressions", {})) if key in content})
     return {**content, **cut}
 
@@ -356,7 +365,8 @@ def kernel_output_argument(output_bytes: int) -> str:
     error message over MAX_FRAME_BYTES cut (MESSAGE_CAP_SOURCE); each runs in a namespace of its own, so the
     student's gains no name."""
     chunks = f"CHUNK, CAP = {STREAM_CHUNK_CHARS}, {stream_cap(output_bytes)}\n{STREAM_CHUNKS_SOURCE}"
-    messages = f"LIMIT, KEEP = {MAX_FRAME_BYTES}, {MESSAGE_KEEP_CHARS}\n{MESSAGE_CAP_SOURCE}"
+    messages = (f"LIMIT, KEEP, RECORD = {MAX_FRAME_BYTES}, {MESSAGE_KEEP_CHARS}, {RECORD_MIMETYPE!r}\n"
+                f"{MESSAGE_CAP_SOURCE}")
     return f"--IPKernelApp.exec_lines=if True: exec({chunks!r}, {{}}); exec({messages!r}, {{}})"
 
 

@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 
 from autograder import worker  # noqa: E402
 from autograder.course import ASSIGNMENT  # noqa: E402
-from autograder.sandbox import (MAX_FRAME_BYTES, MESSAGE_KEEP_CHARS, SEND_TIMEOUT_MS, SandboxLimits,  # noqa: E402
-                                bwrap_available)
+from autograder.sandbox import (MAX_FRAME_BYTES, MESSAGE_KEEP_CHARS, RECORD_MIMETYPE, SEND_TIMEOUT_MS,  # noqa: E402
+                                SandboxLimits, bwrap_available)
 from kernel_outputs import cell_texts  # noqa: E402
 from test_worker_prestart import STUDENT, end_worker, make_job, notebook  # noqa: E402
 
@@ -108,9 +108,14 @@ BIG_PRINTS = ["x = 41\nprint('before')", f"print('z' * {MAX_FRAME_BYTES + 2**20}
               f"import sys\nfor _ in range({MAX_FRAME_BYTES // 2**20 + 1}):\n    sys.stdout.write('y' * 2**20)",
               "print('\\x00' * 200 * 2**20)", "for _ in range(300):\n    print('w' * 2**22)",
               "print('after', x + 1, [n for n in dir() if 'chunk' in n.lower() or n in ('within', 'LIMIT')])"]
-# single messages over the frame cap, which no chunking splits: a cell's value, an error, a displayed object
+# single messages over the frame cap, which no chunking splits: a cell's value, an error, a displayed object, a check's
+# record (as checks._emit sends it), an error with a traceback longer than the grader keeps
 BIG_VALUES = [f"'v' * {MAX_FRAME_BYTES + 2**20}", f"raise ValueError('e' * {MAX_FRAME_BYTES + 2**20})",
-              f"from IPython.display import HTML, display\ndisplay(HTML('h' * {MAX_FRAME_BYTES + 2**20}))"]
+              f"from IPython.display import HTML, display\ndisplay(HTML('h' * {MAX_FRAME_BYTES + 2**20}))",
+              f"from IPython.display import display\ndisplay({{{RECORD_MIMETYPE!r}: {{'kind': 'equal', "
+              f"'label': 'answer', 'actual': 'r' * {MAX_FRAME_BYTES + 2**20}}}}}, raw=True)",
+              f"def deep(n):\n    if n == 0:\n        raise ValueError('d' * {MAX_FRAME_BYTES + 2**20})\n"
+              "    deep(n - 1)\ndeep(60)"]
 BIG_OUTPUTS = BIG_PRINTS[:-1] + BIG_VALUES + BIG_PRINTS[-1:]
 KERNEL_CUT = re.compile(r"\[the kernel cut this output: 1?[0-9]{2}\.[0-9] MiB, more than one message to the grader "
                         r"may hold \(64 MiB\)\]")
@@ -130,14 +135,22 @@ def assert_big_prints_truncated(nb) -> None:
 def assert_big_values_cut(cells) -> None:
     """The kernel sent each of BIG_VALUES cut, with its note: the value's start, the error by its own name (the
     grader cut the kernel for them before, and each cell failed as KernelDied), the displayed object's plain text."""
-    assert cell_texts(nbformat.v4.new_notebook(cells=cells)) == ["", "ERROR ValueError", ""]
-    value, error, shown = ([out for out in cell.outputs if out.output_type != "stream"] for cell in cells)
-    assert [out.output_type for out in value + error + shown] == ["execute_result", "error", "display_data"]
+    assert cell_texts(nbformat.v4.new_notebook(cells=cells)) == ["", "ERROR ValueError", "", "", "ERROR ValueError"]
+    value, error, shown, record, deep = ([out for out in cell.outputs if out.output_type != "stream"] for cell in cells)
+    assert [out.output_type for out in value + error + shown + record + deep] == [
+        "execute_result", "error", "display_data", "display_data", "error"]
     kept, note = value[0].data["text/plain"].rsplit("\n", 1)
     assert kept == "'" + "v" * (MESSAGE_KEEP_CHARS - 1) and KERNEL_CUT.fullmatch(note), note
     assert KERNEL_CUT.fullmatch(error[0].traceback[-1]) and "eeee" in error[0].traceback[-2], error[0].traceback[-2:]
+    assert KERNEL_CUT.fullmatch(error[0].evalue.split("\n")[0]), error[0].evalue[:200]  # the grader keeps its start
     kept, note = shown[0].data["text/plain"].split("\n")
     assert kept == "<IPython.core.display.HTML object>" and KERNEL_CUT.fullmatch(note) and len(shown[0].data) == 1
+    # the record keeps its kind and label, so its check fails as one whose value could not be compared (review: it
+    # was dropped, and the check said it had not reported, as when the check helper is tampered with)
+    assert record[0].data == {RECORD_MIMETYPE: {"kind": "equal", "label": "answer",
+                                                "actual": {"unsupported": "a value too large to send"}}}
+    # the grader keeps a traceback's first 50 lines: the note is one of them (review)
+    assert len(deep[0].traceback) == 50 and KERNEL_CUT.fullmatch(deep[0].traceback[-1]), deep[0].traceback[-3:]
 
 
 @settings(max_examples=200, deadline=None)
