@@ -213,6 +213,7 @@ class CollectReport:
     wall_clock: int = 0  # filed files whose time is a wall-clock time (a zip's DOS time, a Blackboard name's) ...
     zone: str | None = None  # ... read in this zone (local_zone())
     zone_before: str | None = None  # the other zone the last collect that read wall-clock times read them in
+    off_roster: list[str] = field(default_factory=list)  # new students filed while the gradebook holds a roster
 
 
 # --- reading the download -------------------------------------------------------------
@@ -1716,13 +1717,16 @@ def off_roster_text(course: Course, new: list[str], roster: list[str]) -> str:
     """Why collect files nothing from a class download none of whose students the gradebook knows, while it holds a
     roster: the download's ids are most likely not the roster's (Moodle's participant numbers)."""
     many = len(new) > 1
-    return (f"nothing was collected: none of the {len(new)} students this download names ({listed(new)}) is in the "
-            f"gradebook, whose roster lists {len(roster)} ({listed(roster)}): filed, "
-            f"{'they' if many else 'it'} would be new {'students' if many else 'student'}, and the roster's would "
-            "have no hand-in. A Moodle download names each student by the assignment's participant number, not by "
-            "ID number (Moodle's grading worksheet lists both): rename the download's folders to the roster's ids, "
-            "or import a roster whose ids are the download's, and collect again; add a student the roster lacks with "
-            f"`nbgrader db student add ID --first-name … --last-name …`, run in {course.root}")
+    who = (f"none of the {len(new)} students this download names ({listed(new)}) is" if many else
+           f"the one student this download names ({new[0]}) is not")
+    return (f"nothing was collected: {who} in the gradebook, whose roster lists {len(roster)} ({listed(roster)}): "
+            f"filed, {'they would be new students' if many else 'it would be a new student'}, and the roster's "
+            "would have no hand-in. An LMS download may name students otherwise than the roster: Moodle by the "
+            "assignment's participant number, not the ID number (its grading worksheet lists both, and each Moodle "
+            "assignment numbers its participants anew), Canvas and Blackboard by login name. Rename the download's "
+            "folders or files to the roster's ids, or import a roster whose ids are the download's, and collect "
+            "again; add a student the roster lacks with `nbgrader db student add ID --first-name … --last-name …`, "
+            f"run in {course.root}")
 
 
 def shared_notebooks(entries: list[Entry], notebooks: list[str], known: frozenset[str]) -> dict[str, list[str]]:
@@ -1869,9 +1873,11 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                                   f"gradebook ({adds}, run in {course.root}) and collect again: the files are then on "
                                   "record as rejected")
         raise AutograderError(f"{why}\n{LAYOUTS_HELP}")
-    if student is None and seen and not set(seen) & known and (roster := roster_students(course)):
+    roster = roster_students(course)
+    if student is None and seen and not set(seen) & known and roster:
         raise AutograderError(off_roster_text(course, sorted(seen), sorted(roster)))
-    report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped)
+    report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped,
+                           off_roster=sorted(set(seen) - known) if roster else [])
     with course.lock("collect"):
         log = load_collect_log(course)  # first: a damaged record stops collect before it files anything
         earlier = log["students"]
@@ -2058,6 +2064,11 @@ def print_report(report: CollectReport) -> None:
         for s, r in unanswered:
             every = len(r.unanswered) > 1 and set(r.unanswered) == set(r.notebooks)
             print(f"  {s}: {f'all {len(r.unanswered)} notebooks handed in' if every else ', '.join(r.unanswered)}")
+    if report.off_roster:
+        print(f"not on the roster, filed as new students ({len(report.off_roster)}): {listed(report.off_roster, 10)}; "
+              "give them names with `nbgrader db student add ID --first-name … --last-name …`, run in the course "
+              "folder, or, if one is a roster student under another id (an LMS's own number), rename that file or "
+              "folder to the roster's id")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")

@@ -160,12 +160,14 @@ def test_moodle_folder_gives_the_numeric_id(course, tmp_path):
     assert list(collect(course, spoofed).students) == ["5555"]
 
 
-def test_a_class_download_none_of_whose_students_is_on_the_roster_is_refused_before_filing(course, tmp_path):
+def test_a_class_download_none_of_whose_students_is_on_the_roster_is_refused_before_filing(course, tmp_path, capsys):
     """Moodle names students by the assignment's participant number, not by the ID number a roster holds (an
     instructor's walkthrough: every roster student exported 0, beside new rows for the download's numbers). With a
     roster (students with names) in the gradebook, a class download none of whose ids it knows files nothing and
     registers nobody; one that names a roster student files its new students beside them, and without a roster (ids
     collect registered) a download of new students is filed as before."""
+    from autograder.collect import print_report
+
     roster = {"2023010101": ("San", "Zhang"), "2023010102": ("Si", "Li")}
     with course.gradebook() as gb:
         for sid, (first, last) in roster.items():
@@ -177,7 +179,8 @@ def test_a_class_download_none_of_whose_students_is_on_the_roster_is_refused_bef
     assert str(refused.value).startswith(
         "nothing was collected: none of the 2 students this download names (20001, 20002) is in the gradebook, whose "
         "roster lists 2 (2023010101, 2023010102): filed, they would be new students, and the roster's would have no "
-        "hand-in. A Moodle download names each student by the assignment's participant number"), refused.value
+        "hand-in. An LMS download may name students otherwise than the roster: Moodle by the assignment's participant "
+        "number, not the ID number"), refused.value
     assert f"`nbgrader db student add ID --first-name … --last-name …`, run in {course.root}" in str(refused.value)
     with course.gradebook() as gb:
         assert sorted(st.id for st in gb.students) == sorted(roster)
@@ -185,9 +188,16 @@ def test_a_class_download_none_of_whose_students_is_on_the_roster_is_refused_bef
     # the folders renamed to the roster's ids, and a student the roster lacks beside them: filed
     renamed = {"张三_2023010101_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("z"),
                "王五_2023010199_assignsubmission_file_/02-shapes-and-loss.ipynb": notebook_bytes("w")}
-    assert sorted(collect(course, write_tree(tmp_path / "renamed", renamed)).students) == ["2023010101", "2023010199"]
+    report = collect(course, write_tree(tmp_path / "renamed", renamed))
+    assert sorted(report.students) == ["2023010101", "2023010199"] and report.off_roster == ["2023010199"]
+    print_report(report)
+    assert "not on the roster, filed as new students (1): 2023010199; give them names with" in capsys.readouterr().out
+    with pytest.raises(AutograderError, match=r"^nothing was collected: the one student this download names \(42\) "
+                                              r"is not in the gradebook, whose roster lists 2 .*: filed, it would be a "
+                                              r"new student,"):
+        collect(course, write_tree(tmp_path / "one", {"42/02-shapes-and-loss.ipynb": notebook_bytes("x")}))
     # --student files one student's download as given, roster or not
-    assert list(collect(course, write_tree(tmp_path / "one", {"x/02-shapes-and-loss.ipynb": notebook_bytes("x")}),
+    assert list(collect(course, write_tree(tmp_path / "mail", {"x/02-shapes-and-loss.ipynb": notebook_bytes("x")}),
                         student="mailed").students) == ["mailed"]
 
 
