@@ -296,8 +296,8 @@ elif not getattr(OutStream._flush_buffers, "chunked", False):
 # KernelDied. Run in the kernel at start-up too, this sends such a message with its long values cut and a note instead:
 # a display keeps the start of its plain text (a check's record its kind and label, so its check fails as a value it
 # could not compare), an error (or an execute reply) its name and the start of its message and traceback, so the cell
-# fails or passes by its own error and the kernel lives on. It wraps Session.serialize, which
-# every message passes; a message of another type, or one still over after the cut, is sent as it is.
+# fails or passes by its own error and the kernel lives on. It wraps Session.serialize, which every message passes; a
+# message of another type, one still over after the cut, or one the cut cannot read, is sent as it is.
 MESSAGE_KEEP_CHARS = 2**16  # of each long string kept (at most 6 bytes of JSON each), the traceback's first 49 lines
 MESSAGE_CAP_SOURCE = """
 import functools
@@ -342,7 +342,10 @@ def capped(serialize, limit, keep):
             return frames
         note = (f"[the kernel cut this output: {size / 2**20:.1f} MiB, more than one message to the grader may "
                 f"hold ({limit // 2**20} MiB)]")
-        return serialize(self, {**msg, "content": within(msg["content"], msg_type, keep, note)}, ident)
+        try:
+            return serialize(self, {**msg, "content": within(msg["content"], msg_type, keep, note)}, ident)
+        except Exception:  # content of a shape no kernel sends (data that is no dict): as it is, the grader cuts it
+            return frames
 
     serialize_capped.capped = True
     return serialize_capped

@@ -227,6 +227,29 @@ def test_a_print_or_value_over_the_cap_is_only_truncated_in_the_sandbox_too(tmp_
     assert peak and int(peak[1]) < worker.WORKER_MEMORY_BYTES // 2**20 // 2, log[-3000:]
 
 
+def test_the_kernel_s_message_cut_sends_a_message_it_cannot_read_as_it_is():
+    """The start-up line, run in a process of its own (it patches jupyter_client's Session there): a display whose
+    data is no dict goes out as it was, for the grader to cut, instead of raising in the kernel's send; a readable one
+    is cut; a message under the cap is the bytes it was."""
+    import subprocess
+
+    from autograder.sandbox import kernel_output_argument
+
+    code = f"""
+exec({kernel_output_argument(2**21).split("=", 1)[1]!r}, {{}})
+import jupyter_client.session
+session = jupyter_client.session.Session(key=b"k")
+def message(content):
+    return {{"header": {{"msg_type": "display_data"}}, "parent_header": {{}}, "metadata": {{}}, "content": content}}
+print(max(map(len, session.serialize(message({{"data": None, "pad": "x" * {MAX_FRAME_BYTES + 1}}})))) > {MAX_FRAME_BYTES})
+print(max(map(len, session.serialize(message({{"data": {{"text/plain": "y" * {MAX_FRAME_BYTES + 1}}}}})))) < 2**20)
+small = message({{"data": {{"text/plain": "z"}}, "metadata": {{}}}})
+print(session.serialize(small)[-1] == jupyter_client.session.Session.serialize.__wrapped__(session, small)[-1])
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.split() == ["True"] * 3, (run.stdout, run.stderr[-2000:])
+
+
 def test_every_socket_to_a_kernel_gets_the_frame_cap_and_the_send_timeout_before_it_connects(tmp_path):
     """The client's and the manager's (interrupts) contexts give each new socket both options: ZeroMQ reads
     ZMQ_MAXMSGSIZE only when the socket connects, so it must be there from the start."""
