@@ -685,22 +685,39 @@ def not_graded_reasons(student: str, notebooks: list[str], collect_log: dict, jo
         if hit and hit[0] in reasons:
             reasons[hit[0]] = (f"Your file {file} holds the exercises of {nb}, not of {hit[0]}, so it was graded as "
                                f"{nb}. No file you handed in held the exercises of {hit[0]}, so it scored 0.")
-    unmatched = []  # rejected files of the student that no notebook's name gives (notes.txt, 04-mywork.ipynb)
     for r in collect_log["rejected"]:
         if r.get("student") != student:
             continue
         hit = match_notebook(Path(r["file"]).stem, notebooks)
         if hit and hit[0] in reasons:
             reasons[hit[0]] = f"Your file {r['file']} {NOT_ACCEPTED} {r['reason']}. The notebook scored 0."
-        elif not hit:
-            unmatched.append(f"{r['file']} ({r['reason']})")
-    if unmatched:
-        also = f" Files you handed in that were not accepted: {'; '.join(unmatched[:5])}{'; …' if len(unmatched) > 5 else ''}."
+    if unmatched := unmatched_rejections(student, notebooks, collect_log):
+        also = f" Files you handed in that were not accepted: {unmatched}."
         reasons = {nb: why + also if why.startswith(NOT_HANDED_IN) else why for nb, why in reasons.items()}
     for nb, r in sorted(json.loads((job or {}).get("notebooks") or "{}").items()):
         if r.get("status") == "error":
             reasons[nb] = f"{NOT_GRADABLE} {error_for_the_page(r.get('error'))}"
     return reasons
+
+
+def unmatched_rejections(student: str, notebooks: list[str], collect_log: dict) -> str:
+    """'notes.txt (why); …': the student's rejected files that no notebook's name gives (notes.txt, 04-mywork.ipynb),
+    the first five, or ''."""
+    unmatched = [f"{r['file']} ({r['reason']})" for r in collect_log["rejected"]
+                 if r.get("student") == student and not match_notebook(Path(r["file"]).stem, notebooks)]
+    return "; ".join(unmatched[:5]) + ("; …" if len(unmatched) > 5 else "")
+
+
+def hand_in_notes(student: str, notebooks: list[str], collect_log: dict) -> list[str]:
+    """What a student's overview says of the hand-in itself: notebooks handed in as released (collect's unanswered),
+    and files not accepted that no notebook's page names."""
+    notes = []
+    if unanswered := collect_log["students"].get(student, {}).get("unanswered"):
+        notes.append(f"handed in as released, with no answer filled in: {', '.join(unanswered)}; if you meant to hand "
+                     "in another file, tell your instructor")
+    if unmatched := unmatched_rejections(student, notebooks, collect_log):
+        notes.append(f"files you handed in that were not accepted: {unmatched}")
+    return notes
 
 
 def error_for_the_page(error) -> str:
@@ -771,10 +788,12 @@ def index_page(course: Course, student: str) -> Path:
     return course.step_dir("feedback", student).parent / INDEX
 
 
-def write_index(course: Course, student: str, graded: set[str], explained: set[str]) -> Path:
+def write_index(course: Course, student: str, graded: set[str], explained: set[str],
+                hand_in: list[str] = ()) -> Path:
     """Write the student's overview page: the total as export's score column gives it (late penalty taken off), each
     notebook's score and a link to its page (graded, explained: the notebooks with a graded page, with one saying why
-    they were not graded); whether answers still wait for a grader. Return its path."""
+    they were not graded); whether answers still wait for a grader; hand_in: notes on the hand-in (hand_in_notes).
+    Return its path."""
     from nbgrader.api import MissingEntry
 
     with course.gradebook() as gb:
@@ -806,6 +825,7 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
     if pending:
         notes.append("provisional: answers your instructor grades by hand count as 0 until they are graded, and a "
                      "score given before a regrade counts until it is reviewed")
+    notes += hand_in
     page = index_page(course, student)
     page.write_text(f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(ASSIGNMENT)}: feedback for {html.escape(student)}</title></head>
@@ -936,7 +956,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     for student in sorted({p.parent.parent.name for p in result.written + result.explained} - set(result.errors)):
         graded = {p.stem for p in result.written if p.parent.parent.name == student}
         explained = {p.stem for p in result.explained if p.parent.parent.name == student}
-        result.indexes.append(write_index(course, student, graded, explained))
+        result.indexes.append(write_index(course, student, graded, explained,
+                                          hand_in_notes(student, notebooks, collect_log)))
     result.provisional = pending_pages(course, result.written)
     return result
 

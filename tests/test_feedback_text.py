@@ -878,3 +878,22 @@ def test_grading_s_preprocessors_recognise_every_option_of_the_course_config(cap
                     BudgetedExecute]:
             cls(config=config)
     assert [r.getMessage() for r in caplog.records if "not recognized" in r.getMessage()] == []
+
+
+def test_the_overview_notes_blank_copies_and_files_no_notebook_page_names():
+    """A student's overview (index.html) names the notebooks handed in as released and the rejected files that no
+    notebook's page names (a .docx, say: it was told only on the pages of notebooks not handed in; an instructor's
+    walkthrough); a rejected notebook file is left to its notebook's page, and another student's files are not theirs."""
+    from autograder.feedback import hand_in_notes
+
+    notebooks = ["01-probability-and-bayes", "02-shapes-and-loss"]
+    log = {"students": {"ann": {"unanswered": ["02-shapes-and-loss"]}, "bob": {}},
+           "rejected": [{"file": "ann/notes.docx", "reason": "not a notebook", "student": "ann"},
+                        {"file": "ann/01-probability-and-bayes.ipynb", "reason": "invalid JSON", "student": "ann"},
+                        {"file": "bob/essay.pdf", "reason": "not a notebook", "student": "bob"}]}
+    assert hand_in_notes("ann", notebooks, log) == [
+        "handed in as released, with no answer filled in: 02-shapes-and-loss; if you meant to hand in another file, "
+        "tell your instructor", "files you handed in that were not accepted: ann/notes.docx (not a notebook)"]
+    assert hand_in_notes("bob", notebooks, log) == [
+        "files you handed in that were not accepted: bob/essay.pdf (not a notebook)"]
+    assert hand_in_notes("cyd", notebooks, log) == []

@@ -340,6 +340,11 @@ def test_each_student_s_overview_gives_the_total_and_every_notebook_s_score_as_t
             assert (shown.group(3) == ", not graded") == (": not graded (0 of" in page_says), (student, nb)
     assert "Provisional:" in page_text((course.root / "feedback" / "perfect" / INDEX).read_text(encoding="utf-8"))
     assert "Provisional:" not in page_text((course.root / "feedback" / "blank" / INDEX).read_text(encoding="utf-8"))
+    # the blank copies handed in are named on the overview, the one page a student is sure to open
+    for student in SAMPLE:
+        said = "Handed in as released, with no answer filled in: " in page_text(
+            (course.root / "feedback" / student / INDEX).read_text(encoding="utf-8"))
+        assert said == (student == "blank"), student
 
 
 def test_a_student_whose_pages_fail_to_render_keeps_no_overview_of_an_earlier_run(graded, monkeypatch):
