@@ -71,8 +71,9 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
         return NOT_FILED, notes + [f"{unfiled_text(collected['unfiled'], collected.get('error'))}: collect the "
                                    f"download again, then `{grade}`"]
     notes += [f"missing {nb}.ipynb (scored 0)" for nb in collected.get("missing", [])]
-    notes += [f"{nb}.ipynb is the release's copy, no answer filled in (the wrong file?)"
-              for nb in collected.get("unanswered", [])]
+    if unanswered := collected.get("unanswered"):
+        notes.append(f"handed in as released, no answer filled in (the wrong file?): "
+                     f"{', '.join(f'{nb}.ipynb' for nb in unanswered)}")
     if job is None:
         if not collected.get("notebooks"):
             # a student who handed in only files that could not be graded has a row saying which and why (a Jupyter
