@@ -172,6 +172,15 @@ def deleted_cells(nb, released: dict[str, bool]) -> tuple[list[str], list[str]]:
     return [g for g, test in missing if test], [g for g, test in missing if not test]
 
 
+def missing_code_answers(nb, source) -> list[str]:
+    """Grade ids of the released code answer cells (solution cells nothing grades directly: the tests after them do)
+    missing from nb, in release order."""
+    present = grade_ids(nb)
+    return [meta["grade_id"] for cell in source.cells if cell.cell_type == "code"
+            and (meta := nbgrader_meta(cell)).get("solution") and not meta.get("grade")
+            and "grade_id" in meta and meta["grade_id"] not in present]
+
+
 def cell_places(source, grade_ids: list[str]) -> list[str]:
     """Where each graded cell is, as a student can find it ('the test cell of 练习 2.6 … (its first line)'), from the
     course's notebook source (grade ids mean nothing to students)."""
@@ -180,8 +189,9 @@ def cell_places(source, grade_ids: list[str]) -> list[str]:
         meta = nbgrader_meta(cell)
         heading = heading_after(cell, heading)
         if meta.get("grade_id") in grade_ids:
-            kind = "test cell" if is_test_cell(cell) else "written-answer cell"
-            shown = f" ({first_line(cell.source)})" if is_test_cell(cell) else ""
+            code = cell.cell_type == "code"
+            kind = "test cell" if is_test_cell(cell) else "answer cell" if code else "written-answer cell"
+            shown = f" ({first_line(cell.source)})" if code else ""
             places[meta["grade_id"]] = f"the {kind} of {heading}{shown}"
     return [places.get(g, g) for g in grade_ids]
 
@@ -557,6 +567,11 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
               "puts the released cells back and scores them, so this check cannot say whether they pass. Copy them "
               "back from a fresh copy of the notebook (unzip the course zip again in another folder) and run the "
               "check again.")
+    if (gone := missing_code_answers(nb, sources[best])) and any(r[4] is False for r in rows):
+        print(f"✘ code answer cells missing from this notebook: {'; '.join(cell_places(sources[best], gone))}. Grading "
+              "runs your notebook as it is, so the tests that use what such a cell defined fail, whatever cell the "
+              "table blames first. Copy the cell back from a fresh copy of the notebook (unzip the course zip again "
+              "in another folder), put your answer into it, and run the check again.")
     if unanswerable:
         print(f"✘ answer cells missing from this notebook: {'; '.join(cell_places(sources[best], unanswerable))}. "
               "Only the released answer cell is graded: an answer written in a cell of your own counts 0 points and "

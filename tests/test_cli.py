@@ -678,6 +678,30 @@ def test_check_names_deleted_test_and_answer_cells_and_changed_course_files_and_
     assert f"visible tests passed: {len(tests) - 1} of {len(tests) - 1} cells" in out, out
 
 
+def test_check_names_a_deleted_code_answer_cell_its_failing_tests_need(tmp_path, monkeypatch, capsys):
+    """A student's walkthrough: with an exercise's answer cell deleted, the table blamed the first cell that failed
+    (a demonstration cell using the function), and said to fix that; the check now names the missing answer cell."""
+    import nbformat
+
+    from autograder.check import cell_places
+
+    path, nb = _smallest_source_notebook()
+    monkeypatch.delenv("PART_II_ROOT", raising=False)
+    course = _course_files_copy(tmp_path / "course")
+    answers = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.cell_type == "code"
+               and c.metadata.get("nbgrader", {}).get("solution") and not c.metadata["nbgrader"].get("grade")]
+    gone = answers[0]
+    source = nbformat.read(path, as_version=4)
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != gone]
+    trimmed = course / "part-ii" / path.name
+    trimmed.parent.mkdir()
+    nbformat.write(nb, trimmed)
+    code, _, out = run(["check", str(trimmed)], capsys)
+    [place] = cell_places(source, [gone])
+    assert code == 1 and re.fullmatch(r"the answer cell of 练习 .+ \(def .+\)", place), (code, place)
+    assert f"✘ code answer cells missing from this notebook: {place}. Grading runs your notebook as it is" in out, out
+
+
 def test_check_tells_a_student_s_edit_of_a_course_file_from_a_zip_of_another_release(tmp_path, monkeypatch, capsys):
     """Found by review: a zip released before the repository's data/ gained a case failed the check untouched, with
     advice (unzip again) that could not help. The zip's course-files.sha256 now says what was released: a file as
