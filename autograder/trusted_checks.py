@@ -77,6 +77,7 @@ import signal
 import sys
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -300,12 +301,11 @@ def cell_failure(expected: list, got: list) -> str | None:
 def joined_failures(failures: list[str], limit: int = VERDICT_CHARS) -> str:
     """'a (3 checks); b; c' in at most `limit` characters: each failure once, with the number of checks that gave it
     (a check run in a loop), cut after a whole failure ('a; and 2 more checks failed')."""
-    counts = dict.fromkeys(failures, 0)
-    for failure in failures:
-        counts[failure] += 1
+    counts = Counter(failures)  # in the order first given
     texts = [failure if n == 1 else f"{failure} ({n} checks)" for failure, n in counts.items()]
+    numbers = list(counts.values())
     for shown in range(len(texts), 0, -1):
-        rest = sum(list(counts.values())[shown:])
+        rest = sum(numbers[shown:])
         text = "; ".join(texts[:shown]) + (f"; and {rest} more {'check' if rest == 1 else 'checks'} failed"
                                           if rest else "")
         if len(text) <= limit:
