@@ -1501,22 +1501,26 @@ def moved_files(filed: dict[str, str], notebooks: list[str]) -> dict[str, str]:
     return moved
 
 
+def released_sources(release: dict[str, nbformat.NotebookNode]) -> dict[str, set[str]]:
+    """{notebook: the stripped sources of its released cells}."""
+    return {name: {cell.source.strip() for cell in nb.cells} for name, nb in release.items()}
+
+
 def unanswered_notebooks(course: Course, student: str, notebooks: list[str], stubs: dict[str, dict[str, str]],
-                         release: dict[str, nbformat.NotebookNode]) -> list[str]:
+                         sources: dict[str, set[str]]) -> list[str]:
     """Those of a student's filed notebooks that have answer cells and are the release's copy: no answer cell differs
-    from its stub, and every cell's source is one of the release's (an answer written in a cell of the student's own
-    is an answer)."""
+    from its stub, and every cell's source is one of the release's (sources: released_sources(); an answer written in
+    a cell of the student's own is an answer)."""
     unanswered = []
     for nb in notebooks:
         path = filed_path(course, student, nb)
-        if not stubs.get(nb) or nb not in release or not path.is_file():
+        if not stubs.get(nb) or nb not in sources or not path.is_file():
             continue
-        released = {cell.source.strip() for cell in release[nb].cells}
         try:
             filed = read_notebook(path.read_bytes())[0]
         except Exception:  # noqa: BLE001 - a filed file that does not read says nothing either way
             continue
-        if not answers_given(filed, stubs[nb]) and all(cell.source.strip() in released for cell in filed.cells):
+        if not answers_given(filed, stubs[nb]) and all(cell.source.strip() in sources[nb] for cell in filed.cells):
             unanswered.append(nb)
     return unanswered
 
@@ -1897,6 +1901,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         with course.gradebook() as gb:
             for sid in sorted(seen):
                 gb.update_or_create_student(sid)
+        sources = released_sources(release)
         for sid in sorted(seen):
             files = [f for f in filed if f.student == sid]
             notes = [f"{r.file}: {r.reason}" for r in rejected if r.student == sid]
@@ -1907,7 +1912,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
             except Exception as exc:  # noqa: BLE001 - a full disk, a file that cannot be written: the others go on
                 report.students[sid] = not_filed(course, sid, files, notes, notebooks, earlier.get(sid, {}), exc)
             report.students[sid].unanswered = unanswered_notebooks(course, sid, list(report.students[sid].notebooks),
-                                                                   stubs, release)
+                                                                   stubs, sources)
         save_report(course, report, entries, {(f.student, f.notebook) for f in filed
                                               if report.students[f.student].status != NOT_FILED})
     return report
