@@ -11,8 +11,8 @@ checks look only at the answer's form (marked in its metadata, see notebooks/REA
 read-only cell) whose contents differ from the release (nbgrader's checksum) is flagged:
 grading puts the released cell back, so what the edited cell did here does not count. A test cell
 turned into a Markdown or raw cell fails: it did not run here, and grading turns it back and runs it. A
-released test cell missing from the notebook is named too: grading puts it back and scores
-it, which this check cannot do. Pasted copies of a graded cell are named, and the last counts, as in
+released test cell missing from the notebook is named too, and gets a failed row that keeps its points in the
+total: grading puts it back and scores it, which this check cannot do. Pasted copies of a graded cell are named, and the last counts, as in
 grading; copies that differ from it fail.
 The notebook is also checked against the course's notebooks as grading will see it: a file
 whose graded cells belong to no notebook of this course is refused, and a file named after no
@@ -432,6 +432,28 @@ def exercise_rows(nb, text_stub: str | None = None) -> list[tuple[str, str, floa
     return rows
 
 
+MISSING_TEST = ("✘ missing from this notebook, so not run here: grading puts the released test cell back and "
+                "scores it")
+
+
+def with_deleted_tests(rows, source, deleted: list[str]) -> list:
+    """rows (exercise_rows) with a failed row for each released test cell in deleted, under its exercise in release
+    order (source: the course's notebook), so the table and its total still count the points grading scores."""
+    order, missing = {}, {}
+    heading = "(before the first exercise)"
+    for cell in source.cells:
+        heading = heading_after(cell, heading)
+        if grade_id := nbgrader_meta(cell).get("grade_id"):
+            order[grade_id] = len(order)
+            if grade_id in deleted:
+                missing[grade_id] = (heading, grade_id, cell_points(cell), MISSING_TEST, False)
+    merged = list(rows)
+    for grade_id, row in missing.items():
+        after = [i for i, r in enumerate(merged) if order.get(r[1], -1) < order[grade_id]]
+        merged.insert(after[-1] + 1 if after else 0, row)
+    return merged
+
+
 def graded_cells_by_id(nb) -> dict[str, list[tuple[int, object]]]:
     """{grade id: [(cell number, cell), ...] of the graded cells carrying it, top to bottom}: more than one when a student
     pasted a copy (it keeps the metadata)."""
@@ -548,7 +570,7 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
                   "grading runs it with the course's. To run it in Jupyter yourself, open it from the unpacked course "
                   "folder.", flush=True)
         run_notebook(nb, folder, timeout, notebook_timeout=notebook_timeout)
-    rows = exercise_rows(nb, load_config().ClearSolutions.text_stub)
+    rows = with_deleted_tests(exercise_rows(nb, load_config().ClearSolutions.text_stub), sources[best], deleted)
     print_table(Path(path), rows)
     locked = edited_locked_cells(nb)
     if locked:

@@ -649,7 +649,7 @@ def test_check_names_deleted_test_and_answer_cells_and_changed_course_files_and_
 
     import nbformat
 
-    from autograder.check import cell_places
+    from autograder.check import MISSING_TEST, cell_places
 
     path, nb = _smallest_source_notebook()
     monkeypatch.delenv("PART_II_ROOT", raising=False)
@@ -675,7 +675,35 @@ def test_check_names_deleted_test_and_answer_cells_and_changed_course_files_and_
     assert f"✘ test cells missing from this notebook: {test_place}. Grading puts the released cells back" in out, out
     assert f"✘ answer cells missing from this notebook: {answer_place}. Only the released answer cell is graded" in out
     assert f"✘ course files changed in your copy: code/part-ii/checks.py (they differ from {REPO}'s). Grading runs" in out
-    assert f"visible tests passed: {len(tests) - 1} of {len(tests) - 1} cells" in out, out
+    # the missing test keeps its row, under its exercise, and its points in the total (a walkthrough read "4 of 8
+    # autograded points" for a notebook of 11 as the whole notebook)
+    points = {g: c.metadata["nbgrader"]["points"] for g, c in meta.items() if g in tests}
+    assert re.search(rf"^  {re.escape(gone)} +{points[gone]:g} pt  {re.escape(MISSING_TEST)}$", out, re.M), out
+    assert f"visible tests passed: {len(tests) - 1} of {len(tests)} cells, {sum(points.values()) - points[gone]:g} of " \
+           f"{sum(points.values()):g} autograded points" in out, out
+
+
+@pytest.mark.parametrize("which", ["first", "middle", "last"])
+def test_deleted_test_rows_take_the_released_place_in_every_notebook(which):
+    """A deleted test cell's row goes where the released notebook has it: the same headings, grade ids and points in
+    the same order as the table of the whole notebook (no kernel: the rows' order does not depend on outputs)."""
+    import nbformat
+
+    from autograder.check import exercise_rows, with_deleted_tests
+    from autograder.cells import is_test_cell
+
+    for path in sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb")):
+        source = nbformat.read(path, as_version=4)
+        tests = [c.metadata["nbgrader"]["grade_id"] for c in source.cells if is_test_cell(c)]
+        if not tests:
+            continue
+        gone = tests[{"first": 0, "middle": len(tests) // 2, "last": -1}[which]]
+        trimmed = nbformat.from_dict(source)
+        trimmed.cells = [c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id") != gone]
+        whole = [r[:3] for r in exercise_rows(source)]
+        rows = with_deleted_tests(exercise_rows(trimmed), source, [gone])
+        assert [r[:3] for r in rows] == whole, path.name
+        assert [r[4] for r in rows if r[1] == gone] == [False], path.name
 
 
 def test_check_names_a_deleted_code_answer_cell_its_failing_tests_need(tmp_path, monkeypatch, capsys):
