@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,26 @@ def sandbox_mode(no_sandbox: bool) -> bool:
                               f"{sandbox.sandbox_remedy(problem)}, or pass --no-sandbox to grade trusted code without a "
                               "sandbox.")
     return True
+
+
+# where a course sets each sandbox limit (SandboxLimits' fields) in autograder/nbgrader_config.py
+LIMIT_SETTINGS = {"cpu_seconds": "SandboxedKernelManager", "memory_bytes": "SandboxedKernelManager",
+                  "max_processes": "SandboxedKernelManager", "file_size_bytes": "SandboxedKernelManager",
+                  "disk_bytes": "SandboxedKernelManager", "output_bytes": "GradingExecute"}
+
+
+def configured_limits(config, given: dict) -> dict:
+    """The SandboxLimits fields the course config sets (c.SandboxedKernelManager.memory_bytes, bytes, ...;
+    c.GradingExecute.output_bytes), with given's on top; AutograderError naming the setting whose value is not a
+    positive integer."""
+    limits = {name: config[section][name] for name, section in LIMIT_SETTINGS.items()
+              if section in config and name in config[section]}
+    for name, value in limits.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            unit = {"cpu_seconds": "seconds", "max_processes": "processes"}.get(name, "bytes, e.g. 4 * 2**30 for 4 GiB")
+            raise AutograderError(f"autograder/nbgrader_config.py sets c.{LIMIT_SETTINGS[name]}.{name} = {value!r}; "
+                                  f"expected a positive integer ({unit})")
+    return {**limits, **given}
 
 
 # --- job table -----------------------------------------------------------------------------
@@ -980,6 +1000,8 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
     if not students:
         raise AutograderError(f"nothing to grade: no collected submissions; {run_first(course, 'collect PATH')}")
     sandboxed = sandbox_mode(options.no_sandbox)
+    if sandboxed:  # unsandboxed, GradingExecute reads its output_bytes from the config itself
+        options = replace(options, limits=configured_limits(course.config, options.limits))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with course.lock("grade"), course.gradebook() as gb:

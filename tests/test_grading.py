@@ -1269,6 +1269,36 @@ def test_deleting_an_exercise_s_answer_and_tests_scores_that_exercise_0_and_grad
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_the_course_config_sets_the_sandbox_limits_and_a_wrong_value_is_named():
+    """c.SandboxedKernelManager.* and c.GradingExecute.output_bytes in nbgrader_config.py set the sandbox's limits
+    (configure_sandbox overrode them with its defaults); limits given to grade() win; a value that is no positive
+    integer is refused with the setting named, before any kernel starts."""
+    from traitlets.config import Config
+
+    from autograder.grade import configured_limits
+    from autograder.sandbox import SandboxLimits
+
+    config = Config()
+    config.SandboxedKernelManager.memory_bytes = 6 * 2**30
+    config.SandboxedKernelManager.cpu_seconds = 900
+    config.GradingExecute.output_bytes = 2**16
+    config.GradingExecute.timeout = 5  # not a limit: left to nbgrader
+    limits = configured_limits(config, {"cpu_seconds": 100})
+    assert limits == {"memory_bytes": 6 * 2**30, "cpu_seconds": 100, "output_bytes": 2**16}, limits
+    assert SandboxLimits(**limits).memory_bytes == 6 * 2**30
+    assert configured_limits(Config(), {}) == {}
+    for section, name, value, unit in [("SandboxedKernelManager", "memory_bytes", "4G", "bytes"),
+                                       ("SandboxedKernelManager", "max_processes", 0, "processes"),
+                                       ("SandboxedKernelManager", "cpu_seconds", 1.5, "seconds"),
+                                       ("GradingExecute", "output_bytes", True, "bytes")]:
+        wrong = Config()
+        wrong[section][name] = value
+        with pytest.raises(AutograderError) as caught:
+            configured_limits(wrong, {})
+        assert str(caught.value).startswith(f"autograder/nbgrader_config.py sets c.{section}.{name} = {value!r}; "
+                                            f"expected a positive integer ({unit}"), caught.value
+
+
 def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(graded):
     """No kernel can start (here: a memory limit below what Python needs to load its libraries): the notebook is
     scored 0, and the instructor's summary gives the last line the kernel wrote, not only jupyter_client's "Kernel
@@ -1284,9 +1314,9 @@ def test_a_kernel_that_cannot_start_is_reported_with_the_cause_its_log_gives(gra
         for path in course.step_dir("submitted", "perfect").glob("*.ipynb"):
             if path.stem != "02-shapes-and-loss":
                 path.unlink()
-        starved = options(workers=1, students=["perfect"])
-        starved.limits = {"memory_bytes": 16 * 2**20}
-        result = grade(course, starved)
+        # set as an instructor sets it, in the course's nbgrader_config.py (which the sandbox once overrode)
+        course.config.SandboxedKernelManager.memory_bytes = 16 * 2**20
+        result = grade(course, options(workers=1, students=["perfect"]))
         reason = result.notebook_errors["perfect"]["02-shapes-and-loss"]
         error = "RuntimeError: no kernel could start (3 tries): Kernel died before replying to kernel_info"
         assert reason.startswith(f"{error}; the kernel's log ends: "), reason
