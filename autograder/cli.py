@@ -4,6 +4,7 @@
     collect PATH        file an LMS download (folder or zip) as nbgrader submissions
     grade               autograde every collected submission, in parallel, resumable
     extend              a later due date for one student (or list the extensions)
+    drop                take a student out of the course (their files kept), or back in with --undo
     feedback            one HTML report per student and notebook (hidden tests never shown)
     export              grades as CSV: per student and per cell
     check NOTEBOOK      a student's self-check: run the notebook, print a table per exercise
@@ -217,6 +218,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the student's own due date, in the forms of release --due-date, e.g. "
                         "'2026-03-04 23:59 Asia/Shanghai' ('none' removes the extension)")
 
+    p = sub.add_parser("drop", parents=[common], help="take a student out of the course, or back in with --undo",
+                       description="Take a student out of the course: one who left the class, or an id collected by "
+                                   "mistake (a typo in a folder name). Their files (hand-ins, earlier hand-ins, graded "
+                                   "copies, feedback pages, grading log) move to <course>/dropped/ID/<time>/ with a "
+                                   "record of their names, scores, hand scores, comments and extension; they leave the "
+                                   "gradebook and collect's report, so export and feedback leave them out, and collect "
+                                   "files nothing of theirs. --undo takes them back from their newest drop (hand-in, "
+                                   "names, extension); the next grade grades them again, and hand scores given before "
+                                   "the drop are to be given again (the record lists them).")
+    p.add_argument("--student", type=_student_id, required=True, metavar="ID", help="the student to drop")
+    p.add_argument("--undo", action="store_true", help="take the student back in instead")
+
     p = sub.add_parser("feedback", parents=[common], help="write HTML feedback per student and notebook",
                        description="Write one HTML feedback file per student and notebook: points per cell, "
                                    "passed/failed and why, the student's code and written answers, and notes on what "
@@ -318,6 +331,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.student:
             print_after_extend(course, named)
         return 1 if any(not ext.known for ext in shown) else 0  # an id no hand-in has: a typo?
+    if args.command == "drop":
+        from .drop import drop, print_drop, undo_drop
+
+        print_drop(course, (undo_drop if args.undo else drop)(course, args.student))
+        return 0
     if args.command == "release":
         from .release import KEEP, as_given, naive_utc, release
 

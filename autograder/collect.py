@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 import nbformat
 
 from .cells import grade_ids
-from .course import ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, AutograderError, Course, listed
+from .course import ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, AutograderError, Course, build_option, listed
 
 LAYOUTS_HELP = """\
 accepted layouts (a notebook is recognised by its release name, e.g. 02-shapes-and-loss.ipynb):
@@ -214,6 +214,7 @@ class CollectReport:
     zone: str | None = None  # ... read in this zone (local_zone())
     zone_before: str | None = None  # the other zone the last collect that read wall-clock times read them in
     off_roster: list[str] = field(default_factory=list)  # new students filed while the gradebook holds a roster
+    dropped: dict[str, int] = field(default_factory=dict)  # {student dropped from the course: their files not filed}
 
 
 # --- reading the download -------------------------------------------------------------
@@ -1601,7 +1602,6 @@ def save_report(course: Course, report: CollectReport, entries: list[Entry] | No
     """Merge this run into reports/collect.json (students of this download replace their old entries).
     entries: this download's files, to tell an old record's file from another at its path; filed: the (student,
     notebook) pairs this run filed."""
-    path = course.reports_dir / "collect.json"
     merged = load_collect_log(course)
     for s in report.students:
         merged["students"].pop(s, None)
@@ -1632,9 +1632,15 @@ def save_report(course: Course, report: CollectReport, entries: list[Entry] | No
     merged["last_source"] = report.source
     if report.zone:
         merged["zone"] = report.zone  # the next collect warns when it reads wall-clock times in another
+    return write_collect_log(course, merged)
+
+
+def write_collect_log(course: Course, log: dict) -> Path:
+    """Write reports/collect.json (load_collect_log's structure) in one step: a reader never sees half of it."""
+    path = course.reports_dir / "collect.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(merged, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(log, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 
@@ -1697,6 +1703,45 @@ def load_collect_log(course: Course) -> dict:
                               "Restore it from a backup, or move it away and collect every download again (files "
                               "already filed come out unchanged)")
     return log
+
+
+DROPPED = "dropped"  # collect.json's key: {student: {"time", "folder"}} of the students `drop` took out
+
+
+def dropped_students(log: dict) -> dict[str, dict]:
+    """{student: {"time": ISO UTC, "folder": their files, under the course root}} of the dropped ids in a collect log."""
+    value = log.get(DROPPED, {})
+    return value if isinstance(value, dict) else {}
+
+
+def dropped_text(student: str, dropped: dict[str, dict]) -> str:
+    """'s014 was dropped from the course on 2026-03-02 (`python -m autograder drop`)'."""
+    return f"{student} was dropped from the course on {str(dropped[student].get('time', '?'))[:10]} " \
+           "(`python -m autograder drop`)"
+
+
+def dropped_note(log: dict, students: list[str]) -> str:
+    """'; s014 was dropped from the course on … (`… drop --undo` takes them back)' for those of students a collect log
+    has as dropped, for an error that names them as unknown; '' when none is."""
+    dropped = dropped_students(log)
+    named = [s for s in students if s in dropped]
+    if not named:
+        return ""
+    return "; " + "; ".join(dropped_text(s, dropped) for s in named) + " (`python -m autograder drop --undo --student " \
+           "ID` takes one back)"
+
+
+def without_dropped(dropped: dict[str, dict], filed: list[Filed], rejected: list[Record], seen: dict
+                    ) -> tuple[list[Filed], list[Record], dict[str, int]]:
+    """filed and rejected without the files of dropped students, and {dropped student: files of theirs left out}; their
+    ids leave seen (changed in place), so nothing of theirs is filed, registered or recorded."""
+    gone: dict[str, int] = {}
+    for sid in [f.student for f in filed] + [r.student for r in rejected]:
+        if sid in dropped:
+            gone[sid] = gone.get(sid, 0) + 1
+    for sid in [sid for sid in seen if sid in dropped]:
+        del seen[sid]
+    return ([f for f in filed if f.student not in dropped], [r for r in rejected if r.student not in dropped], gone)
 
 
 def nobodys_files(log: dict) -> list[dict]:
@@ -1827,6 +1872,10 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         raise AutograderError(f"--student {student}: that is the name of the assignment or of one of its notebooks, "
                               "not a student id; give the id of the student whose files these are")
     check_outside_course(course, path)
+    dropped = dropped_students(load_collect_log(course))
+    if student in dropped:
+        raise AutograderError(f"--student {student}: {dropped_text(student, dropped)}; take them back first with "
+                              f"`python -m autograder drop --undo --student {student}{build_option(course)}`")
     entries, unreadable = read_download(path, one_students=student is not None)
     known = known_students(course)
     unwrapped = []
@@ -1854,6 +1903,11 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     stubs = released_answers(release)
     filed, duplicates = drop_duplicates(filed, stubs, notebooks)
     rejected = unreadable + rejected + shared + duplicates
+    filed, rejected, gone = without_dropped(dropped, filed, rejected, seen)
+    if gone and not filed and not seen:
+        raise AutograderError(f"nothing was collected: the download holds only files of students dropped from the "
+                              f"course ({listed(sorted(gone))}); `python -m autograder drop --undo --student ID"
+                              f"{build_option(course)}` takes one back")
     if clashes := id_clashes(entries, set(seen), known, folders_name_students=student is None):
         fix = ("give --student the id the gradebook has" if student is not None else
                "rename the folders or files so that each student has one id, the one already in the gradebook where "
@@ -1863,7 +1917,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                                                         for r in rejected + ignored):
         # nothing to file, no gradebook student, no file that names the course: the wrong download (a folder of
         # documents) more likely than a class with nothing gradable, so nobody is registered (nbgrader keeps a
-        # registered student in every export, and the harness has no command that drops one)
+        # registered student in every export, until `drop` takes them out)
         why = no_student_files(path, entries, rejected, ignored)
         if not entries and not rejected:  # nothing at all: not a layout trouble, so no screen of layouts
             raise AutograderError(f"{why}: is it the LMS download? (`python -m autograder collect --help` "
@@ -1881,7 +1935,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     if student is None and seen and not set(seen) & known and roster:
         raise AutograderError(off_roster_text(course, sorted(seen), sorted(roster)))
     report = CollectReport(source=str(path.resolve()), rejected=rejected, ignored=ignored, unwrapped=unwrapped,
-                           off_roster=sorted(set(seen) - known) if roster else [])
+                           off_roster=sorted(set(seen) - known) if roster else [], dropped=gone)
     with course.lock("collect"):
         log = load_collect_log(course)  # first: a damaged record stops collect before it files anything
         earlier = log["students"]
@@ -2074,6 +2128,10 @@ def print_report(report: CollectReport) -> None:
               "give them names with `nbgrader db student add ID --first-name … --last-name …`, run in the course "
               "folder, or, if one is a roster student under another id (an LMS's own number), rename that file or "
               "folder to the roster's id")
+    if report.dropped:
+        gone = ", ".join(f"{s} ({n} {'file' if n == 1 else 'files'})" for s, n in sorted(report.dropped.items()))
+        print(f"not filed, dropped from the course ({len(report.dropped)}): {gone}; `python -m autograder drop --undo "
+              "--student ID` takes one back")
     replaced = [(s, r.replaced) for s, r in sorted(report.students.items()) if r.replaced]
     if replaced:
         print(f"replaced hand-ins ({len(replaced)}), the earlier files kept:")

@@ -59,7 +59,8 @@ from traitlets.config import LoggingConfigurable
 from .cells import (BEGIN_HIDDEN, END_HIDDEN, LOST_CELLS, NO_KERNEL, cell_points, cut_at_time_limit, first_line,
                     heading_after, hidden_line_numbers, is_test_cell, nbgrader_meta, not_run_for_time, outcome_message,
                     stopped_for_time, stopped_kernel, visible_source)
-from .collect import DUPLICATE, OLDER, known_students, load_collect_log, match_notebook, moved_files, unfiled_text
+from .collect import (DUPLICATE, OLDER, dropped_note, known_students, load_collect_log, match_notebook, moved_files,
+                      unfiled_text)
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, listed,
                      quiet_nbgrader_logs, run_first)
 from .export import (HAND_SCORE_OUTSIDE, deleted_answers, failing_without_answer, hand_scores_out_of_range, late_by,
@@ -880,8 +881,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     if students:
         unknown = sorted(set(students) - set(known))
         if unknown:
-            raise AutograderError(f"no graded or collected submission for {', '.join(unknown)}{case_hint(unknown, known)}; "
-                                  f"graded: {graded_names(course, graded)}")
+            raise AutograderError(f"no graded or collected submission for {', '.join(unknown)}{case_hint(unknown, known)}"
+                                  f"{dropped_note(collect_log, unknown)}; graded: {graded_names(course, graded)}")
         known = [s for s in known if s in students]
         graded = [s for s in graded if s in students]
     if not known:  # nothing collected either: grade would only say to collect first

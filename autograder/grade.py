@@ -48,7 +48,7 @@ import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .cells import ANSI, clipped
-from .collect import _digest, load_collect_log
+from .collect import _digest, dropped_note, load_collect_log
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
                      build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
@@ -994,7 +994,8 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
             empty = [f"{s} ({rows[s].get('status')})" for s in unknown if isinstance(rows.get(s), dict)]
             filed_none = (f"; collect filed no notebook of {', '.join(empty)}: see reports/collect.json, and collect "
                           "their hand-in again once it is put right" if empty else "")
-            raise AutograderError(f"no collected submission for student(s) {', '.join(unknown)}{case_hint(unknown, students)}; "
+            raise AutograderError(f"no collected submission for student(s) {', '.join(unknown)}{case_hint(unknown, students)}"
+                                  f"{dropped_note(load_collect_log(course), unknown)}; "
                                   f"collected: {', '.join(students) or 'none'}{filed_none}")
         students = [s for s in students if s in options.students]
     if not students:

@@ -48,7 +48,7 @@ PHASES = {  # by what a file's tests spend their time on
     "notebooks": ["notebooks/part-ii", "tests/test_tensor_answers.py", "tests/test_hidden_tests.py"],
     "release": ["tests/test_release.py"],
     # the commands end to end on real courses: release, collect, grade, feedback, export and the student's check
-    "CLI": ["tests/test_cli.py"],
+    "CLI": ["tests/test_cli.py", "tests/test_drop.py"],
     "grading": ["tests/test_grading.py", "tests/test_adversarial.py", "tests/test_sandbox.py",
                 "tests/test_trusted_checks.py", "tests/test_worker_prestart.py",
                 "tests/test_fork_server.py", "tests/test_extensions.py", "tests/test_postgres.py"],

@@ -1368,6 +1368,37 @@ def test_export_bom_writes_the_same_csvs_after_a_byte_order_mark_and_reads_them_
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_a_dropped_graded_student_leaves_export_and_feedback_and_grade_does_not_bring_them_back(graded, capsys):
+    """A TA's walkthrough: after `nbgrader db student remove`, export and feedback exited 1 saying to run grade, and grade
+    put the student back. `drop` takes a graded student out for good: export has no row of theirs and exits as it
+    did, grade grades nobody, and grade and feedback asked for them say they were dropped."""
+    from autograder.cli import main
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        with build_env(build):
+            before = main(["export"])
+            with open(course.reports_dir / "grades.csv", encoding="utf-8") as fh:
+                students = [row["student_id"] for row in csv.DictReader(fh)]
+            assert "perfect" in students
+            assert main(["drop", "--student", "perfect"]) == 0
+            assert (course.root / "dropped" / "perfect").is_dir() and not course.step_dir("autograded", "perfect").exists()
+            assert main(["export"]) == before
+            with open(course.reports_dir / "grades.csv", encoding="utf-8") as fh:
+                assert [row["student_id"] for row in csv.DictReader(fh)] == [s for s in students if s != "perfect"]
+            capsys.readouterr()
+            assert main(["grade"]) == 0
+            assert "perfect" not in capsys.readouterr().out
+            with course.gradebook() as gb:
+                assert "perfect" not in {s.id for s in gb.students}
+            for command in (["grade", "--student", "perfect"], ["feedback", "--student", "perfect"]):
+                assert main(command) == 2
+                err = capsys.readouterr().err
+                assert "perfect was dropped from the course on " in err and "drop --undo --student ID" in err, err
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_a_hand_in_collected_after_grading_is_not_exported_or_fed_back_as_graded(graded, capsys):
     """collect files newer notebooks for a graded student: export and feedback must not serve the old grades."""
     from autograder.cli import main
