@@ -215,6 +215,8 @@ class CollectReport:
     zone_before: str | None = None  # the other zone the last collect that read wall-clock times read them in
     off_roster: list[str] = field(default_factory=list)  # new students filed while the gradebook holds a roster
     dropped: dict[str, int] = field(default_factory=dict)  # {student dropped from the course: their files not filed}
+    # {student: (hand-in time, their due date, notebooks whose files are on time)}: late as a whole (late_as_a_whole)
+    late_as_a_whole: dict[str, tuple[str, str, list[str]]] = field(default_factory=dict)
 
 
 # --- reading the download -------------------------------------------------------------
@@ -1955,6 +1957,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
         with course.gradebook() as gb:
             for sid in sorted(seen):
                 gb.update_or_create_student(sid)
+            due, ends = due_dates(gb)
         sources = released_sources(release)
         for sid in sorted(seen):
             files = [f for f in filed if f.student == sid]
@@ -1967,9 +1970,41 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                 report.students[sid] = not_filed(course, sid, files, notes, notebooks, earlier.get(sid, {}), exc)
             report.students[sid].unanswered = unanswered_notebooks(course, sid, list(report.students[sid].notebooks),
                                                                    stubs, sources)
+        report.late_as_a_whole = late_as_a_whole(report, due, ends)
         save_report(course, report, entries, {(f.student, f.notebook) for f in filed
                                               if report.students[f.student].status != NOT_FILED})
     return report
+
+
+def due_dates(gb) -> tuple[dt.datetime | None, dict[str, dt.datetime]]:
+    """The assignment's due date and {student: end of their extension}, naive UTC, from an open gradebook."""
+    from nbgrader.api import MissingEntry
+
+    from .extensions import extension_ends
+
+    try:
+        due = gb.find_assignment(ASSIGNMENT).duedate
+    except MissingEntry:
+        due = None
+    return due, extension_ends(gb.db)
+
+
+def late_as_a_whole(report: CollectReport, due: dt.datetime | None, ends: dict[str, dt.datetime]
+                    ) -> dict[str, tuple[str, str, list[str]]]:
+    """{student: (hand-in time, their due date, their notebooks whose files are on time)} for each student this run
+    filed files of whose hand-in is dated after their due date (the assignment's, or their extension's end; naive UTC)
+    while some notebook's file is not: nbgrader dates a hand-in as one, by its newest file, so those notebooks count
+    as late too, and a late penalty takes their points as well."""
+    late = {}
+    for sid, rec in report.students.items():
+        stamp = parse_time(rec.timestamp) if rec.status in ("new", "updated") else None
+        if due is None or stamp is None:
+            continue
+        own = max(due, ends.get(sid, due)).replace(tzinfo=dt.timezone.utc)
+        on_time = [nb for nb, t in sorted(rec.file_times.items()) if (when := parse_time(t)) and when <= own]
+        if stamp > own and on_time:
+            late[sid] = (f"{stamp:%Y-%m-%d %H:%M} UTC", f"{own:%Y-%m-%d %H:%M} UTC", on_time)
+    return late
 
 
 NOT_FILED = "not filed"
@@ -2128,6 +2163,13 @@ def print_report(report: CollectReport) -> None:
               "give them names with `nbgrader db student add ID --first-name … --last-name …`, run in the course "
               "folder, or, if one is a roster student under another id (an LMS's own number), rename that file or "
               "folder to the roster's id")
+    if report.late_as_a_whole:
+        print(f"late as a whole ({len(report.late_as_a_whole)}): nbgrader dates a hand-in by its newest file, so every "
+              "notebook of it counts as late, those handed in on time too, and a late penalty takes their points as "
+              "well. Keep it so, give an extension (`extend`), or refuse the late files by putting the earlier ones "
+              "back: copy them out of the course's replaced/ folder and collect them with --student ID --replace-older")
+        for s, (stamp, own, on_time) in sorted(report.late_as_a_whole.items()):
+            print(f"  {s}: handed in {stamp}, due {own}; on time: {', '.join(on_time)}")
     if report.dropped:
         gone = ", ".join(f"{s} ({n} {'file' if n == 1 else 'files'})" for s, n in sorted(report.dropped.items()))
         print(f"not filed, dropped from the course ({len(report.dropped)}): {gone}; `python -m autograder drop --undo "

@@ -7,6 +7,7 @@ so these tests check that nbgrader sees the student's date, not only our table.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from pathlib import Path
 
@@ -271,3 +272,37 @@ def test_a_collected_student_removed_from_the_gradebook_is_named_as_such_not_as_
     assert capsys.readouterr().out == ("cal: no extension (the assignment's due date applies); it had none; collected, "
                                        "but not in the gradebook (removed from it, e.g. by `nbgrader db student "
                                        "remove`)\n")
+
+
+def test_collect_names_a_hand_in_that_one_late_notebook_makes_late_as_a_whole(course, tmp_path, capsys):
+    """A TA's walkthrough: a student resubmitted one notebook after the due date, and the notebook handed in on time
+    became late with it (nbgrader dates a hand-in by its newest file; with a late penalty it lost its points too),
+    while collect said nothing. collect now names such hand-ins and the notebooks that were on time; one that the
+    student's extension covers is not named."""
+    import nbformat
+
+    def download(name: str, files: dict[str, tuple[str, dt.datetime]]) -> Path:
+        """A class download of student s102's notebooks {notebook: (their answer, file time in naive UTC)}."""
+        folder = tmp_path / name / "s102"
+        folder.mkdir(parents=True)
+        for notebook, (answer, when) in files.items():
+            nb = nbformat.read(course.release_dir / f"{notebook}.ipynb", as_version=4)
+            cell = next(c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution"))
+            cell.source = answer
+            nbformat.write(nb, folder / f"{notebook}.ipynb")
+            stamp = when.replace(tzinfo=dt.timezone.utc).timestamp()
+            os.utime(folder / f"{notebook}.ipynb", (stamp, stamp))
+        return folder.parent
+
+    first, second = "01-probability-and-bayes", "02-shapes-and-loss"
+    assert main(["collect", str(download("on-time", {first: ("a = 1", DUE - HOUR), second: ("b = 1", DUE - HOUR)}))]) == 0
+    assert "late as a whole" not in capsys.readouterr().out
+    assert main(["collect", str(download("late", {second: ("b = 2", DUE + 24 * HOUR)}))]) == 0
+    out = capsys.readouterr().out
+    assert "late as a whole (1): nbgrader dates a hand-in by its newest file" in out, out
+    assert f"  s102: handed in 2026-03-02 15:59 UTC, due 2026-03-01 15:59 UTC; on time: {first}\n" in out, out
+    assert main(["extend", "--student", "s102", "--until", "2026-03-03 15:59 UTC"]) == 0
+    capsys.readouterr()
+    assert main(["collect", str(download("extended", {second: ("b = 3", DUE + 25 * HOUR)}))]) == 0
+    out = capsys.readouterr().out
+    assert "updated" in out and "late as a whole" not in out, out
