@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,7 +31,7 @@ from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_c
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import NOT_IN_GRADEBOOK, collected_students, extension_ends, nbgrader_interval, sync_now, utc_time
-from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade
+from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade, release_drift_warning
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -230,6 +231,8 @@ def cell_result(grade, kind: str, notebook_status: str = "graded") -> str:
 def export(course: Course, bom: bool = False) -> list[Path]:
     """Write reports/grades.csv and reports/grades-per-cell.csv (bom: UTF-8 with a byte-order mark); return their paths."""
     notebooks = course.notebook_names()
+    if warning := release_drift_warning(course, notebooks):
+        print(warning, file=sys.stderr)
     collect_log = load_collect_log(course)
     jobs = job_rows(course.db_url)
     stale = needs_regrade(course, jobs)

@@ -40,6 +40,7 @@ import json
 import os
 import re
 import secrets
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -872,6 +873,10 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
     except (TypeError, ValueError) as exc:
         raise AutograderError(str(exc)) from None
     notebooks = course.notebook_names()  # nothing released: say that first
+    from .grade import release_drift_warning
+
+    if warning := release_drift_warning(course, notebooks):
+        print(warning, file=sys.stderr)
     graded = sorted(p.parent.name for p in (course.root / "autograded").glob(f"*/{course.release_dir.name}")
                     if p.is_dir())
     collect_log = load_collect_log(course)

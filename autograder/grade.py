@@ -479,6 +479,21 @@ def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
             "every submission graded under the old cells (hand out the new zip if students should see them).")
 
 
+def release_drift_warning(course: Course, notebooks: list[str], tests: bool = True) -> str | None:
+    """A warning when the source notebooks changed after the release in what grades are made of (cells added or
+    removed, test cells' source or points, with tests; hand-graded answers' points), else None: the grades and pages
+    follow the released cells until release and grade run again."""
+    with course.gradebook() as gb:
+        moved, changed, repointed = release_drift(course, gb, notebooks)
+    what = ([f"cells added or removed: {listed_cells(moved)}"] if moved and tests else []) + \
+           ([f"test cells: {listed_cells(changed)}"] if changed and tests else []) + \
+           ([f"the points of hand-graded answers: {listed_cells(repointed)}"] if repointed else [])
+    if not what:
+        return None
+    return (f"warning: the source notebooks changed after the release: {'; '.join(what)}. The grades follow the "
+            f"released cells until `python -m autograder release{build_option(course)}` and then `grade` run")
+
+
 def regrade_after_new_tests(course: Course) -> list[str]:
     """Mark every graded (done) job pending again, in one transaction; return their students (sorted)."""
     with course.gradebook() as gb:
@@ -1007,6 +1022,8 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
     try:
         with course.lock("grade"), course.gradebook() as gb:
             refuse_stale_release(course, gb, notebooks)
+            if warning := release_drift_warning(course, notebooks, tests=False):  # not refused: hand scores stand
+                print(warning, file=sys.stderr)
             JOBS.create(gb.engine, checkfirst=True)
             records = None
             # the sources are recorded before any job changes: a source that fails its own checks is refused with

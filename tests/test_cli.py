@@ -1561,6 +1561,33 @@ def test_a_release_that_changes_a_given_code_cell_warns_that_students_keep_their
     assert code == 0 and "WARNING" not in out, err + out  # released as it is now: nothing changed since
 
 
+def test_export_and_feedback_warn_when_the_sources_changed_after_the_release(tmp_path, capsys, monkeypatch):
+    """A TA's walkthrough: with a hidden test and points edited in the source after the release, grade refused, but
+    export and feedback went on without a word, with the old tests' scores; a hand-graded answer's new points were
+    noticed by nothing until the next release. Both now warn, naming the cells (and not before the edit)."""
+    import nbformat
+
+    from shared_builds import editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    edited = editable_sources(tmp_path, monkeypatch) / "02-shapes-and-loss.ipynb"
+    _, err, _ = run(["export", "--build", str(build)], capsys)
+    assert "warning: the source notebooks changed" not in err, err
+    nb = nbformat.read(edited, as_version=4)
+    test = next(c for c in nb.cells if "### BEGIN HIDDEN TESTS" in c.source)
+    test.source = test.source.replace("### END HIDDEN TESTS", "assert True\n### END HIDDEN TESTS", 1)
+    answer = next(c for c in nb.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade"))
+    answer.metadata["nbgrader"]["points"] += 1
+    nbformat.write(nb, edited)
+    test_id, answer_id = test.metadata["nbgrader"]["grade_id"], answer.metadata["nbgrader"]["grade_id"]
+    for command in (["export"], ["feedback"]):
+        _, err, _ = run([*command, "--build", str(build)], capsys)
+        assert (f"warning: the source notebooks changed after the release: test cells: 02-shapes-and-loss ({test_id}); "
+                f"the points of hand-graded answers: 02-shapes-and-loss ({answer_id}). The grades follow the released "
+                f"cells until `python -m autograder release --build {build}` and then `grade` run") in err, err
+
+
 def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_the_previous_release(tmp_path, capsys,
                                                                                                        monkeypatch):
     """A source notebook nbgrader refuses (here a solution region opened twice) made release say only "Please see the
