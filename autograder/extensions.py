@@ -166,6 +166,9 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
                                   f"`python -m autograder release --due-date WHEN{build_option(course)}`")
         if until is not None and until <= due:
             raise AutograderError(f"an extension must end after the due date ({utc_time(due)}); got {utc_time(until)}")
+        if until is not None and (clashes := case_clashes(students, {s.id for s in gb.students})):
+            raise AutograderError(f"nothing was extended: {'; '.join(clashes)}. Ids are case-sensitive, so the "
+                                  "extension would reach nobody: give the gradebook's spelling")
         EXTENSIONS.create(gb.engine, checkfirst=True)
         with one_transaction(gb.db):
             for student in students:
@@ -178,6 +181,16 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
                 except MissingEntry:
                     pass  # not graded yet: grading writes the row and its extension
     return extensions(course)  # its sync sets the late penalties for the new lateness
+
+
+def case_clashes(students: list[str], known: set[str]) -> list[str]:
+    """'S102 is the gradebook's s102 in another case' for each of students that the gradebook (known) lacks but holds
+    in another case or Unicode spelling."""
+    by_key: dict[str, list[str]] = {}
+    for sid in sorted(known):
+        by_key.setdefault(id_key(sid), []).append(sid)
+    return [f"{sid} is the gradebook's {' or '.join(by_key[id_key(sid)])} in another case" for sid in students
+            if sid not in known and id_key(sid) in by_key]
 
 
 def released_due_date(course: Course, gb):

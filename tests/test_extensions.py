@@ -193,19 +193,23 @@ def test_an_extension_granted_with_nbgrader_s_own_api_is_kept_when_the_due_date_
     assert [(e.student, e.until) for e in extensions(course)] == [("bob", DUE + 3 * HOUR)]
 
 
-def test_an_id_that_differs_only_in_case_is_named_and_the_command_exits_1(course, capsys):
+def test_an_id_that_differs_only_in_case_is_refused_and_nothing_is_extended(course, capsys):
+    """extend --student ANN for the gradebook's ann was stored (exit 1), and with a right id beside it that one was
+    extended (a TA's walkthrough): an id that differs from a student's only in case is nobody (collect refuses such
+    ids), so the command is refused, exit 2, nothing stored for anyone."""
     build = str(course.root.parent)
-    assert main(["extend", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
-    out = capsys.readouterr().out
-    assert "ANN: until 2026-03-01 16:00:30 UTC (1 min after the due date); not in the gradebook, but ann is: " \
-           "ids are case-sensitive, did you mean ann? (`python -m autograder extend --student ANN --until none " \
-           f"--build {course.root.parent}` removes it)" in out, out  # runs as printed
-    assert lateness(course)["ann"] == (DUE, 3600)
+    assert main(["extend", "--student", "bob", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC",
+                 "--build", build]) == 2
+    err = capsys.readouterr().err
+    assert "nothing was extended: ANN is the gradebook's ann in another case. Ids are case-sensitive, so the " \
+           "extension would reach nobody: give the gradebook's spelling" in err, err
+    assert extensions(course) == [] and lateness(course)["ann"] == (DUE, 3600)
     with course.gradebook() as gb:  # an older gradebook may hold both (collect now refuses ids that differ in case)
         gb.update_or_create_student("Ann")
-    assert main(["extend", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 1
-    out = capsys.readouterr().out
-    assert "not in the gradebook, but Ann and ann are: ids are case-sensitive, did you mean one of them?" in out, out
+    assert main(["extend", "--student", "ANN", "--until", "2026-03-01 16:00:30 UTC", "--build", build]) == 2
+    assert "ANN is the gradebook's Ann or ann in another case" in capsys.readouterr().err
+    assert main(["extend", "--student", "ANN", "--until", "none", "--build", build]) == 1  # removing one: nothing to
+    assert "ANN: no extension" in capsys.readouterr().out  # refuse (an old gradebook may hold one for that id)
 
 
 def test_an_id_close_to_a_gradebook_student_s_is_named_as_a_likely_typo(course, capsys):
