@@ -408,3 +408,44 @@ def test_test_cells_read_a_solution_s_result_as_any_array_like(name):
                     and isinstance(node.value.func, ast.Name) and node.value.func.id in defined):
                 bad.append(f"{meta['grade_id']}: {ast.unparse(node)[:90]}")
     assert not bad, f"{name}: array attributes read straight off a student's result: {bad}"
+
+
+PLAN = REPO / "notebooks" / "teaching-plan.md"
+PLAN_ROW = re.compile(r"^\| `(?P<name>[0-9][^`]*)` \| [^|]+ \| (?P<first>\d+\.\d+)–(?P<last>\d+\.\d+) \| "
+                      r"(?P<total>\d+) 分（自动 (?P<auto>\d+)，人工 (?P<manual>\d+)） \| 讲授 (?P<lectures>\d+) \+ 实验 "
+                      r"(?P<labs>\d+) \|", re.M)
+
+
+def _points(nb) -> tuple[float, float]:
+    """(autograded, hand-graded) points of a notebook's graded cells, from their nbgrader metadata."""
+    auto = manual = 0.0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            if meta.get("solution"):
+                manual += meta["points"]
+            else:
+                auto += meta["points"]
+    return auto, manual
+
+
+def test_the_teaching_plan_lists_every_notebook_with_its_exercises_and_points():
+    """notebooks/teaching-plan.md tells instructors each notebook's exercises and points and the course's totals: they
+    are read here from the notebooks' headings and nbgrader metadata, so the page cannot drift from them."""
+    text = PLAN.read_text(encoding="utf-8")
+    rows = {m["name"]: m for m in PLAN_ROW.finditer(text)}
+    assert sorted(rows) == [p.stem for p in SOURCES], sorted(rows)
+    totals = [0.0, 0.0]
+    for path in SOURCES:
+        nb = nbformat.read(path, as_version=4)
+        numbers = [m.group(1) for c in nb.cells if c.cell_type == "markdown"
+                   for m in re.finditer(r"^### 练习 (\d+\.\d+)", c.source, re.M)]
+        auto, manual = _points(nb)
+        row = rows[path.stem]
+        assert (row["first"], row["last"]) == (numbers[0], numbers[-1]), (path.name, numbers)
+        assert (float(row["total"]), float(row["auto"]), float(row["manual"])) == (auto + manual, auto, manual), path.name
+        totals = [totals[0] + auto, totals[1] + manual]
+    lectures = sum(int(r["lectures"]) for r in rows.values())
+    labs = sum(int(r["labs"]) for r in rows.values())
+    assert (f"合计 {sum(totals):g} 分（自动评分 {totals[0]:g} 分，人工评分 {totals[1]:g} 分），约 {lectures} 次讲授加 "
+            f"{labs} 次实验。") in text, text
