@@ -73,6 +73,7 @@ MIN_LEAK_LINE = 12  # shorter hidden lines (e.g. ")") are too common to mean any
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "feedback_part_ii"  # nbgrader's feedback template with a table of contents by exercise
 TEMPLATE_FILE = "page.html.j2"
+REVIEWED_COMMENT = "Given before your notebook was graded again: "  # before a comment on a score to be reviewed
 NBGRADER_NO_RESPONSE = "No response."  # nbgrader's automatic comment on an answer cell left as released
 UNANSWERED = "No answer: you handed this cell in as it was released."
 
@@ -294,6 +295,7 @@ class GetGradesNotingPending(GetGrades):
         # formgrader saves an emptied comment box as "": no comment of the grader's either
         unanswered = not comment.manual_comment and comment.auto_comment == NBGRADER_NO_RESPONSE
         cell.metadata.nbgrader["comment"] = UNANSWERED if unanswered else comment.comment
+        self._graders_comment = bool(comment.manual_comment)  # read by _get_score, which nbgrader calls next
 
     def _get_score(self, cell, resources):
         """Score and points of a graded cell; a grade waiting for a human grader is noted in its comment."""
@@ -307,7 +309,11 @@ class GetGradesNotingPending(GetGrades):
                     f"the {grade.manual_score:g} of {grade.max_score:g} points shown can change." if scored else
                     f"Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of "
                     f"{grade.max_score:g} points.")
+            if scored and meta.get("comment") and getattr(self, "_graders_comment", False):
+                # written for the hand-in or points scored then: the answer shown may be another (a TA's walkthrough)
+                meta["comment"] = f"{REVIEWED_COMMENT}{meta['comment']}"
             meta["comment"] = f"{meta['comment']}\n\n{note}" if meta.get("comment") else note
+            self._graders_comment = False
 
 
 def after_due_date(seconds: float, due, extended: bool) -> str:

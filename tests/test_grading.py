@@ -1755,7 +1755,10 @@ def test_feedback_before_manual_grading_says_the_score_is_provisional_and_drops_
         review = page_text(page.read_text(encoding="utf-8"))
         assert "1 hand-scored answer (练习 2.5: answer_ppl_evidence) is to be reviewed" in review
         assert "the 1.5 of 2 points shown can change" in review and "Not graded yet" not in review
-        comment = review.index("Comments: Names the tokenizer problem; say which evidence would settle it.")
+        # the comment was written before the regrade, for what was handed in then (a TA's walkthrough: it read as
+        # said of the answer now shown)
+        comment = review.index("Comments: Given before your notebook was graded again: Names the tokenizer problem; "
+                               "say which evidence would settle it.")
         assert review.index("To be reviewed: your notebook was graded again", comment) > comment  # after it
         assert "your written answer (to be reviewed: 1.5 / 2.0)" in review and ", provisional)" in review
     finally:
