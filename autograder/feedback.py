@@ -212,19 +212,42 @@ class HideCellOutputs(NbGraderPreprocessor):
 
 
 class LabelGradedCells(NbGraderPreprocessor):
-    """Give each graded cell the exercise heading above it (metadata nbgrader.toc_label) for the page's contents."""
+    """Give each graded cell the exercise heading above it (metadata nbgrader.toc_label) for the page's contents: the
+    release's heading where the release has the cell, so points changed since the student's copy read as they count
+    now (a TA's walkthrough: '练习 2.1（3 分）… (Score: 4.0 / 4.0)'), else the hand-in's."""
+
+    release_labels = Dict(help="{notebook: {grade id: exercise heading above it}} of the release (release_labels())"
+                          ).tag(config=True)
 
     def preprocess(self, nb, resources):
         """Walk the cells once: a heading in a cell the student does not answer labels the graded cells after it."""
         heading = None
+        released = self.release_labels.get((resources or {}).get("nbgrader", {}).get("notebook"), {})
         for cell in nb.cells:
             meta = nbgrader_meta(cell)
             if meta.get("grade") or meta.get("solution") or meta.get("task"):
                 meta.pop("toc_label", None)  # only this preprocessor labels: not whatever the hand-in's metadata says
-                if heading:
-                    meta["toc_label"] = heading
+                if label := released.get(meta.get("grade_id")) or heading:
+                    meta["toc_label"] = label
             heading = heading_after(cell, heading)
         return nb, resources
+
+
+def graded_cell_labels(nb) -> dict[str, str]:
+    """{grade id: the exercise heading above it} of a notebook's graded, answer and task cells (LabelGradedCells' labels)."""
+    labels, heading = {}, None
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if (meta.get("grade") or meta.get("solution") or meta.get("task")) and heading and meta.get("grade_id"):
+            labels[meta["grade_id"]] = heading
+        heading = heading_after(cell, heading)
+    return labels
+
+
+def release_labels(course: Course) -> dict[str, dict[str, str]]:
+    """{notebook: {grade id: exercise heading}} of the course's released notebooks."""
+    return {path.stem: graded_cell_labels(nbformat.read(path, as_version=4))
+            for path in sorted(course.release_dir.glob("*.ipynb"))}
 
 
 def template_config(config) -> None:
@@ -631,10 +654,12 @@ def _feedback_config(course: Course, mathjax_url: str | None = None):
 
 def generate_for(course: Course, student: str, mathjax_url: str | None,
                  released_tests: dict[str, set[str]], graded_from: dict[str, str] | None = None,
-                 answers_of_release: dict[str, dict[str, tuple[str, ...]]] | None = None) -> list[Path]:
+                 answers_of_release: dict[str, dict[str, tuple[str, ...]]] | None = None,
+                 labels: dict[str, dict[str, str]] | None = None) -> list[Path]:
     """Run nbgrader's GenerateFeedback for one student; return the HTML files.
-    released_tests, answers_of_release: released_test_ids(course), released_answers(course), read once for all the
-    students rendered (the latter read here when not given); graded_from: graded_from_files() of this student."""
+    released_tests, answers_of_release, labels: released_test_ids(course), released_answers(course) and
+    release_labels(course), read once for all the students rendered (the last two read here when not given);
+    graded_from: graded_from_files() of this student."""
     from nbgrader.converters import GenerateFeedback
 
     config = _feedback_config(course, mathjax_url)
@@ -646,6 +671,7 @@ def generate_for(course: Course, student: str, mathjax_url: str | None,
     answers = released_answers(course) if answers_of_release is None else answers_of_release
     config.GetGradesNotingPending.deleted_answers = {nb: {a: list(t) for a, t in gone.items()}
                                                      for nb, gone in deleted_answers(handed_in, answers).items()}
+    config.LabelGradedCells.release_labels = release_labels(course) if labels is None else labels
     converter = GenerateFeedback(coursedir=course.coursedir(student_id=student), config=config)
     converter.force = True
     converter.start()
@@ -662,12 +688,12 @@ def _leave_interrupts_to_the_parent() -> None:
 
 def _generate_safely(course: Course, student: str, mathjax_url: str | None, released_tests: dict[str, set[str]],
                      graded_from: dict[str, str] | None = None,
-                     answers_of_release: dict[str, dict[str, tuple[str, ...]]] | None = None
-                     ) -> tuple[list[Path], str | None]:
+                     answers_of_release: dict[str, dict[str, tuple[str, ...]]] | None = None,
+                     labels: dict[str, dict[str, str]] | None = None) -> tuple[list[Path], str | None]:
     """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
     quiet_nbgrader_logs()
     try:
-        return generate_for(course, student, mathjax_url, released_tests, graded_from, answers_of_release), None
+        return generate_for(course, student, mathjax_url, released_tests, graded_from, answers_of_release, labels), None
     except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
         doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
@@ -983,6 +1009,7 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
 
     ctx = multiprocessing.get_context("forkserver")  # nbgrader's converters chdir: processes, not threads
     released_tests, answers_of_release = released_test_ids(course), released_answers(course)  # once, not per student
+    labels = release_labels(course)
     n = len(graded)
     pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx,
                                initializer=_leave_interrupts_to_the_parent)
@@ -990,7 +1017,7 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
         # submit, not map: map's iterator cancels queued futures itself on Ctrl-C, and the pool's manager thread then
         # crashes setting their results (Python 3.11)
         futures = [pool.submit(_generate_safely, course, student, mathjax_url, released_tests,
-                               (graded_from or {}).get(student, {}), answers_of_release) for student in graded]
+                               (graded_from or {}).get(student, {}), answers_of_release, labels) for student in graded]
         outcomes = [future.result() for future in futures]
     except BaseException:  # Ctrl-C: stop now (a student's pages take seconds); feedback run again rewrites them all
         pool.shutdown(wait=False, cancel_futures=True)

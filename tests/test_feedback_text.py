@@ -23,7 +23,7 @@ import nbgrader
 from autograder.cells import last_heading
 from autograder.course import load_config
 from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, checked_mathjax_url, find_leaks,
-                                 page_text, template_config)
+                                 graded_cell_labels, page_text, template_config)
 
 IDIOM = 'with np.errstate(all="ignore"):'  # taught in the notebooks, and also in a hidden test
 SECRET = "_q = np.array([0.125, 0.375, 0.5])  # hidden input"
@@ -375,6 +375,26 @@ def test_the_contents_name_each_graded_cell_after_the_exercise_heading_above_it(
     assert toc.count("逐行的 <code>softmax</code>") + toc.count("逐行的 softmax") == 1, toc
     assert toc.count("练习 2.5（2 分，人工评分）简答") == 1, toc
     assert '<li class="exercise"><a href="#comment-ex_softmax">练习 2.1' in toc, toc
+
+
+def test_the_contents_take_the_release_s_heading_where_the_release_has_the_cell(tmp_path):
+    """Points changed after the release (4 where the student's copy says 3) read as the release says, next to the score
+    out of 4 (a TA's walkthrough: '练习 2.1（3 分）… (Score: 4.0 / 4.0)'); a cell the release lacks keeps its heading."""
+    notebook = labelled_notebook(tmp_path, [
+        new_markdown_cell("### 练习 2.1（3 分）逐行的 softmax"),
+        (new_code_cell("check_true('f', True)"), {"grade": True, "solution": False, "grade_id": "test_softmax"}),
+        (new_code_cell("check_true('g', True)"), {"grade": True, "solution": False, "grade_id": "test_extra"})])
+    released = nbformat.read(notebook, as_version=4)
+    released.cells[0].source = "### 练习 2.1（4 分）逐行的 softmax"
+    labels = {"nb": graded_cell_labels(released)}
+    assert labels == {"nb": {"test_softmax": "练习 2.1（4 分）逐行的 softmax", "test_extra": "练习 2.1（4 分）逐行的 softmax"}}
+    del labels["nb"]["test_extra"]  # as if the release had no such cell
+    nb = nbformat.read(notebook, as_version=4)
+    LabelGradedCells(release_labels=labels).preprocess(nb, {"nbgrader": {"notebook": "nb"}})
+    assert [c.metadata["nbgrader"].get("toc_label") for c in nb.cells[1:]] == ["练习 2.1（4 分）逐行的 softmax",
+                                                                              "练习 2.1（3 分）逐行的 softmax"]
+    LabelGradedCells(release_labels=labels).preprocess(nb, {"nbgrader": {"notebook": "other"}})  # another notebook's
+    assert nb.cells[1].metadata["nbgrader"]["toc_label"] == "练习 2.1（3 分）逐行的 softmax"
 
 
 def test_a_score_waiting_for_a_grader_reads_as_such_in_the_contents_and_the_heading(tmp_path):
