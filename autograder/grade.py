@@ -490,8 +490,13 @@ def release_drift_warning(course: Course, notebooks: list[str], tests: bool = Tr
            ([f"the points of hand-graded answers: {listed_cells(repointed)}"] if repointed else [])
     if not what:
         return None
+    then = f"`python -m autograder release{build_option(course)}` and then `grade` run"
+    if moved and tests:  # release refuses them once students have handed in
+        return (f"warning: the source notebooks changed after the release: {'; '.join(what)}. The grades follow the "
+                "released cells. Cells added or removed cannot be recorded once students have handed in: undo that, "
+                f"or use a new build folder (see README); other changes count once {then}.")
     return (f"warning: the source notebooks changed after the release: {'; '.join(what)}. The grades follow the "
-            f"released cells until `python -m autograder release{build_option(course)}` and then `grade` run")
+            f"released cells until {then}.")
 
 
 def regrade_after_new_tests(course: Course) -> list[str]:

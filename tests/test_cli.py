@@ -1587,7 +1587,8 @@ def test_export_and_feedback_warn_when_the_sources_changed_after_the_release(tmp
         _, err, _ = run([*command, "--build", str(build)], capsys)
         assert (f"warning: the source notebooks changed after the release: test cells: 02-shapes-and-loss ({test_id}); "
                 f"the points of hand-graded answers: 02-shapes-and-loss ({answer_id}). The grades follow the released "
-                f"cells until `python -m autograder release --build {build}` and then `grade` run") in err, err
+                f"cells until `python -m autograder release --build {build}` and then `grade` run.") in err, err
+        assert "Cells added or removed" not in err, err
 
 
 def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_the_previous_release(tmp_path, capsys,
