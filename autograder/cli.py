@@ -340,9 +340,13 @@ def _run(args: argparse.Namespace) -> int:
         from .release import KEEP, as_given, naive_utc, release
 
         given = KEEP if args.due_date is None else args.due_date[0]
+        first = not course.release_dir.is_dir()  # a new course: a mistyped --build makes one too (a TA's walkthrough)
         result = release(course, due_date=given if given is KEEP or given is None else naive_utc(given),
                          check_sources=not args.no_source_check)
         n = len(result.notebooks)
+        if first:
+            print(f"a new course in {course.root}: its first release, with a gradebook of its own (if you meant to "
+                  "release an existing course again, check --build or $PART_II_BUILD)")
         print(f"released {n} {'notebook' if n == 1 else 'notebooks'} to {course.release_dir}")
         print(f"student zip: {result.zip_path}")
         print(f"marking guides for graders (each hand-graded question, its model answer and marking note; not in the "

@@ -1561,6 +1561,7 @@ def test_a_release_that_changes_a_given_code_cell_warns_that_students_keep_their
             "# added after the release), new). Students keep the copies they started from (without new cells)") in out, out
     code, err, out = run(["release", "--build", str(build)], capsys)
     assert code == 0 and "WARNING" not in out, err + out  # released as it is now: nothing changed since
+    assert "a new course" not in out, out  # a course released again is no new course
 
 
 def test_export_and_feedback_warn_when_the_sources_changed_after_the_release(tmp_path, capsys, monkeypatch):

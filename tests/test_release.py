@@ -96,6 +96,15 @@ def executed():
     return run
 
 
+def test_the_first_release_in_a_build_folder_says_it_made_a_new_course():
+    """A TA's walkthrough: `release --build` with a mistyped folder made a new course, with a gradebook of its own,
+    without a word. The first release in a build folder says so (releasing again does not: test_cli)."""
+    _, info = released_build()
+    out = info["release"]["stdout"]
+    assert "a new course in " in out and "its first release, with a gradebook of its own (if you meant to release an " \
+           "existing course again, check --build or $PART_II_BUILD)" in out, out
+
+
 def test_there_are_source_notebooks():
     """The release checks below are parametrised over notebooks/part-ii/*.ipynb; an empty folder would check nothing."""
     assert NAMES, f"no notebooks in {SOURCE_DIR}"
