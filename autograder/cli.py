@@ -314,6 +314,10 @@ def _run(args: argparse.Namespace) -> int:
                 had = {ext.student for ext in extensions(course)}
                 now = {ext.student: ext for ext in grant(course, named, None if until is None else naive_utc(until))}
             shown = [now[s] for s in named if s in now]  # empty after --until none
+            from .collect import dropped_note, load_collect_log
+
+            if until is not None and (note := dropped_note(load_collect_log(course), named)):
+                print(f"note: {note[2:]}; the extension counts once they are back")
             if until is None:
                 known = gradebook_students(course)
                 unknown = [s for s in named if s not in had and s not in known]

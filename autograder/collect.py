@@ -1733,17 +1733,20 @@ def dropped_note(log: dict, students: list[str]) -> str:
            "ID` takes one back)"
 
 
-def without_dropped(dropped: dict[str, dict], filed: list[Filed], rejected: list[Record], seen: dict
-                    ) -> tuple[list[Filed], list[Record], dict[str, int]]:
-    """filed and rejected without the files of dropped students, and {dropped student: files of theirs left out}; their
-    ids leave seen (changed in place), so nothing of theirs is filed, registered or recorded."""
+def without_dropped(dropped: dict[str, dict], filed: list[Filed], rejected: list[Record], ignored: list[Record],
+                    seen: dict) -> tuple[list[Filed], dict[str, int]]:
+    """filed without the files of dropped students, and {dropped student: files of theirs left out}; their records
+    leave rejected and ignored, and their ids seen (all three changed in place), so nothing of theirs is filed,
+    registered or recorded."""
     gone: dict[str, int] = {}
-    for sid in [f.student for f in filed] + [r.student for r in rejected]:
+    for sid in [f.student for f in filed] + [r.student for r in rejected + ignored]:
         if sid in dropped:
             gone[sid] = gone.get(sid, 0) + 1
     for sid in [sid for sid in seen if sid in dropped]:
         del seen[sid]
-    return ([f for f in filed if f.student not in dropped], [r for r in rejected if r.student not in dropped], gone)
+    rejected[:] = [r for r in rejected if r.student not in dropped]
+    ignored[:] = [r for r in ignored if r.student not in dropped]
+    return [f for f in filed if f.student not in dropped], gone
 
 
 def nobodys_files(log: dict) -> list[dict]:
@@ -1905,7 +1908,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
     stubs = released_answers(release)
     filed, duplicates = drop_duplicates(filed, stubs, notebooks)
     rejected = unreadable + rejected + shared + duplicates
-    filed, rejected, gone = without_dropped(dropped, filed, rejected, seen)
+    filed, gone = without_dropped(dropped, filed, rejected, ignored, seen)
     if gone and not filed and not seen:
         raise AutograderError(f"nothing was collected: the download holds only files of students dropped from the "
                               f"course ({listed(sorted(gone))}); `python -m autograder drop --undo --student ID"
@@ -1940,6 +1943,9 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                            off_roster=sorted(set(seen) - known) if roster else [], dropped=gone)
     with course.lock("collect"):
         log = load_collect_log(course)  # first: a damaged record stops collect before it files anything
+        if set(dropped_students(log)) - set(dropped):  # dropped while this collect read the download
+            filed, more = without_dropped(dropped_students(log), filed, rejected, ignored, seen)
+            report.dropped.update(more)
         earlier = log["students"]
         # the same wall-clock times read in another zone than the last collect's: their times are to be corrected
         zone_moved = bool((last := log.get("zone")) and zone_name(last) != zone_name(local_zone()))
@@ -2166,8 +2172,9 @@ def print_report(report: CollectReport) -> None:
     if report.late_as_a_whole:
         print(f"late as a whole ({len(report.late_as_a_whole)}): nbgrader dates a hand-in by its newest file, so every "
               "notebook of it counts as late, those handed in on time too, and a late penalty takes their points as "
-              "well. Keep it so, give an extension (`extend`), or refuse the late files by putting the earlier ones "
-              "back: copy them out of the course's replaced/ folder and collect them with --student ID --replace-older")
+              "well. Keep it so, or give the student an extension (`extend`) if the late files should not count as "
+              "late; the earlier files are kept in the course's replaced/ folder, but collected again they would be "
+              "dated by their copies, not by the first hand-in")
         for s, (stamp, own, on_time) in sorted(report.late_as_a_whole.items()):
             print(f"  {s}: handed in {stamp}, due {own}; on time: {', '.join(on_time)}")
     if report.dropped:

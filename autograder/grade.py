@@ -48,7 +48,7 @@ import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
 from .cells import ANSI, clipped
-from .collect import _digest, dropped_note, load_collect_log
+from .collect import _digest, dropped_note, dropped_students, load_collect_log
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
                      build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
 from .extensions import extension_ends, nbgrader_interval, sync_submission
@@ -1005,7 +1005,8 @@ def _raise_interrupt(signum, frame):
 def grade(course: Course, options: GradeOptions) -> GradeResult:
     """Grade the collected submissions (all, or options.students) and print a summary."""
     notebooks = course.notebook_names()
-    students = course.submitted_students()
+    dropped = dropped_students(load_collect_log(course))  # a drop or its undo cut short leaves files of theirs
+    students = [s for s in course.submitted_students() if s not in dropped]
     if options.students:
         unknown = sorted(set(options.students) - set(students))
         if unknown:
@@ -1020,9 +1021,10 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
         students = [s for s in students if s in options.students]
     if not students:
         raise AutograderError(f"nothing to grade: no collected submissions; {run_first(course, 'collect PATH')}")
+    limits = configured_limits(course.config, options.limits)  # a wrong value is named, sandbox or not
     sandboxed = sandbox_mode(options.no_sandbox)
     if sandboxed:  # unsandboxed, GradingExecute reads its output_bytes from the config itself
-        options = replace(options, limits=configured_limits(course.config, options.limits))
+        options = replace(options, limits=limits)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with course.lock("grade"), course.gradebook() as gb:

@@ -121,3 +121,113 @@ def test_a_download_of_dropped_students_only_is_refused(course, tmp_path, capsys
     assert main(["collect", str(download)]) == 2
     err = capsys.readouterr().err
     assert "nothing was collected: the download holds only files of students dropped from the course (amy)" in err, err
+
+
+def interrupt_call(monkeypatch, owner, name: str, at: int = 1):
+    """Make owner.name raise KeyboardInterrupt on its at-th call (as Ctrl-C would there); the other calls run."""
+    real, calls = getattr(owner, name), []
+
+    def cut(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, cut)
+
+
+@pytest.mark.parametrize("where", ["moving the files", "the gradebook", "collect's report"])
+def test_a_drop_or_undo_cut_short_is_finished_by_running_it_again(course, tmp_path, capsys, monkeypatch, where):
+    """A review: a drop cut short and run again made a second folder and moved nothing, so --undo found no hand-in;
+    an undo cut short left a student both dropped and graded. Each now notes itself first and is finished by the
+    same command run again, with the state a drop that ran through leaves."""
+    import nbgrader.api
+
+    import autograder.drop
+
+    download = class_download(course, tmp_path / "download", ["amy", "s014"])
+    assert main(["collect", str(download)]) == 0
+    handed_in = (course.step_dir("submitted", "s014") / f"{NOTEBOOK}.ipynb").read_bytes()
+    cuts = {"moving the files": (autograder.drop.shutil, "move", 1),
+            "the gradebook": (nbgrader.api.Gradebook, "remove_student", 1),
+            "collect's report": (autograder.drop, "write_collect_log", 2)}  # the 1st notes the drop
+    with monkeypatch.context() as patch:
+        interrupt_call(patch, *cuts[where])
+        with pytest.raises(KeyboardInterrupt):
+            autograder.drop.drop(course, "s014")
+    capsys.readouterr()
+    assert main(["collect", str(download)]) == 0  # meanwhile: nothing of theirs is filed again
+    assert "not filed, dropped from the course (1): s014" in capsys.readouterr().out
+    assert main(["drop", "--undo", "--student", "s014"]) == 2
+    assert "dropping s014 was cut short; run `python -m autograder drop --student s014" in capsys.readouterr().err
+    assert main(["drop", "--student", "s014"]) == 0
+    [folder] = list((course.root / "dropped" / "s014").iterdir())  # the same folder, finished
+    assert (folder / "submitted" / "s014" / ASSIGNMENT / f"{NOTEBOOK}.ipynb").read_bytes() == handed_in
+    log = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
+    assert log["dropped"]["s014"] == {"time": log["dropped"]["s014"]["time"], "folder": str(folder.relative_to(course.root))}
+    with course.gradebook() as gb:
+        assert {s.id for s in gb.students} == {"amy"}
+
+    undo_cuts = {"moving the files": (autograder.drop.shutil, "move", 1),
+                 "the gradebook": (nbgrader.api.Gradebook, "update_or_create_student", 1),
+                 "collect's report": (autograder.drop, "write_collect_log", 2)}  # the 1st notes the undo
+    with monkeypatch.context() as patch:
+        interrupt_call(patch, *undo_cuts[where])
+        with pytest.raises(KeyboardInterrupt):
+            autograder.drop.undo_drop(course, "s014")
+    capsys.readouterr()
+    assert main(["grade", "--student", "s014", "--no-sandbox"]) == 2  # half back: not graded
+    assert "s014 was dropped from the course on " in capsys.readouterr().err
+    assert main(["drop", "--student", "s014"]) == 2
+    assert "taking s014 back was cut short; run `python -m autograder drop --undo --student s014" in \
+        capsys.readouterr().err
+    assert main(["drop", "--undo", "--student", "s014"]) == 0
+    assert (course.step_dir("submitted", "s014") / f"{NOTEBOOK}.ipynb").read_bytes() == handed_in
+    log = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
+    assert "s014" not in log["dropped"] and "s014" in log["students"], log
+    with course.gradebook() as gb:
+        assert {s.id for s in gb.students} == {"amy", "s014"}
+
+
+def test_a_student_dropped_while_collect_reads_the_download_is_not_filed_again(course, tmp_path, capsys, monkeypatch):
+    """A review: collect read the dropped ids before it took the course's lock, so a drop run meanwhile (another
+    terminal) was undone by the collect: the student was filed, registered and dropped at once."""
+    import autograder.collect
+    import autograder.drop
+
+    download = class_download(course, tmp_path / "download", ["amy", "s014"])
+    assert main(["collect", str(download)]) == 0
+    read_download = autograder.collect.read_download
+
+    def read_then_drop(*args, **kwargs):
+        """The download read, then the drop another terminal runs before collect takes the lock."""
+        got = read_download(*args, **kwargs)
+        autograder.drop.drop(course, "s014")
+        return got
+
+    monkeypatch.setattr(autograder.collect, "read_download", read_then_drop)
+    capsys.readouterr()
+    assert main(["collect", str(download)]) == 0
+    assert "not filed, dropped from the course (1): s014 (1 file)" in capsys.readouterr().out
+    assert not course.step_dir("submitted", "s014").exists()
+    log = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
+    assert "s014" not in log["students"] and "s014" in log["dropped"], log
+    with course.gradebook() as gb:
+        assert {s.id for s in gb.students} == {"amy"}
+
+
+def test_undo_keeps_an_extension_granted_since_the_drop_and_extend_names_a_dropped_id(course, tmp_path, capsys):
+    """A review: undo put back the extension the student had before the drop over one granted since, without a word;
+    extending a dropped id said only that it was not in the gradebook."""
+    assert main(["collect", str(class_download(course, tmp_path / "download", ["s014"]))]) == 0
+    assert main(["extend", "--student", "s014", "--until", "2026-03-05 23:59 UTC"]) == 0
+    assert main(["drop", "--student", "s014"]) == 0
+    capsys.readouterr()
+    main(["extend", "--student", "s014", "--until", "2026-03-09 23:59 UTC"])
+    out = capsys.readouterr().out
+    assert "note: s014 was dropped from the course on " in out and "the extension counts once they are back" in out, out
+    assert main(["drop", "--undo", "--student", "s014"]) == 0
+    out = capsys.readouterr().out
+    assert "kept the extension granted since the drop (until 2026-03-09 23:59 UTC), not the one they had before it " \
+           "(until 2026-03-05 23:59 UTC)" in out, out
+    assert main(["extend"]) == 0 and "s014: until 2026-03-09 23:59 UTC" in capsys.readouterr().out
