@@ -1707,11 +1707,12 @@ def load_collect_log(course: Course) -> dict:
     return log
 
 
-DROPPED = "dropped"  # collect.json's key: {student: {"time", "folder"}} of the students `drop` took out
+DROPPED = "dropped"  # collect.json's key: {student: {"time", "folder"[, "state"]}} of the students `drop` took out
 
 
 def dropped_students(log: dict) -> dict[str, dict]:
-    """{student: {"time": ISO UTC, "folder": their files, under the course root}} of the dropped ids in a collect log."""
+    """{student: {"time": ISO UTC, "folder": their files, under the course root}} of the dropped ids in a collect log
+    ("state": "dropping" or "undoing" too, while a drop or its undo cut short is not finished)."""
     value = log.get(DROPPED, {})
     return value if isinstance(value, dict) else {}
 
