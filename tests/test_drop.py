@@ -136,6 +136,14 @@ def interrupt_call(monkeypatch, owner, name: str, at: int = 1):
     monkeypatch.setattr(owner, name, cut)
 
 
+def cut_short(monkeypatch, cut: tuple, step, *args) -> None:
+    """Run step(*args) with cut (owner, name, at: interrupt_call's) raising KeyboardInterrupt inside it."""
+    with monkeypatch.context() as patch:
+        interrupt_call(patch, *cut)
+        with pytest.raises(KeyboardInterrupt):
+            step(*args)
+
+
 @pytest.mark.parametrize("where", ["moving the files", "the gradebook", "collect's report"])
 def test_a_drop_or_undo_cut_short_is_finished_by_running_it_again(course, tmp_path, capsys, monkeypatch, where):
     """A review: a drop cut short and run again made a second folder and moved nothing, so --undo found no hand-in;
@@ -151,10 +159,7 @@ def test_a_drop_or_undo_cut_short_is_finished_by_running_it_again(course, tmp_pa
     cuts = {"moving the files": (autograder.drop.shutil, "move", 1),
             "the gradebook": (nbgrader.api.Gradebook, "remove_student", 1),
             "collect's report": (autograder.drop, "write_collect_log", 2)}  # the 1st notes the drop
-    with monkeypatch.context() as patch:
-        interrupt_call(patch, *cuts[where])
-        with pytest.raises(KeyboardInterrupt):
-            autograder.drop.drop(course, "s014")
+    cut_short(monkeypatch, cuts[where], autograder.drop.drop, course, "s014")
     capsys.readouterr()
     assert main(["collect", str(download)]) == 0  # meanwhile: nothing of theirs is filed again
     assert "not filed, dropped from the course (1): s014" in capsys.readouterr().out
@@ -171,10 +176,7 @@ def test_a_drop_or_undo_cut_short_is_finished_by_running_it_again(course, tmp_pa
     undo_cuts = {"moving the files": (autograder.drop.shutil, "move", 1),
                  "the gradebook": (nbgrader.api.Gradebook, "update_or_create_student", 1),
                  "collect's report": (autograder.drop, "write_collect_log", 2)}  # the 1st notes the undo
-    with monkeypatch.context() as patch:
-        interrupt_call(patch, *undo_cuts[where])
-        with pytest.raises(KeyboardInterrupt):
-            autograder.drop.undo_drop(course, "s014")
+    cut_short(monkeypatch, undo_cuts[where], autograder.drop.undo_drop, course, "s014")
     capsys.readouterr()
     assert main(["grade", "--student", "s014", "--no-sandbox"]) == 2  # half back: not graded
     assert "s014 was dropped from the course on " in capsys.readouterr().err
