@@ -224,9 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "copies, feedback pages, grading log) move to <course>/dropped/ID/<time>/ with a "
                                    "record of their names, scores, hand scores, comments and extension; they leave the "
                                    "gradebook and collect's report, so export and feedback leave them out, and collect "
-                                   "files nothing of theirs. --undo takes them back from their newest drop (hand-in, "
-                                   "names, extension); the next grade grades them again, and hand scores given before "
-                                   "the drop are to be given again (the record lists them).")
+                                   "files nothing of theirs. --undo takes them back (hand-in, names, and extension "
+                                   "unless one was granted since); the next grade grades them again, and hand scores "
+                                   "given before the drop are to be given again (the record lists them). A drop or undo "
+                                   "cut short is finished by running it again.")
     p.add_argument("--student", type=_student_id, required=True, metavar="ID", help="the student to drop")
     p.add_argument("--undo", action="store_true", help="take the student back in instead")
 
