@@ -459,15 +459,16 @@ def moved_cells_error(moved: dict[str, list[str]]) -> AutograderError:
         "with a gradebook of its own; hand scores, extensions and the due date of this one stay here).")
 
 
-def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
+def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> dict[str, list[str]]:
     """Raise when test cells were edited after release: graded kernels would run the released test cells
-    (nbgrader restores them from the gradebook) against values recorded from the edited ones."""
+    (nbgrader restores them from the gradebook) against values recorded from the edited ones. Return the hand-graded
+    answers whose points changed (release_drift's repointed), which grading does not refuse."""
     if missing := [name for name in notebooks if not (course.source_dir / f"{name}.ipynb").is_file()]:
         raise AutograderError(f"the source of released {'notebook' if len(missing) == 1 else 'notebooks'} "
                               f"{', '.join(missing)} is not in {course.source_dir} (renamed or removed?): grading "
                               "records each released notebook's expected values from its source. Put it back under "
                               "its released name")
-    moved, changed, _ = release_drift(course, gb, notebooks)
+    moved, changed, repointed = release_drift(course, gb, notebooks)
     if moved and gb.assignment_submissions(ASSIGNMENT):
         raise moved_cells_error(moved)
     if changed:
@@ -477,21 +478,27 @@ def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> None:
             "with values recorded from the edited ones. Run `python -m autograder release"
             f"{build_option(course)}` first: it keeps submissions and grades, and the next `grade` grades again "
             "every submission graded under the old cells (hand out the new zip if students should see them).")
+    return repointed
 
 
-def release_drift_warning(course: Course, notebooks: list[str], tests: bool = True) -> str | None:
-    """A warning when the source notebooks changed after the release in what grades are made of (cells added or
-    removed, test cells' source or points, with tests; hand-graded answers' points), else None: the grades and pages
-    follow the released cells until release and grade run again."""
+def release_drift_warning(course: Course, notebooks: list[str]) -> str | None:
+    """drift_warning for the source notebooks against the release the gradebook holds."""
     with course.gradebook() as gb:
-        moved, changed, repointed = release_drift(course, gb, notebooks)
-    what = ([f"cells added or removed: {listed_cells(moved)}"] if moved and tests else []) + \
-           ([f"test cells: {listed_cells(changed)}"] if changed and tests else []) + \
+        return drift_warning(course, *release_drift(course, gb, notebooks))
+
+
+def drift_warning(course: Course, moved: dict[str, list[str]], changed: dict[str, list[str]],
+                  repointed: dict[str, list[str]]) -> str | None:
+    """A warning when the source notebooks changed after the release in what grades are made of (release_drift's
+    cells added or removed, test cells' source or points, hand-graded answers' points), else None: the grades and
+    pages follow the released cells until release and grade run again."""
+    what = ([f"cells added or removed: {listed_cells(moved)}"] if moved else []) + \
+           ([f"test cells: {listed_cells(changed)}"] if changed else []) + \
            ([f"the points of hand-graded answers: {listed_cells(repointed)}"] if repointed else [])
     if not what:
         return None
     then = f"`python -m autograder release{build_option(course)}` and then `grade` run"
-    if moved and tests:  # release refuses them once students have handed in
+    if moved:  # release refuses them once students have handed in
         return (f"warning: the source notebooks changed after the release: {'; '.join(what)}. The grades follow the "
                 "released cells. Cells added or removed cannot be recorded once students have handed in: undo that, "
                 f"or use a new build folder (see README); other changes count once {then}.")
@@ -1005,18 +1012,19 @@ def _raise_interrupt(signum, frame):
 def grade(course: Course, options: GradeOptions) -> GradeResult:
     """Grade the collected submissions (all, or options.students) and print a summary."""
     notebooks = course.notebook_names()
-    dropped = dropped_students(load_collect_log(course))  # a drop or its undo cut short leaves files of theirs
+    log = load_collect_log(course)
+    dropped = dropped_students(log)  # a drop or its undo cut short leaves files of theirs
     students = [s for s in course.submitted_students() if s not in dropped]
     if options.students:
         unknown = sorted(set(options.students) - set(students))
         if unknown:
-            rows = load_collect_log(course)["students"]
+            rows = log["students"]
             # collected, but no notebook of theirs was filed: say so, not that they are unknown
             empty = [f"{s} ({rows[s].get('status')})" for s in unknown if isinstance(rows.get(s), dict)]
             filed_none = (f"; collect filed no notebook of {', '.join(empty)}: see reports/collect.json, and collect "
                           "their hand-in again once it is put right" if empty else "")
             raise AutograderError(f"no collected submission for student(s) {', '.join(unknown)}{case_hint(unknown, students)}"
-                                  f"{dropped_note(load_collect_log(course), unknown)}; "
+                                  f"{dropped_note(log, unknown)}; "
                                   f"collected: {', '.join(students) or 'none'}{filed_none}")
         students = [s for s in students if s in options.students]
     if not students:
@@ -1028,8 +1036,8 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with course.lock("grade"), course.gradebook() as gb:
-            refuse_stale_release(course, gb, notebooks)
-            if warning := release_drift_warning(course, notebooks, tests=False):  # not refused: hand scores stand
+            repointed = refuse_stale_release(course, gb, notebooks)
+            if warning := drift_warning(course, {}, {}, repointed):  # not refused: the hand scores stand
                 print(warning, file=sys.stderr)
             JOBS.create(gb.engine, checkfirst=True)
             records = None

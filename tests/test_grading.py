@@ -1873,6 +1873,12 @@ def test_new_points_on_a_hand_graded_answer_flag_its_hand_scores_for_review(grad
             found = gb.find_grade(*key)
             found.manual_score, found.needs_manual_grade = 2.5, False  # scored and resolved by a grader
             gb.db.commit()
+        with build_env(build):  # before the release: grade does not refuse new points, but says so
+            main(["grade", "--build", str(build), *([] if sandbox_works() else ["--no-sandbox"])])
+        err = capsys.readouterr().err
+        assert (f"warning: the source notebooks changed after the release: the points of hand-graded answers: {name} "
+                f"({meta(answer)['grade_id']}). The grades follow the released cells until `python -m autograder "
+                f"release --build {build}` and then `grade` run.") in err, err
         with build_env(build):
             assert main(["release", "--build", str(build)]) == 0
         out = capsys.readouterr().out
