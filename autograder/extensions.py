@@ -183,12 +183,18 @@ def grant(course: Course, students: list[str], until: dt.datetime | None) -> lis
     return extensions(course)  # its sync sets the late penalties for the new lateness
 
 
-def case_clashes(students: list[str], known: set[str]) -> list[str]:
-    """'S102 is the gradebook's s102 in another case' for each of students that the gradebook (known) lacks but holds
-    in another case or Unicode spelling."""
+def ids_by_key(known: set[str]) -> dict[str, list[str]]:
+    """{id_key: the ids of known spelt that way in any case or Unicode form, sorted}."""
     by_key: dict[str, list[str]] = {}
     for sid in sorted(known):
         by_key.setdefault(id_key(sid), []).append(sid)
+    return by_key
+
+
+def case_clashes(students: list[str], known: set[str]) -> list[str]:
+    """'S102 is the gradebook's s102 in another case' for each of students that the gradebook (known) lacks but holds
+    in another case or Unicode spelling."""
+    by_key = ids_by_key(known)
     return [f"{sid} is the gradebook's {' or '.join(by_key[id_key(sid)])} in another case" for sid in students
             if sid not in known and id_key(sid) in by_key]
 
@@ -210,9 +216,7 @@ def extensions(course: Course) -> list[Extension]:
         due = released_due_date(course, gb)
         sync_now(gb, course.config)
         known = {s.id for s in gb.students}
-        by_case: dict[str, list[str]] = {}
-        for sid in sorted(known):
-            by_case.setdefault(id_key(sid), []).append(sid)
+        by_case = ids_by_key(known)
         seen = collected_students(course)
         return [Extension(student, until, due, student in known,
                           () if student in known else tuple(by_case.get(id_key(student), ()))
