@@ -318,7 +318,6 @@ class GetGradesNotingPending(GetGrades):
         # formgrader saves an emptied comment box as "": no comment of the grader's either
         unanswered = not comment.manual_comment and comment.auto_comment == NBGRADER_NO_RESPONSE
         cell.metadata.nbgrader["comment"] = UNANSWERED if unanswered else comment.comment
-        self._graders_comment = bool(comment.manual_comment)  # read by _get_score, which nbgrader calls next
 
     def _get_score(self, cell, resources):
         """Score and points of a graded cell; a grade waiting for a human grader is noted in its comment."""
@@ -332,11 +331,12 @@ class GetGradesNotingPending(GetGrades):
                     f"the {grade.manual_score:g} of {grade.max_score:g} points shown can change." if scored else
                     f"Not graded yet: your instructor grades this answer by hand; until then it counts as 0 of "
                     f"{grade.max_score:g} points.")
-            if scored and meta.get("comment") and getattr(self, "_graders_comment", False):
+            # only answer cells have comments (nbgrader's _get_comment ran on this one just before)
+            if scored and meta.get("solution") and meta.get("comment") and self.gradebook.find_comment(
+                    meta["grade_id"], self.notebook_id, self.assignment_id, self.student_id).manual_comment:
                 # written for the hand-in or points scored then: the answer shown may be another (a TA's walkthrough)
                 meta["comment"] = f"{REVIEWED_COMMENT}{meta['comment']}"
             meta["comment"] = f"{meta['comment']}\n\n{note}" if meta.get("comment") else note
-            self._graders_comment = False
 
 
 def after_due_date(seconds: float, due, extended: bool) -> str:
