@@ -102,17 +102,25 @@ def hidden_line_numbers(source: str) -> set[int]:
 
 
 def visible_source(source: str) -> str:
-    """The cell source without its hidden block (one note line in its place)."""
+    """The cell source as the student's copy has it, one note line in place of the last hidden block (the hidden
+    checks); an earlier block (stand-ins for earlier exercises' functions, run before the visible checks) leaves no
+    line, so the visible lines keep the numbers they have in the student's copy."""
     hidden = hidden_line_numbers(source)
-    lines, noted = [], False
+    last_block = max((number for number in hidden if number - 1 not in hidden), default=None)
+    lines = []
     for number, line in enumerate(source.split("\n"), start=1):
         if number not in hidden:
             lines.append(line)
-        elif not noted:
+        elif number == last_block:
             indent = line[: len(line) - len(line.lstrip())]
             lines.append(indent + HIDDEN_NOTE)
-            noted = True
     return "\n".join(lines)
+
+
+def visible_line(source: str, line: int) -> int:
+    """The number a line of a test cell's source has in the student's copy, where the hidden blocks are left out."""
+    hidden = hidden_line_numbers(source)
+    return line - sum(1 for number in hidden if number < line)
 
 
 def failing_line(error) -> int | None:
@@ -153,7 +161,7 @@ def outcome_message(cell) -> str:
             return TEST_BUDGET_SPENT  # not necessarily this cell's doing: the cells before it spent the budget too
         if ename in ("KeyboardInterrupt", "CellTimeoutError"):
             return TEST_TIMED_OUT
-        where = f" (line {line} of the visible checks)" if line is not None else ""
+        where = f" (line {visible_line(cell.source, line)} of the visible checks)" if line is not None else ""
         if ename == "AssertionError" and evalue:  # a check's own message says what differed
             return f"✘ Failed{where}: {evalue}"
         return f"✘ Failed{where}: {ename}: {evalue}" if evalue else f"✘ Failed{where}: {ename}"

@@ -240,6 +240,33 @@ def test_a_test_cell_cut_at_its_time_limit_says_what_to_do(ename):
                                          "slow ones finish sooner.")
 
 
+def test_a_stand_in_block_before_the_visible_checks_keeps_their_numbers_as_the_student_s_copy_has_them():
+    """Exercises 4.3, 4.4, 5.2 and 6.2 are graded with stand-ins for the earlier exercises' functions, defined in a
+    hidden block before the visible checks; a failed visible check was reported by its line in the grader's source,
+    which the student's copy (hidden blocks left out) numbers differently, and the page's note went where the
+    stand-ins were, not where the hidden checks run."""
+    from autograder.cells import HIDDEN_NOTE, outcome_message, visible_source
+
+    source = ('"""Check f"""\n'
+              "### BEGIN HIDDEN TESTS\n"
+              "def g(x):  # a stand-in\n"
+              "    return x\n"
+              "### END HIDDEN TESTS\n"
+              "check_close('f(1)', f(1), 1.0)\n"
+              "check_close('f(2)', f(2), 2.0)\n"
+              "### BEGIN HIDDEN TESTS\n"
+              "check_close('f(3)', f(3), 3.0, reveal=False)\n"
+              "### END HIDDEN TESTS")
+    shown = visible_source(source)
+    assert shown.split("\n") == ['"""Check f"""', "check_close('f(1)', f(1), 1.0)", "check_close('f(2)', f(2), 2.0)",
+                                  HIDDEN_NOTE]
+    failed = new_output("error", ename="AssertionError", evalue="f(2): got 0.0, expected 2.0",
+                        traceback=["Cell In[7], line 7\n    check_close('f(2)', f(2), 2.0)"])
+    cell = new_code_cell(source, outputs=[failed])
+    assert outcome_message(cell) == "✘ Failed (line 3 of the visible checks): f(2): got 0.0, expected 2.0"
+    assert shown.split("\n")[3 - 1] == "check_close('f(2)', f(2), 2.0)"
+
+
 def test_only_autograded_tests_that_lost_points_count_as_failed():
     import nbformat
 
