@@ -1,9 +1,11 @@
-"""A hidden test rejects the shortcut its exercise's text rules out.
+"""A hidden test rejects the shortcut its exercise's text rules out, and grades an exercise on its own.
 
 Each case replaces model solutions of a source notebook with answers a student could write: right in
 every number the visible tests look at, but taking a road the exercise forbids (a library softmax,
 PyTorch's log-space helpers, no F.cross_entropy where the exercise asks for it) or missing a case the
-exercise names (evidence 0 with a likelihood that is not 0). The notebook then runs, hidden tests
+exercise names (evidence 0 with a likelihood that is not 0); or plainly wrong in an exercise whose function
+a later exercise may call (4.1 and 4.2 from 4.3 and 4.4, 5.1 from 5.2, 6.1 from 6.2), where grading puts a
+reference in its place so that one mistake costs one exercise's points. The notebook then runs, hidden tests
 included, as `check` runs a student's notebook; exactly the named test cells must fail, each with the
 check that caught it. One kernel per notebook.
 """
@@ -74,6 +76,35 @@ def sequence_cross_entropy(logits, targets, ignore_index=-100):
     return -picked[keep].mean()
 '''
 
+# wrong answers to exercises whose functions later exercises may call: the later ones must still pass
+NAIVE_ENTROPY = '''\
+def entropy_nats(p):
+    p = np.asarray(p, dtype=np.float64)
+    return -np.sum(p * np.log(p), axis=-1)  # nan where p has a zero
+'''
+
+REVERSED_KL = '''\
+def kl_nats(p, q):
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    return np.sum(q * np.log(q / p), axis=-1)  # KL(q || p): weights from the wrong argument
+'''
+
+SLOT_MEAN = '''\
+def masked_token_mean(losses, mask):
+    losses, mask = np.asarray(losses, dtype=np.float64), np.asarray(mask, dtype=bool)
+    if not mask.any():
+        raise ValueError("no target is scored")
+    return float(np.where(mask, losses, 0.0).sum() / mask.size)  # divides by every slot, scored or not
+'''
+
+TABLE_NORMALISED = '''\
+def bigram_mle(ids, K):
+    ids = np.asarray(ids)
+    C = np.zeros((K, K))
+    np.add.at(C, (ids[:-1], ids[1:]), 1)
+    return C / C.sum()  # normalised over the whole table, not row by row
+'''
+
 # honest answers the exercise text allows: the required library call made through a name of the student's own
 KL_DIV_AS_DEFAULT = '''\
 def batch_kl(p, q, divergence=F.kl_div):
@@ -107,6 +138,14 @@ CASES = {
     "05-sequence-loss-and-perplexity": {
         "ex_sequence_cross_entropy": (HAND_WRITTEN_CE, "test_sequence_cross_entropy",
                                       "sequence_cross_entropy calls F.cross_entropy"),
+        "ex_masked_token_mean": (SLOT_MEAN, "test_masked_token_mean", "§2.9 token mean"),
+    },
+    "04-entropy-cross-entropy-kl": {
+        "ex_entropy": (NAIVE_ENTROPY, "test_entropy", "H([1, 0]) with 0 ln 0 = 0"),
+        "ex_kl_direction": (REVERSED_KL, "test_kl_direction", "KL(p||q) (2.44)"),
+    },
+    "06-counting-language-model": {
+        "ex_bigram_mle": (TABLE_NORMALISED, "test_bigram_mle", "ids 0 1 0 1 1"),
     },
 }
 
@@ -125,13 +164,14 @@ def with_answers(name: str, answers: dict[str, str]):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_the_hidden_tests_fail_exactly_the_shortcut_answers_naming_the_check(name, tmp_path, monkeypatch):
+def test_exactly_the_test_cells_of_the_wrong_answers_fail_naming_the_check(name, tmp_path, monkeypatch):
     cases = CASES[name]
     monkeypatch.setenv("PART_II_ROOT", str(REPO))  # the kernel runs in tmp_path, away from code/part-ii
     nb = run_notebook(with_answers(name, {grade_id: code for grade_id, (code, _, _) in cases.items()}), tmp_path,
                       timeout=120)
     failed = {grade_id: message for _, grade_id, _, message, passed in exercise_rows(nb) if passed is False}
-    assert set(failed) == {test for _, test, _ in cases.values()}, failed  # the shortcuts are right otherwise
+    # the shortcuts are right otherwise, and the exercises after a wrong one are graded with a reference in its place
+    assert set(failed) == {test for _, test, _ in cases.values()}, failed
     for _, test, words in cases.values():
         assert words in failed[test], failed[test]
 

@@ -4,7 +4,8 @@ The conventions come from notebooks/README.md: clean committed form, the python3
 kernel, nbgrader grade ids that are unique and follow one naming scheme
 (solution cell ``ex_*``, autograded test ``test_*``, free-text answer ``answer_*``,
 locked marking note ``note_*``), points on every graded cell adding up to the totals in
-the title cell, test cells that open with a docstring and hold a hidden-test block, and
+the title cell, test cells that open with a docstring and end with a hidden-test block (before the visible
+checks, only stand-ins for earlier exercises' functions may be hidden), and
 committed outputs without images or errors.
 """
 
@@ -54,6 +55,18 @@ def _role(cell, meta) -> str:
     if meta.get("locked") and not (meta.get("solution") or meta.get("grade") or meta.get("task")):
         return "note"
     return "other"
+
+
+def _stand_ins(block: str) -> set[str]:
+    """The functions a hidden block defines when it holds nothing but function definitions (and comments), else {}."""
+    body = ast.parse(block).body
+    return {n.name for n in body} if body and all(isinstance(n, ast.FunctionDef) for n in body) else set()
+
+
+def _solution_functions(nb, before: int) -> set[str]:
+    """Names of the functions the solution cells before cell `before` define (what a later exercise may call)."""
+    return {n.name for c in nb.cells[:before] if c.cell_type == "code" and _role(c, c.metadata.get("nbgrader", {})) == "solution"
+            for n in ast.parse(c.source).body if isinstance(n, ast.FunctionDef)}
 
 
 def test_there_are_source_notebooks():
@@ -131,13 +144,42 @@ def test_autograded_cells_have_a_docstring_and_hidden_tests(name):
             f"{name}: test cell {gid!r} must open with a docstring saying what it checks")
         assert first.value.value.strip() and "\n" not in first.value.value.strip(), f"{name}: test cell {gid!r}: the docstring should be one line"
         assert meta.get("locked"), f"{name}: test cell {gid!r} is not locked"
-        assert len(HIDDEN.findall(cell.source)) == 1, f"{name}: test cell {gid!r} needs one '### BEGIN/END HIDDEN TESTS' block"
-        hidden_code = HIDDEN.search(cell.source).group(0)
-        assert "reveal=False" in hidden_code, f"{name}: hidden checks in {gid!r} must pass reveal=False"
+        blocks = HIDDEN.findall(cell.source)
+        assert len(blocks) in (1, 2), f"{name}: test cell {gid!r} needs one '### BEGIN/END HIDDEN TESTS' block of checks"
+        assert "reveal=False" in blocks[-1], f"{name}: hidden checks in {gid!r} must pass reveal=False"
+        assert cell.source.rstrip().endswith(blocks[-1].rstrip()), (
+            f"{name}: the hidden checks of {gid!r} must end the cell, so the visible lines keep their numbers")
+        if len(blocks) == 2:
+            stand_ins = _stand_ins(blocks[0])
+            assert cell.source.split("\n", 1)[1].startswith(blocks[0]), (
+                f"{name}: the first hidden block of {gid!r} (stand-ins) must come right after the docstring")
+            earlier = _solution_functions(nb, before=i)
+            assert stand_ins and stand_ins <= earlier, (
+                f"{name}: the first hidden block of {gid!r} may only define stand-ins for earlier exercises' functions "
+                f"({sorted(earlier)}), found {sorted(stand_ins) or 'none'}")
     for i, cell, meta in _graded_cells(nb):
         if _role(cell, meta) in ("solution", "answer"):
             assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, (
                 f"{name}: solution cell {meta['grade_id']!r} has no BEGIN/END SOLUTION block")
+
+
+def test_the_readmes_name_every_exercise_graded_with_stand_ins_and_no_other():
+    """README (students' section) and the student zip's README list the exercises graded with stand-ins for earlier
+    functions; the list is read from the test cells, so a stand-in added or removed cannot leave them wrong."""
+    graded_alone = []
+    for path in SOURCES:
+        exercise = None
+        for cell in _read(path.name).cells:
+            if cell.cell_type == "markdown" and (m := re.search(r"^#+\s*练习\s*(\d+\.\d+)", cell.source, re.M)):
+                exercise = m.group(1)
+            elif _role(cell, cell.metadata.get("nbgrader", {})) == "test" and len(HIDDEN.findall(cell.source)) == 2:
+                graded_alone.append(exercise)
+    assert graded_alone, "no test cell has stand-ins"
+    listed = "（" + "、".join(graded_alone) + "）"
+    for readme in (REPO / "README.md", REPO / "autograder" / "templates" / "student_README.md"):
+        text = readme.read_text(encoding="utf-8")
+        found = re.findall(r"可以调用前面练习里自己写的函数的题(（[\d.、]+）)", re.sub(r"\s*\n\s*", "", text))
+        assert found == [listed], f"{readme.name} should list the exercises graded with stand-ins as {listed}, has {found}"
 
 
 @pytest.mark.parametrize("name", NAMES)
