@@ -1,9 +1,11 @@
 """checks.forbidden_calls and checks.calls_watched: the test cells' guard that an exercise is solved
 without the library function it re-implements (spies that record the call and pass it on); then
-check_close and check_true on values that are not numbers or booleans."""
+check_close and check_true on values that are not numbers or booleans; and checks.standing_in, the stand-ins a later
+exercise's test cell puts in place of an earlier exercise's functions while it runs."""
 
 from __future__ import annotations
 
+import re
 import types
 
 import numpy as np
@@ -600,3 +602,48 @@ def test_calls_of_counts_a_call_through_a_spy_a_previous_block_left_in_the_stude
              "    with calls_of('perplexity_from_loss', (pp, 'perplexity')) as called:\n"
              "        perplexity_from_loss(2.0, 'nats')\n    seen.append(called)\n", namespace)
     assert namespace["seen"] == [["pp.perplexity"]] * 3
+
+
+class _Shell:
+    """What standing_in uses of an IPython shell: its events, with post_run_cell run as IPython runs it."""
+
+    def __init__(self):
+        from IPython.core.events import EventManager, available_events
+
+        self.events = EventManager(self, available_events)
+
+    def end_cell(self):
+        self.events.trigger("post_run_cell", None)
+
+
+def test_a_stand_in_lives_for_the_running_cell_only_and_the_student_s_functions_come_back():
+    """4.3's test cell puts reference versions of 4.1's and 4.2's functions in place; afterwards - with or without an
+    error - a test cell of 4.1 moved below it must test the student's own function again (review: the stand-ins
+    stayed, so moving 4.1's test cell below 4.3's gave 4.1's points for an unanswered exercise)."""
+    shell, namespace = _Shell(), {"entropy_nats": "the student's"}
+    checks.standing_in(namespace, shell=shell, entropy_nats=lambda p: "reference", kl_nats=lambda p, q: "reference kl")
+    held = namespace["entropy_nats"]
+    assert (held([1.0]), namespace["kl_nats"]([1.0], [1.0])) == ("reference", "reference kl")
+    assert held.__name__ == "entropy_nats"  # a traceback through it names the function the student knows
+    shell.end_cell()
+    assert namespace == {"entropy_nats": "the student's"}  # kl_nats was not defined before: it is gone again
+    with pytest.raises(RuntimeError, match="stand-in for entropy_nats works only in the test cell that put it there"):
+        held([1.0])  # a reference the student's code kept during the cell is spent
+    assert shell.events.callbacks["post_run_cell"] == []
+    shell.end_cell()  # a later cell: nothing left to do, nothing printed
+    assert namespace == {"entropy_nats": "the student's"}
+
+
+@pytest.mark.parametrize("namespace, functions, words", [
+    ([], {"f": len}, "the notebook's namespace, globals(), got list"),
+    ({}, {}, "name=function pairs"),
+    ({}, {"f": 3}, "name=function pairs"),
+])
+def test_a_badly_written_stand_in_is_an_error_that_says_what_is_expected(namespace, functions, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        checks.standing_in(namespace, shell=_Shell(), **functions)
+
+
+def test_a_stand_in_outside_a_kernel_says_it_needs_one():
+    with pytest.raises(RuntimeError, match="runs in an IPython kernel"):
+        checks.standing_in({}, f=len)

@@ -33,7 +33,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["check_close", "check_equal", "check_true", "check_raises", "forbidden_calls", "calls_watched", "calls_of"]
+__all__ = ["check_close", "check_equal", "check_true", "check_raises", "forbidden_calls", "calls_watched", "calls_of",
+           "standing_in"]
 
 RTOL = 1e-9
 ATOL = 1e-12
@@ -709,6 +710,58 @@ class _Spy:
 
 
 # --- record mode -------------------------------------------------------------------------
+# --- stand-ins: a later exercise graded on its own ------------------------------------------
+_ABSENT = object()  # a name the namespace did not have before its stand-in
+
+
+def standing_in(namespace: dict, *, shell=None, **functions) -> None:
+    """Put each of functions (name=function) into namespace under its name for the rest of the running cell only.
+
+    A hidden test of an exercise whose answer may call an earlier exercise's function (4.3 calls 4.1's
+    entropy_nats) puts a reference version there first, so one wrong answer costs one exercise's points.
+    After the cell - with or without an error - every name gets back what it held before, and a stand-in
+    still held somewhere raises when called: a test cell of the earlier exercise, moved below this one,
+    still tests the student's own function. shell: the IPython shell whose post_run_cell event ends the
+    cell (default: the running kernel's).
+    """
+    if not isinstance(namespace, dict):
+        raise ValueError(f"standing_in needs the notebook's namespace, globals(), got {type(namespace).__name__}")
+    if not functions or not all(callable(f) for f in functions.values()):
+        raise ValueError("standing_in needs name=function pairs, e.g. standing_in(globals(), entropy_nats=_entropy)")
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("standing_in runs in an IPython kernel: it gives the names back when the cell ends")
+    live = [True]
+    saved = {name: namespace.get(name, _ABSENT) for name in functions}
+
+    def limited(name: str, function):
+        def stand_in(*args, **kwargs):
+            if not live[0]:
+                raise RuntimeError(f"the grader's stand-in for {name} works only in the test cell that put it there")
+            return function(*args, **kwargs)
+
+        stand_in.__name__ = stand_in.__qualname__ = name
+        return stand_in
+
+    def give_back(*_) -> None:
+        """Give every name back its value from before the cell; never raises (IPython would print a traceback)."""
+        live[0] = False
+        for name, value in saved.items():
+            if value is _ABSENT:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
+        with contextlib.suppress(ValueError):
+            shell.events.unregister("post_run_cell", give_back)
+
+    for name, function in functions.items():
+        namespace[name] = limited(name, function)
+    shell.events.register("post_run_cell", give_back)
+
+
 def recording() -> bool:
     """True in a grading kernel, where checks send their values to the grader instead of comparing."""
     return os.environ.get(MODE_ENV) == "record"
