@@ -105,6 +105,52 @@ def bigram_mle(ids, K):
     return C / C.sum()  # normalised over the whole table, not row by row
 '''
 
+# right answers to the later exercises that reach the earlier function another way than the model solution: with
+# a wrong 4.2 and 6.1 in the same notebook, they must pass on the stand-ins
+GAP_FROM_KL = '''\
+def entropy_gap(p):
+    p = np.asarray(p, dtype=np.float64)
+    return kl_nats(p, np.full(p.shape, 1.0 / p.shape[-1]))  # the text: the gap is KL(p || uniform)
+'''
+
+UNSIGNED_IDS = '''\
+def add_k_probs(ids, K, k):
+    if k < 0:
+        raise ValueError(f"k must be a non-negative pseudo-count, got {k}")
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or len(ids) < 2 or (ids < 0).any() or (ids >= K).any():
+        raise ValueError(f"ids must be a sequence [n], n >= 2, of values in [0, {K - 1}]")
+    ids = ids.astype(np.uint32)  # checked non-negative above
+    if k == 0:
+        return bigram_mle(ids, K)
+    C = np.zeros((K, K))
+    np.add.at(C, (ids[:-1], ids[1:]), 1)
+    return (C + k) / (C.sum(axis=1, keepdims=True) + K * k)
+'''
+
+# 4.1 and 4.2 left unanswered, their test cells moved below 4.3's, where stand-ins for both ran; a 4.3 that keeps the
+# stand-in it was lent, and a 4.1 that calls what 4.3 kept
+KEEPS_THE_STAND_IN = '''\
+def decompose_cross_entropy(p, q):
+    global _kept
+    _kept = entropy_nats
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    pos = p > 0
+    with np.errstate(divide="ignore"):
+        h_pq = -np.sum(np.where(pos, p * np.log(np.where(pos, q, 1.0)), 0.0), axis=-1)
+    return entropy_nats(p), kl_nats(p, q), h_pq
+'''
+
+CALLS_WHAT_4_3_KEPT = '''\
+def entropy_nats(p):
+    return _kept(p)
+'''
+
+UNANSWERED = '''\
+def kl_nats(p, q):
+    raise NotImplementedError()
+'''
+
 # honest answers the exercise text allows: the required library call made through a name of the student's own
 KL_DIV_AS_DEFAULT = '''\
 def batch_kl(p, q, divergence=F.kl_div):
@@ -126,6 +172,7 @@ HONEST = {
     "05-sequence-loss-and-perplexity": {"ex_sequence_cross_entropy": CE_FROM_IMPORT},
 }
 
+# notebook -> solution cell -> (answer, the test cell it must fail, words of its message); None: it must pass
 CASES = {
     "02-shapes-and-loss": {
         "ex_stable_softmax": (SPECIAL_SOFTMAX, "test_stable_softmax", "it called torch.special.softmax"),
@@ -143,9 +190,11 @@ CASES = {
     "04-entropy-cross-entropy-kl": {
         "ex_entropy": (NAIVE_ENTROPY, "test_entropy", "H([1, 0]) with 0 ln 0 = 0"),
         "ex_kl_direction": (REVERSED_KL, "test_kl_direction", "KL(p||q) (2.44)"),
+        "ex_max_entropy": (GAP_FROM_KL, None, None),
     },
     "06-counting-language-model": {
         "ex_bigram_mle": (TABLE_NORMALISED, "test_bigram_mle", "ids 0 1 0 1 1"),
+        "ex_add_k_probs": (UNSIGNED_IDS, None, None),
     },
 }
 
@@ -171,9 +220,10 @@ def test_exactly_the_test_cells_of_the_wrong_answers_fail_naming_the_check(name,
                       timeout=120)
     failed = {grade_id: message for _, grade_id, _, message, passed in exercise_rows(nb) if passed is False}
     # the shortcuts are right otherwise, and the exercises after a wrong one are graded with a reference in its place
-    assert set(failed) == {test for _, test, _ in cases.values()}, failed
+    assert set(failed) == {test for _, test, _ in cases.values() if test}, failed
     for _, test, words in cases.values():
-        assert words in failed[test], failed[test]
+        if test:
+            assert words in failed[test], failed[test]
 
 
 @pytest.mark.parametrize("name", sorted(HONEST))
@@ -184,3 +234,21 @@ def test_a_required_library_call_made_through_a_name_of_the_student_s_own_passes
     nb = run_notebook(with_answers(name, HONEST[name]), tmp_path, timeout=120)
     failed = {grade_id: message for _, grade_id, _, message, passed in exercise_rows(nb) if passed is False}
     assert failed == {}, failed
+
+
+def test_a_test_cell_moved_below_a_later_exercise_s_still_tests_the_student_s_own_function(tmp_path, monkeypatch):
+    """The stand-ins for 4.1's and 4.2's functions live while 4.3's test cell runs, not after it (review: they stayed,
+    so moving 4.1's and 4.2's test cells below 4.3's passed them without an answer). A stand-in 4.3's answer kept
+    and 4.1's answer calls fails too."""
+    monkeypatch.setenv("PART_II_ROOT", str(REPO))
+    nb = with_answers("04-entropy-cross-entropy-kl", {"ex_entropy": CALLS_WHAT_4_3_KEPT, "ex_kl_direction": UNANSWERED,
+                                                      "ex_decomposition": KEEPS_THE_STAND_IN})
+    moved = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") in ("test_entropy", "test_kl_direction")]
+    nb.cells = [c for c in nb.cells if c not in moved]
+    at = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == "test_decomposition")
+    nb.cells[at + 1:at + 1] = moved
+    nb = run_notebook(nb, tmp_path, timeout=120)
+    failed = {grade_id: message for _, grade_id, _, message, passed in exercise_rows(nb) if passed is False}
+    assert set(failed) == {"test_entropy", "test_kl_direction"}, failed  # 4.3 and 4.4 still pass with the stand-ins
+    assert "the grader's stand-in for entropy_nats works only in the test cell that put it there" in failed["test_entropy"]
+    assert "NotImplementedError" in failed["test_kl_direction"], failed["test_kl_direction"]

@@ -58,9 +58,20 @@ def _role(cell, meta) -> str:
 
 
 def _stand_ins(block: str) -> set[str]:
-    """The functions a hidden block defines when it holds nothing but function definitions (and comments), else {}."""
+    """The names a hidden block puts stand-ins under, when it holds nothing else: `from checks import standing_in`,
+    the reference functions, one `standing_in(globals(), name=function, ...)` and a `del` of those functions
+    (so that nothing but the cell-scoped stand-ins is left in the namespace); else {}."""
     body = ast.parse(block).body
-    return {n.name for n in body} if body and all(isinstance(n, ast.FunctionDef) for n in body) else set()
+    defs = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+    calls = [n.value for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+             and isinstance(n.value.func, ast.Name) and n.value.func.id == "standing_in"]
+    deleted = {t.id for n in body if isinstance(n, ast.Delete) for t in n.targets if isinstance(t, ast.Name)}
+    imports = [n for n in body if isinstance(n, ast.ImportFrom)]
+    if len(calls) != 1 or len(body) != len(defs) + len(imports) + 2 or deleted != defs or \
+            [(n.module, [a.name for a in n.names]) for n in imports] != [("checks", ["standing_in"])]:
+        return set()
+    given = {k.arg: k.value.id for k in calls[0].keywords if isinstance(k.value, ast.Name)}
+    return set(given) if set(given.values()) == defs and len(given) == len(calls[0].keywords) else set()
 
 
 def _solution_functions(nb, before: int) -> set[str]:
