@@ -76,6 +76,21 @@ def sequence_cross_entropy(logits, targets, ignore_index=-100):
     return -picked[keep].mean()
 '''
 
+# right for a scalar weight only: `w <= 0` on an array raises numpy's own ValueError (found by a student's walkthrough)
+SCALAR_WEIGHT_ONLY = '''\
+def calibrate_weighted_output(q, w):
+    if w <= 0:
+        raise ValueError(f"w must be positive, got {w}")
+    q = np.asarray(q, dtype=float)
+    return q / (q + w * (1.0 - q))
+'''
+
+# the right number as a Python float, where the exercise asks for the 0-d tensor F.kl_div gives
+KL_AS_FLOAT = '''\
+def batch_kl(p, q):
+    return F.kl_div(torch.log(q), p, reduction="batchmean").item()
+'''
+
 # wrong answers to exercises whose functions later exercises may call: the later ones must still pass
 NAIVE_ENTROPY = '''\
 def entropy_nats(p):
@@ -191,6 +206,11 @@ CASES = {
         "ex_entropy": (NAIVE_ENTROPY, "test_entropy", "H([1, 0]) with 0 ln 0 = 0"),
         "ex_kl_direction": (REVERSED_KL, "test_kl_direction", "KL(p||q) (2.44)"),
         "ex_max_entropy": (GAP_FROM_KL, None, None),
+        "ex_torch_kl_div": (KL_AS_FLOAT, "test_torch_kl_div", "returns a 0-d tensor (not a Python float)"),
+    },
+    "03-maximum-likelihood": {
+        "ex_weighted_calibration": (SCALAR_WEIGHT_ONLY, "test_weighted_calibration",
+                                    "(line 5 of the visible checks): ValueError: The truth value of an array"),
     },
     "06-counting-language-model": {
         "ex_bigram_mle": (TABLE_NORMALISED, "test_bigram_mle", "ids 0 1 0 1 1"),
