@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-source-check", action="store_true",
                    help="do not run the source notebooks first (make lab's student preview uses it); a release whose "
                         "test cells changed since the last one runs them anyway; otherwise the first grade does")
+    p.add_argument("--revert-tests", action="store_true",
+                   help="release test cells that are an earlier release's (refused otherwise once students have "
+                        "handed in: a checkout that lacks a later fix would undo it and grade everyone again)")
 
     p = sub.add_parser("collect", parents=[common], help="file an LMS download as nbgrader submissions",
                        description="File student notebooks from a folder or zip as nbgrader submissions.",
@@ -347,7 +350,7 @@ def _run(args: argparse.Namespace) -> int:
         given = KEEP if args.due_date is None else args.due_date[0]
         first = not course.release_dir.is_dir()  # a new course: a mistyped --build makes one too (a TA's walkthrough)
         result = release(course, due_date=given if given is KEEP or given is None else naive_utc(given),
-                         check_sources=not args.no_source_check)
+                         check_sources=not args.no_source_check, revert_tests=args.revert_tests)
         n = len(result.notebooks)
         if first:
             print(f"a new course in {course.root}: its first release, with a gradebook of its own (if you meant to "

@@ -7,10 +7,15 @@ All steps share one layout under the course root (``$PART_II_BUILD/course`` by d
     student/part-ii.zip        the same bundle as the download for students
     submitted/<student>/part-ii/, autograded/…, feedback/…   nbgrader's folders
     rejected/                  files collect could not accept (kept, never dropped)
+    replaced/                  hand-ins a later download replaced (kept)
+    dropped/                   a dropped student's files and dropped.json (drop; drop --undo takes them back)
+    marking/                   the graders' guides to the hand-graded answers (release)
     grading/                   one private scratch folder per grading job
     reports/                   collect.json, grades.csv, grades-per-cell.csv, totals.png
     gradebook.db               the SQLite gradebook (unless $PART_II_DB_URL points elsewhere)
     gradebook-url.txt          the gradebook URL release used, when not that file (read when $PART_II_DB_URL is unset)
+    releases.json              each release's time and test-cell digests (grade.record_release)
+    nbgrader_config.py         formgrader's configuration for this course (release)
 """
 
 from __future__ import annotations

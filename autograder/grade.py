@@ -27,6 +27,7 @@ the table (its worker exists), but its time budget begins only with its go.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import multiprocessing
@@ -414,7 +415,7 @@ def release_drift(course: Course, gb, notebooks: list[str]
     from nbgrader.api import MissingEntry
     from nbgrader.utils import is_grade, is_locked, is_solution, is_task
 
-    from .cells import cell_points, is_test_cell, nbgrader_meta
+    from .cells import cell_points, nbgrader_meta
 
     moved, changed, repointed = {}, {}, {}
     for name in notebooks:
@@ -430,11 +431,9 @@ def release_drift(course: Course, gb, notebooks: list[str]
         sources = {c.name: c.source for c in released.source_cells}
         if kept != sources.keys():
             moved[name] = sorted(kept ^ sources.keys())
-        tests = {nbgrader_meta(c)["grade_id"]: (c.source, cell_points(c))
-                 for c in cells if is_test_cell(c)}
+        tests = source_tests(cells)
         answers = {c.name for c in released.solution_cells}
-        recorded = {g.name: (sources.get(g.name), float(g.max_score))
-                    for g in released.grade_cells if g.name not in answers and g.cell_type == "code"}
+        recorded = recorded_tests(released)
         differ = sorted(k for k in tests.keys() | recorded.keys() if tests.get(k) != recorded.get(k))
         if differ:
             changed[name] = differ
@@ -443,6 +442,98 @@ def release_drift(course: Course, gb, notebooks: list[str]
         if differ := sorted(g for g in answer_points.keys() & hand_points.keys() if answer_points[g] != hand_points[g]):
             repointed[name] = differ
     return moved, changed, repointed
+
+
+def source_tests(cells) -> dict[str, tuple[str, float]]:
+    """grade id -> (source, points) of a source notebook's autograded test cells."""
+    from .cells import cell_points, is_test_cell, nbgrader_meta
+
+    return {nbgrader_meta(c)["grade_id"]: (c.source, cell_points(c)) for c in cells if is_test_cell(c)}
+
+
+def recorded_tests(released) -> dict[str, tuple[str | None, float]]:
+    """grade id -> (source, points) of the autograded test cells of a notebook as the gradebook recorded its release."""
+    sources = {c.name: c.source for c in released.source_cells}
+    answers = {c.name for c in released.solution_cells}
+    return {g.name: (sources.get(g.name), float(g.max_score))
+            for g in released.grade_cells if g.name not in answers and g.cell_type == "code"}
+
+
+def tests_digest(tests: dict[str, tuple[str | None, float]]) -> str:
+    """A notebook's test cells (grade id -> (source, points)) as one SHA-256, the same for the same cells in any order."""
+    return hashlib.sha256(json.dumps(sorted([k, src, float(pts)] for k, (src, pts) in tests.items())).encode()).hexdigest()
+
+
+RELEASES = "releases.json"  # <course>/releases.json: each release's time and its notebooks' test-cell digests
+
+
+def release_history(course: Course) -> list[dict]:
+    """The releases recorded in <course>/releases.json, oldest first ([] before the first, or for a course released
+    before the history was kept); each {"released": ISO time or None, "tests": {notebook: tests_digest}}."""
+    path = course.root / RELEASES
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise AutograderError(f"{path} cannot be read ({exc}): it lists the test cells of each release. Put back a "
+                              "copy from a backup, or delete it to start the list again from the next release") from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("tests"), dict) for e in entries):
+        raise AutograderError(f"{path} is not a list of releases with their test cells: put back a copy from a backup, "
+                              "or delete it to start the list again from the next release")
+    return entries
+
+
+def record_release(course: Course, gb, released_at: str | None) -> None:
+    """Add the release the gradebook now holds to releases.json, unless its test cells are the last entry's."""
+    tests = {nb.name: tests_digest(recorded_tests(nb)) for nb in gb.find_assignment(ASSIGNMENT).notebooks}
+    history = release_history(course)
+    if history and history[-1]["tests"] == tests:
+        return
+    history.append({"released": released_at, "tests": tests})
+    path = course.root / RELEASES
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(history, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def reverted_tests(course: Course, gb, changed: dict[str, list[str]]) -> dict[str, str]:
+    """notebook -> when it was released, for each notebook of changed (release_drift's) whose source test cells are
+    those of an earlier release than the one in use: a checkout that lacks a change released since (made in another
+    clone, or never committed), not a change made after the release."""
+    import nbformat
+
+    history = release_history(course)
+    if len(history) < 2:
+        return {}
+    found = {}
+    for name in changed:
+        digest = tests_digest(source_tests(nbformat.read(course.source_dir / f"{name}.ipynb", as_version=4).cells))
+        current = history[-1]["tests"].get(name)
+        earlier = [e for e in history[:-1] if e["tests"].get(name) == digest and digest != current]
+        if earlier:
+            found[name] = release_time(earlier[-1].get("released"))
+    return found
+
+
+def release_time(iso: str | None) -> str:
+    """'2026-03-01 08:15 UTC' for a release's recorded ISO time; 'before the list of releases began' for None."""
+    if not iso:
+        return "before the list of releases began"
+    try:
+        return dt.datetime.fromisoformat(iso).astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except (TypeError, ValueError):
+        return str(iso)[:40]
+
+
+def reverted_error(course: Course, reverted: dict[str, str], advice: str) -> AutograderError:
+    """The refusal of test cells that would go back to an earlier release's."""
+    listed = "; ".join(f"{name} (as released {when})" for name, when in sorted(reverted.items()))
+    return AutograderError(
+        f"the test cells of the source notebooks in {course.source_dir} are those of an earlier release, not of the one "
+        f"in use: {listed}. This checkout lacks a change to the tests released since (made in another clone, or not "
+        f"committed), so {advice} Bring that change here (git pull, or commit it where it was made), or use the "
+        "checkout it was released from.")
 
 
 def listed_cells(cells: dict[str, list[str]]) -> str:
@@ -471,6 +562,9 @@ def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> dict[str, 
     moved, changed, repointed = release_drift(course, gb, notebooks)
     if moved and gb.assignment_submissions(ASSIGNMENT):
         raise moved_cells_error(moved)
+    if reverted := reverted_tests(course, gb, changed):
+        raise reverted_error(course, reverted, "releasing from here would put the earlier tests back and grade every "
+                             "student under them again.")
     if changed:
         raise AutograderError(
             f"test cells of the source notebooks changed (source or points) after the assignment was released: "
@@ -482,9 +576,15 @@ def refuse_stale_release(course: Course, gb, notebooks: list[str]) -> dict[str, 
 
 
 def release_drift_warning(course: Course, notebooks: list[str]) -> str | None:
-    """drift_warning for the source notebooks against the release the gradebook holds."""
+    """drift_warning for the source notebooks against the release the gradebook holds; when their test cells are an
+    earlier release's, a warning that says so instead (releasing from this checkout would undo a later change)."""
     with course.gradebook() as gb:
-        return drift_warning(course, *release_drift(course, gb, notebooks))
+        drift = release_drift(course, gb, notebooks)
+        reverted = reverted_tests(course, gb, drift[1])
+    if reverted:
+        return (f"warning: {reverted_error(course, reverted, 'the grades follow the release in use.').args[0]} Do not "
+                "release from this checkout until then.")
+    return drift_warning(course, *drift)
 
 
 def drift_warning(course: Course, moved: dict[str, list[str]], changed: dict[str, list[str]],

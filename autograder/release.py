@@ -724,18 +724,20 @@ def write_formgrader_config(course: Course) -> Path:
     return path
 
 
-def release(course: Course, due_date=KEEP, check_sources: bool = True) -> Release:
+def release(course: Course, due_date=KEEP, check_sources: bool = True, revert_tests: bool = False) -> Release:
     """Check that every model answer passes its own tests, generate the release, check it leaks nothing, write the
     bundle, zip and formgrader config.
 
     due_date: naive UTC or None (no due date) to record in the gradebook; KEEP leaves it as it is.
     check_sources: False skips running the source notebooks, unless test cells changed since the last release (the
     regrade that queues must not fail); a student's preview (make lab) needs no check.
+    revert_tests: release test cells that are an earlier release's (reverted_tests), which is refused otherwise once
+    students have handed in.
     """
-    from .grade import expected_records, regrade_after_new_tests
+    from .grade import expected_records, record_release, regrade_after_new_tests
 
     with course.lock("release"):
-        changed, repointed = check_changes_since_last_release(course)
+        changed, repointed = check_changes_since_last_release(course, revert_tests)
         if leaks := source_leaks(course):  # before nbgrader records anything in the gradebook
             raise leaks_error(course, leaks, refusal_outcome(course))
         pins = pinned_versions()
@@ -757,6 +759,8 @@ def release(course: Course, due_date=KEEP, check_sources: bool = True) -> Releas
             notebooks = generate_release(course)
         finally:  # nbgrader may have recorded the new points before failing: the next release would see no change
             flagged = flag_hand_scores(course, repointed)
+        with course.gradebook() as gb:  # what later checkouts are compared with (reverted_tests)
+            record_release(course, gb, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         if due_date is not KEEP:
             set_due_date(course, due_date)
         bundle_dir, zip_path = write_bundle(course, pins, pin_files)
@@ -802,11 +806,13 @@ def given_cells(release_dir: Path) -> dict[str, dict[str, tuple[str, str]]]:
     return out
 
 
-def check_changes_since_last_release(course: Course) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def check_changes_since_last_release(course: Course, revert_tests: bool = False
+                                      ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(notebook -> test cells changed, notebook -> hand-graded answers whose points changed) since the last release
     (both {} for a first release); raise, before nbgrader runs (it would fail and delete the release folder), when
-    cells were added or removed once students handed in."""
-    from .grade import moved_cells_error, release_drift
+    cells were added or removed once students handed in, and when test cells go back to an earlier release's once
+    students handed in, unless revert_tests."""
+    from .grade import moved_cells_error, record_release, release_drift, reverted_error, reverted_tests
 
     names = [p.stem for p in sorted(course.source_dir.glob("*.ipynb"))]
     check_grade_ids_unique(course)
@@ -819,6 +825,11 @@ def check_changes_since_last_release(course: Course) -> tuple[dict[str, list[str
         moved, changed, repointed = release_drift(course, gb, names)
         if moved and gb.assignment_submissions(ASSIGNMENT):
             raise moved_cells_error(moved)
+        record_release(course, gb, None)  # a course released before the history was kept: the release in use
+        handed_in = gb.assignment_submissions(ASSIGNMENT) or course.submitted_students()
+        if handed_in and not revert_tests and (reverted := reverted_tests(course, gb, changed)):
+            raise reverted_error(course, reverted, "this release would put the earlier tests back and grade every "
+                                 "student under them again; release with --revert-tests if that is what you want.")
         return changed, repointed
 
 

@@ -751,3 +751,55 @@ def test_a_note_above_a_later_answer_goes_with_it_and_a_sub_heading_stays_in_its
     assert one.split("### Question\n\n")[1].split("\n\n### Model answer")[0] == "第一问？\n\n#### 你的回答", one
     assert one.split("### Marking note\n\n")[1].strip() == "一问的要点。", one
     assert two.startswith("练习 2（人工评分）\n") and two.split("### Marking note\n\n")[1].strip() == "二问的要点。", two
+
+
+def test_a_checkout_without_a_released_test_fix_is_refused_by_grade_and_release(tmp_path, monkeypatch):
+    """An end-of-term walkthrough: a test fix released from one clone, then grade run from a clone without it, said
+    the tests had 'changed after the release' and advised release, which put the old test back and graded the class
+    again under it. Both now say that the checkout has an earlier release's tests; release --revert-tests does it
+    on purpose."""
+    import json
+    import shutil
+
+    from autograder.collect import collect
+    from autograder.course import AutograderError, Course
+    from autograder.grade import RELEASES, refuse_stale_release, release_drift_warning
+    from autograder.release import release
+    from shared_builds import build_env, editable_sources, released_copy
+
+    build = released_copy(tmp_path)
+    sources = editable_sources(tmp_path, monkeypatch)
+    with build_env(build):
+        course = Course.load(build)
+    (course.root / RELEASES).unlink()  # a course released before the list was kept: its first entry is the one in use
+    name = "02-shapes-and-loss"
+    hand_in = tmp_path / "download" / "s1"
+    hand_in.mkdir(parents=True)
+    shutil.copy(course.release_dir / f"{name}.ipynb", hand_in)
+    collect(course, tmp_path / "download")
+    original = (sources / f"{name}.ipynb").read_bytes()
+    nb = nbformat.read(sources / f"{name}.ipynb", as_version=4)
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"
+                and not c.metadata["nbgrader"].get("solution"))
+    test.source = test.source.replace("### END HIDDEN TESTS", "assert True  # fixed after the release\n### END HIDDEN TESTS")
+    nbformat.write(nb, sources / f"{name}.ipynb")
+    assert release(course).changed == {name: [test.metadata["nbgrader"]["grade_id"]]}  # the fix, released
+    history = json.loads((course.root / RELEASES).read_text(encoding="utf-8"))
+    assert len(history) == 2 and history[0]["tests"][name] != history[1]["tests"][name]
+
+    (sources / f"{name}.ipynb").write_bytes(original)  # a checkout without the fix
+    with course.gradebook() as gb, pytest.raises(AutograderError) as refused:
+        refuse_stale_release(course, gb, course.notebook_names())
+    assert f"are those of an earlier release, not of the one in use: {name} (as released before the list of " \
+           "releases began)" in str(refused.value)
+    assert "releasing from here would put the earlier tests back" in str(refused.value), refused.value
+    with pytest.raises(AutograderError, match=r"release with --revert-tests if that is what you want.*Bring that "
+                                              r"change here \(git pull"):
+        release(course)
+    warning = release_drift_warning(course, course.notebook_names())  # export's and feedback's
+    assert warning.startswith("warning: the test cells of the source notebooks") and "earlier release" in warning
+    assert "so the grades follow the release in use. Bring" in warning and warning.endswith("until then."), warning
+    assert len(json.loads((course.root / RELEASES).read_text(encoding="utf-8"))) == 2  # nothing released
+    assert release(course, revert_tests=True).changed == {name: [test.metadata["nbgrader"]["grade_id"]]}
+    history = json.loads((course.root / RELEASES).read_text(encoding="utf-8"))
+    assert len(history) == 3 and history[2]["tests"] == history[0]["tests"] and history[2]["released"]
