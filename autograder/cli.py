@@ -15,7 +15,7 @@ exit codes:
   1    done, but the output names something to look at: collect rejected files; grade could
        not grade a submission; extend named a student who is not in the gradebook; feedback
        could not write a report; export left a student's scores empty or found a hand score
-       outside its cell's points; check found a failing, edited or deleted test or a name
+       outside its cell's points (with --final, also cells waiting for a grader); check found a failing, edited or deleted test or a name
        grading rejects; demo gave a score other than predicted or hit a grading or feedback
        error
   2    nothing done: bad arguments or input, no course or release, the course busy, or a
@@ -254,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start the CSVs with a UTF-8 byte-order mark, so that Excel opened by a double click reads "
                         "Chinese names right (a script or LMS import that does not expect one may then see it in the "
                         "first column's name)")
+    p.add_argument("--final", action="store_true",
+                   help="the export to hand in: exit 1 also when cells still wait for a grader in formgrader (their "
+                        "students' scores can still change), not only when scores are left empty")
 
     p = sub.add_parser("check", help="student self-check of one notebook",
                        description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
@@ -428,13 +431,15 @@ def _run(args: argparse.Namespace) -> int:
             if n > 10:
                 print(f"  … and {n - 10} more")
         waiting = waiting_for_a_grader(written[0])
+        code = 0
         if waiting:
             cells, students = sum(waiting.values()), len(waiting)
             print(f"{cells} {'cell' if cells == 1 else 'cells'} of {students} {'student' if students == 1 else 'students'} "
                   f"{'waits' if cells == 1 else 'wait'} for a grader in formgrader "
                   "(not graded yet, or flagged for review by a regrade): see needs_manual_grading; "
-                  "run export again after grading them")
-        code = 0
+                  "run export again after grading them" + (f" (--final: {'its' if students == 1 else 'their'} scores "
+                                                           "can still change)" if args.final else ""))
+            code = 1 if args.final else 0
         if outside := hand_scores_outside(written[0]):
             n = len(outside)
             print(f"{n} {'student has' if n == 1 else 'students have'} a hand score below 0 or above its cell's points "

@@ -1592,6 +1592,27 @@ def test_export_and_feedback_warn_when_the_sources_changed_after_the_release(tmp
         assert "Cells added or removed" not in err, err
 
 
+def test_a_final_export_exits_1_while_cells_wait_for_a_grader(tmp_path, capsys, monkeypatch):
+    """An end-of-term walkthrough: export exited 0 while it said cells wait for a grader, so a scripted final export
+    uploaded scores that could still change. `export --final` exits 1 then; a plain export, run all term, does not."""
+    import autograder.export as export_module
+    from autograder.course import Course
+    from shared_builds import build_env, released_copy
+
+    build = released_copy(tmp_path)
+    monkeypatch.delenv("PART_II_DB_URL", raising=False)
+    with build_env(build):
+        with Course.load(build).gradebook() as gb:
+            gb.update_or_create_student("s1")  # on the roster, nothing handed in: export has a row to write
+    code, _, out = run(["export", "--final", "--build", str(build)], capsys)
+    assert code == 0 and "wait for a grader" not in out, out  # nothing waits: a final export like any other
+    monkeypatch.setattr(export_module, "waiting_for_a_grader", lambda path: {"s1": 2, "s2": 1})
+    code, _, out = run(["export", "--build", str(build)], capsys)
+    assert code == 0 and "3 cells of 2 students wait for a grader in formgrader" in out and "--final" not in out, out
+    code, _, out = run(["export", "--final", "--build", str(build)], capsys)
+    assert code == 1 and "run export again after grading them (--final: their scores can still change)" in out, out
+
+
 def test_a_release_nbgrader_refuses_names_the_notebook_cell_and_cause_and_keeps_the_previous_release(tmp_path, capsys,
                                                                                                        monkeypatch):
     """A source notebook nbgrader refuses (here a solution region opened twice) made release say only "Please see the
