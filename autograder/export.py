@@ -19,6 +19,7 @@ with a byte-order mark, which Excel needs to read non-ASCII names right on a dou
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
 import re
 import sys
@@ -28,7 +29,7 @@ from types import SimpleNamespace
 import nbformat
 
 from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_cell, nbgrader_meta, not_run_for_time
-from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, unfiled_text
+from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, parse_time, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import NOT_IN_GRADEBOOK, collected_students, extension_ends, nbgrader_interval, sync_now, utc_time
 from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade, release_drift_warning
@@ -97,6 +98,16 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
         if r["status"] == "error":
             notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
     return ("incomplete" if notes else "graded"), notes
+
+
+def on_time_notebooks(collected: dict, due) -> list[str]:
+    """The notebooks of a student's hand-in (collect.json's entry) whose files are dated no later than due (naive UTC:
+    the assignment's due date, or the student's extension's end), in name order."""
+    if due is None:
+        return []
+    own = due.replace(tzinfo=dt.timezone.utc)
+    return [nb for nb, t in sorted((collected.get("file_times") or {}).items())
+            if (when := parse_time(t)) is not None and when <= own]
 
 
 def late_by(seconds: float) -> str:
@@ -292,6 +303,10 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                 if late := submission.total_seconds_late:  # a due date (or the student's extension) is set and passed
                     notes.append(f"handed in {late_by(late)} after the {'extended ' if submission.extension else ''}due date"
                                  + (f" (late penalty {_fmt(penalty)})" if penalty else " (the score is not reduced for it)"))
+                    if on_time := on_time_notebooks(collect_log["students"].get(student.id, {}), submission.duedate):
+                        notes.append(f"on time: {', '.join(on_time)} (nbgrader dates a hand-in by its newest file, so "
+                                     f"{'it counts' if len(on_time) == 1 else 'they count'} as late too"
+                                     + (", and the penalty covers their points)" if penalty else ")"))
                 row.update(timestamp=_fmt(submission.timestamp), raw_score=_fmt(submission.score),
                            late_submission_penalty=_fmt(penalty), score=_fmt(max(0.0, submission.score - penalty)))
                 by_name = {nb.name: nb for nb in submission.notebooks}

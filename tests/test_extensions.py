@@ -278,6 +278,23 @@ def test_a_collected_student_removed_from_the_gradebook_is_named_as_such_not_as_
                                        "remove`)\n")
 
 
+def test_export_names_the_notebooks_of_a_late_hand_in_that_were_handed_in_on_time():
+    """An end-of-term walkthrough: with a late penalty, a hand-in made late by one notebook lost the points of the
+    notebooks handed in on time too, and grades.csv said only how late it was; collect's 'on time' list never
+    reached it. export reads the files' times from collect.json against the student's due date (the extension's end
+    included, as nbgrader's submission gives it)."""
+    from autograder.export import on_time_notebooks
+
+    collected = {"file_times": {"02-shapes-and-loss": "2026-03-02 15:59:00.000000 UTC",
+                                "01-probability-and-bayes": "2026-03-01 14:59:00.000000 UTC",
+                                "00-vectors-shapes-and-gradients": "2026-03-01 15:59:00.000000 UTC",
+                                "03-maximum-likelihood": "not a time"}}
+    assert on_time_notebooks(collected, DUE) == ["00-vectors-shapes-and-gradients", "01-probability-and-bayes"]
+    assert on_time_notebooks(collected, DUE + 24 * HOUR) == ["00-vectors-shapes-and-gradients",
+                                                             "01-probability-and-bayes", "02-shapes-and-loss"]
+    assert on_time_notebooks(collected, None) == [] and on_time_notebooks({}, DUE) == []
+
+
 def test_collect_names_a_hand_in_that_one_late_notebook_makes_late_as_a_whole(course, tmp_path, capsys):
     """A TA's walkthrough: a student resubmitted one notebook after the due date, and the notebook handed in on time
     became late with it (nbgrader dates a hand-in by its newest file; with a late penalty it lost its points too),
