@@ -46,10 +46,10 @@ def empty_build(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, words", [
     ([], "required"),
     (["release", "--bogus"], "python -m autograder release: error: release does not take --bogus: its options are "
-                             "--build DIR, --due-date WHEN, --no-source-check (see --help)"),
+                             "--build DIR, --due-date WHEN, --no-source-check, --revert-tests (see --help)"),
     (["export", "--student", "alice", "--build", "{build}"],
-     "usage: python -m autograder export [-h] [--build DIR] [--bom]\npython -m autograder export: error: export does "
-     "not take --student: its options are --build DIR, --bom (see --help)"),
+     "usage: python -m autograder export [-h] [--build DIR] [--bom] [--final]\npython -m autograder export: error: "
+     "export does not take --student: its options are --build DIR, --bom, --final (see --help)"),
     # the unknown option's value is read as the notebook: only the option is named, not the real notebook
     (["check", "--build", "{build}", "x.ipynb"], "check: error: check does not take --build: its options are "
                                                  "--timeout SECONDS, --notebook-timeout SECONDS (see --help)"),
