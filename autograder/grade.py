@@ -101,6 +101,8 @@ class GradeResult:
     notebook_errors: dict[str, dict[str, str]] = field(default_factory=dict)
     # submissions graded before and again in this run: student -> [(notebook, score before, score now)] that changed
     regraded: dict[str, list[tuple[str, float | None, float | None]]] = field(default_factory=dict)
+    # of those, the hand scores now flagged for review (their answer's text changed): student -> ['notebook: cell']
+    to_review: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -1164,6 +1166,7 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
             result.skipped = skipped
             gb.db.expire_all()
             result.regraded = score_changes(before, graded_scores(gb, [s for s in result.graded if s in before]))
+            result.to_review = hand_scores_to_review(gb, list(result.regraded))
             gb.db.rollback()
             template.unlink(missing_ok=True)
     finally:
@@ -1203,6 +1206,24 @@ def score_changes(before: dict[str, dict[str, float]], after: dict[str, dict[str
     return changes
 
 
+def hand_scores_to_review(gb, students: list[str]) -> dict[str, list[str]]:
+    """{student: ['notebook: cell', ...]} of the hand scores of these students that wait for review in formgrader
+    (given before a regrade of an answer whose text changed since; see unchanged_answers)."""
+    from nbgrader.api import MissingEntry
+
+    found = {}
+    for student in students:
+        try:
+            submission = gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            continue
+        cells = [f"{nb.name}: {g.name}" for nb in sorted(submission.notebooks, key=lambda n: n.name)
+                 for g in sorted(nb.grades, key=lambda g: g.name) if g.manual_score is not None and g.needs_manual_grade]
+        if cells:
+            found[student] = cells
+    return found
+
+
 def regrade_line(regraded: dict[str, list[tuple[str, float | None, float | None]]], most: int = 5) -> str:
     """'graded again N submissions graded before: scores changed for M: s1 +2 (02-... 9 -> 11); ...' (the first
     `most` students whose scores changed, each with the change of their total and of each notebook's score)."""
@@ -1237,6 +1258,14 @@ def print_summary(course: Course, result: GradeResult) -> None:
             print(f"  {student}: {notebook} not gradable, scored 0: {reason}")
     if result.regraded:
         print(regrade_line(result.regraded))
+    if result.to_review:
+        n = sum(len(cells) for cells in result.to_review.values())
+        shown = "; ".join(f"{student} ({', '.join(cells)})" for student, cells in sorted(result.to_review.items())[:5])
+        more = len(result.to_review) - min(5, len(result.to_review))
+        print(f"{n} hand {'score waits' if n == 1 else 'scores wait'} for review in formgrader, given before the "
+              f"{'answer' if n == 1 else 'answers'} changed: {shown}{f', and {more} more students' if more else ''}; "
+              f"the pages and grades.csv mark {'it' if n == 1 else 'them'} provisional until a grader scores or "
+              f"resolves {'it' if n == 1 else 'them'}")
     build = build_option(course)
     again = [s for s, reason in sorted(result.errors.items()) if not reason.startswith(OUT_OF_MEMORY_REASON)]
     same = [s for s in sorted(result.errors) if s not in again]  # the same hand-in would send the grader the same

@@ -1980,8 +1980,9 @@ def test_feedback_with_a_mathjax_mirror_loads_it_on_every_graded_page_and_change
         shutil.rmtree(build, ignore_errors=True)
 
 
-def test_a_regrade_flags_a_hand_score_for_review_only_when_the_answer_changed(graded):
-    """nbgrader flags every hand-scored answer again on any regrade; an unchanged answer keeps its review state."""
+def test_a_regrade_flags_a_hand_score_for_review_only_when_the_answer_changed(graded, capsys):
+    """nbgrader flags every hand-scored answer again on any regrade; an unchanged answer keeps its review state. grade
+    names a hand score that now waits for review (an end-of-term walkthrough: it said only 'no score changed')."""
     import dataclasses
 
     build, course = copy_course(graded["course"].root)
@@ -2006,15 +2007,21 @@ def test_a_regrade_flags_a_hand_score_for_review_only_when_the_answer_changed(gr
 
         forced = dataclasses.replace(options(workers=1, students=["partial"]), force=True)
         set_state(1.5, False)
-        assert grade(course, forced).graded == ["partial"]
+        result = grade(course, forced)
+        assert result.graded == ["partial"] and result.to_review == {}
         assert state() == (1.5, False)  # the same answer: the hand score stands, nothing to review
+        assert "for review in formgrader" not in capsys.readouterr().out
         set_state(1.5, True)  # flagged earlier and not reviewed yet: another regrade must not clear that
         grade(course, forced)
         assert state() == (1.5, True)
         set_state(1.5, False)
         answer.source += "\n\nA second thought, handed in later."
         nbformat.write(nb, submitted)
-        assert grade(course, options(workers=1, students=["partial"])).graded == ["partial"]
+        result = grade(course, options(workers=1, students=["partial"]))
+        assert result.graded == ["partial"] and result.to_review == {"partial": [f"{name}: {key[0]}"]}
         assert state() == (1.5, True)  # another answer than the one scored: nbgrader's rule, to be reviewed
+        assert (f"1 hand score waits for review in formgrader, given before the answer changed: partial ({name}: "
+                f"{key[0]}); the pages and grades.csv mark it provisional until a grader scores or resolves it") in \
+            capsys.readouterr().out
     finally:
         shutil.rmtree(build, ignore_errors=True)
