@@ -615,5 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C inside asyncio.run (nbclient) arrives as the latter
-        print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
+        # grade says itself what an interrupted run left (its jobs resume); the others finish when run again
+        again = "" if args.command == "grade" else "; run the same command again to finish"
+        print(f"{parser.prog} {args.command}: interrupted{again}", file=sys.stderr)
         return 130

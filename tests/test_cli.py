@@ -1486,7 +1486,22 @@ def test_ctrl_c_inside_asyncio_is_reported_as_an_interrupt(monkeypatch, capsys):
 
     monkeypatch.setattr(cli, "_run", cancelled)
     assert cli.main(["grade"]) == 130
-    assert capsys.readouterr().err == "python -m autograder grade: interrupted\n"
+    assert capsys.readouterr().err == "python -m autograder grade: interrupted\n"  # grade's summary says what is left
+
+
+@pytest.mark.parametrize("command, more", [("release", []), ("collect", ["{folder}"]), ("feedback", []),
+                                           ("export", []), ("drop", ["--student", "s1"])])
+def test_an_interrupted_command_says_to_run_it_again(command, more, tmp_path, monkeypatch, capsys):
+    """An end-of-term walkthrough: an interrupted release printed only 'interrupted'. Each command but grade (whose
+    summary says what an interrupted run left) finishes when run again, and now says so."""
+    from autograder import cli
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_run", interrupted)
+    assert cli.main([command, *(a.replace("{folder}", str(tmp_path)) for a in more)]) == 130
+    assert capsys.readouterr().err == f"python -m autograder {command}: interrupted; run the same command again to finish\n"
 
 
 def test_after_an_interrupt_more_ctrl_c_and_the_exit_clean_up_print_nothing():
