@@ -15,9 +15,9 @@ exit codes:
   1    done, but the output names something to look at: collect rejected files; grade could
        not grade a submission; extend named a student who is not in the gradebook; feedback
        could not write a report; export left a student's scores empty or found a hand score
-       outside its cell's points (with --final, also cells waiting for a grader); check found a failing, edited or deleted test or a name
-       grading rejects; demo gave a score other than predicted or hit a grading or feedback
-       error
+       outside its cell's points (with --final, also cells waiting for a grader); check found
+       a failing, edited or deleted test or a name grading rejects; demo gave a score other
+       than predicted or hit a grading or feedback error
   2    nothing done: bad arguments or input, no course or release, the course busy, or a
        refusal the message explains (a download whose layout collect cannot tell, a release
        that would leak solutions, test cells changed since the release); also when the file
