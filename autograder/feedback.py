@@ -768,10 +768,12 @@ def error_for_the_page(error) -> str:
     return "grading it stopped with an error (your instructor has the details and can grade it again)"
 
 
-def not_graded_advice(why: str, nb: str) -> str | None:
+def not_graded_advice(why: str, nb: str, past_due: bool = False) -> str | None:
     """What a student whose notebook nb was not graded for reason why (not_graded_reasons) can do, or None when the
-    reason says it already (answer cells missing) -> plain text."""
-    again = "and ask your instructor to collect it again."
+    reason says it already (answer cells missing) -> plain text. past_due: their due date (with an extension's end)
+    has passed, so whether a hand-in is still collected is the instructor's to say."""
+    again = ("and ask your instructor whether they still collect it: your due date has passed." if past_due else
+             "and ask your instructor to collect it again.")
     if why.startswith(NOT_HANDED_IN):
         return f"Hand in your work on this notebook, saved as {nb}.ipynb, {again}"
     if f" {NOT_ACCEPTED} " in why:
@@ -790,17 +792,32 @@ def release_points(course: Course, nb: str) -> float | None:
         return None
 
 
+def due_date_passed(course: Course, student: str, now: dt.datetime | None = None) -> bool:
+    """Whether the student's due date (the assignment's, or their extension's end if later; naive UTC) is set and
+    before now (default: the present)."""
+    from .extensions import extension_ends
+
+    with course.gradebook() as gb:
+        due = gb.find_assignment(ASSIGNMENT).duedate
+        ends = extension_ends(gb.db)
+    if due is None:
+        return False
+    own = max(due, ends.get(student, due))
+    return (now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)) > own
+
+
 def explain_not_graded(course: Course, student: str, reasons: dict[str, str]) -> list[Path]:
     """Write feedback/<student>/part-ii/<notebook>.html for each notebook in reasons; return the pages."""
     folder = course.step_dir("feedback", student)
     if reasons:
         folder.mkdir(parents=True, exist_ok=True)
+    past_due = due_date_passed(course, student) if reasons else False
     pages = []
     for nb, why in sorted(reasons.items()):
         page = folder / f"{nb}.html"
         points = release_points(course, nb)
         score = "0 points" if points is None else f"0 of {points:g} points"
-        advice = not_graded_advice(why, nb)
+        advice = not_graded_advice(why, nb, past_due)
         todo = "" if advice is None else f"\n<p>What to do: {html.escape(advice)}</p>"
         page.write_text(f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(nb)}: not graded</title></head>

@@ -372,6 +372,37 @@ def labelled_notebook(folder: Path, cells: list) -> Path:
     return path
 
 
+def test_after_the_due_date_a_page_of_a_notebook_not_handed_in_does_not_promise_it_will_be_collected(tmp_path):
+    """An end-of-term walkthrough: the pages of notebooks not handed in told students, after the term, to hand in and
+    ask for it to be collected again. Once their due date (or their extension's end) has passed, they are told to ask
+    whether it is still collected."""
+    import datetime as dt
+
+    from autograder.course import Course
+    from autograder.extensions import grant
+    from autograder.feedback import NOT_HANDED_IN, due_date_passed, not_graded_advice
+    from autograder.release import set_due_date
+    from shared_builds import build_env, released_copy
+
+    nb = "01-probability-and-bayes"
+    assert not_graded_advice(f"{NOT_HANDED_IN} no file", nb, past_due=True) == (
+        f"Hand in your work on this notebook, saved as {nb}.ipynb, and ask your instructor whether they still collect "
+        "it: your due date has passed.")
+    build = released_copy(tmp_path)
+    with build_env(build):
+        course = Course.load(build)
+        due = dt.datetime(2026, 3, 1, 15, 59)
+        assert not due_date_passed(course, "s1", now=due + dt.timedelta(days=400))  # no due date: nothing has passed
+        set_due_date(course, due)
+        assert due_date_passed(course, "s1", now=due + dt.timedelta(minutes=1))
+        assert not due_date_passed(course, "s1", now=due)
+        with course.gradebook() as gb:
+            gb.update_or_create_student("s1")
+        grant(course, ["s1"], due + dt.timedelta(days=2))
+        assert not due_date_passed(course, "s1", now=due + dt.timedelta(days=1))  # the extension runs on
+        assert due_date_passed(course, "s2", now=due + dt.timedelta(days=1))
+
+
 def test_the_contents_name_each_graded_cell_after_the_exercise_heading_above_it(tmp_path):
     """Test cells by heading and grade id, written answers and comments by heading; nbgrader's word above any heading."""
     page = render(labelled_notebook(tmp_path, [
