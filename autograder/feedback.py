@@ -702,6 +702,8 @@ def _generate_safely(course: Course, student: str, mathjax_url: str | None, rele
         return [], f"{type(exc).__name__}: {exc}"
 
 
+NOT_GRADED_YET = "collected but not graded yet"  # feedback's reason for a student grade has not graded
+HANDED_IN_AGAIN = "handed in again after grading"  # ... for one whose hand-in collect replaced since grading
 NOT_HANDED_IN = "Not handed in:"  # how not_graded_reasons begins or words each reason, which not_graded_advice reads
 NOT_ACCEPTED = "was not accepted:"
 NOT_GRADABLE = "Handed in, but it could not be graded, so it scored 0:"
@@ -957,9 +959,9 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
         row = every_job.get(student) or {}
         result.errors[student] = (f"grading failed ({row.get('error')}): no feedback written; see `grade`'s summary"
                                   if row.get("state") == "error" else
-                                  f"collected but not graded yet: no feedback written; {run_first(course, 'grade')}")
+                                  f"{NOT_GRADED_YET}: no feedback written; {run_first(course, 'grade')}")
     for student in sorted(needs_regrade(course, jobs)):
-        result.errors[student] = ("handed in again after grading (collect filed newer files): no feedback written; "
+        result.errors[student] = (f"{HANDED_IN_AGAIN} (collect filed newer files): no feedback written; "
                                   f"{run_first(course, 'grade')}")
         graded.remove(student)
     for student in sorted(grades_gone(course, jobs) - set(result.errors)):  # nbgrader would fail on them, unexplained
@@ -1081,4 +1083,6 @@ def print_feedback(result: FeedbackResult) -> None:
         print(f"  no pages for {n} {'student' if n == 1 else 'students'} of the gradebook with nothing collected "
               f"({listed(nobody)}): export scores {'it' if n == 1 else 'them'} 0, as 'no submission'")
     for student, reason in sorted(result.errors.items()):
-        print(f"  {student}: ERROR {reason}")
+        # a hand-in not graded yet, or handed in again, is the term's routine: grade, then feedback; ERROR is for the rest
+        routine = reason.startswith((NOT_GRADED_YET, HANDED_IN_AGAIN))
+        print(f"  {student}: {'no pages yet:' if routine else 'ERROR'} {reason}")

@@ -1026,7 +1026,7 @@ def test_feedback_names_students_collected_but_not_graded_and_exits_1(tmp_path, 
     assert code == 0 and out.endswith(grade_next), err + out
     code, err, out = run(["feedback", "--build", str(build)], capsys)
     assert code == 1, err + out
-    assert ("carol: ERROR collected but not graded yet: no feedback written; "
+    assert ("carol: no pages yet: collected but not graded yet: no feedback written; "
             f"run `python -m autograder grade --build {build}` first") in out, out
     assert not (build / "course" / "feedback" / "carol").exists(), "no page before grading"
 

@@ -975,3 +975,18 @@ def test_the_overview_notes_blank_copies_and_files_no_notebook_page_names():
     assert hand_in_notes("bob", notebooks, log) == [
         "files you handed in that were not accepted: bob/essay.pdf (not a notebook)"]
     assert hand_in_notes("cyd", notebooks, log) == []
+
+
+def test_feedback_says_no_pages_yet_for_the_term_s_routine_and_error_for_the_rest(capsys):
+    """An end-of-term walkthrough: feedback printed `s1004: ERROR handed in again after grading` for a routine
+    resubmission. A hand-in not graded yet or handed in again reads 'no pages yet'; a failed grading stays an ERROR."""
+    from autograder.feedback import FeedbackResult, print_feedback
+
+    print_feedback(FeedbackResult(errors={
+        "ann": "handed in again after grading (collect filed newer files): no feedback written; run grade first",
+        "bob": "collected but not graded yet: no feedback written; run grade first",
+        "cy": "grading failed (worker died): no feedback written; see `grade`'s summary"}))
+    out = capsys.readouterr().out
+    assert "  ann: no pages yet: handed in again after grading (collect filed newer files)" in out, out
+    assert "  bob: no pages yet: collected but not graded yet" in out, out
+    assert "  cy: ERROR grading failed (worker died)" in out, out
