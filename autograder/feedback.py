@@ -797,11 +797,10 @@ def release_points(course: Course, nb: str) -> float | None:
 def due_date_passed(course: Course, student: str, now: dt.datetime | None = None) -> bool:
     """Whether the student's due date (the assignment's, or their extension's end if later; naive UTC) is set and
     before now (default: the present)."""
-    from .extensions import extension_ends
+    from .collect import due_dates
 
     with course.gradebook() as gb:
-        due = gb.find_assignment(ASSIGNMENT).duedate
-        ends = extension_ends(gb.db)
+        due, ends = due_dates(gb)
     if due is None:
         return False
     own = max(due, ends.get(student, due))

@@ -1175,17 +1175,22 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
     return result
 
 
+def submissions_of(gb, students: list[str]):
+    """(student, submission) for each of students the gradebook holds a submission of, in the order given."""
+    from nbgrader.api import MissingEntry
+
+    for student in students:
+        try:
+            yield student, gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            continue
+
+
 def graded_scores(gb, students: list[str]) -> dict[str, dict[str, float]]:
     """{student: {notebook: score}} of those students' submissions that hold scores (nbgrader's notebook score: a hand
     score where one was given, else the auto score, without the late penalty)."""
-    from nbgrader.api import MissingEntry
-
     scores = {}
-    for student in students:
-        try:
-            submission = gb.find_submission(ASSIGNMENT, student)
-        except MissingEntry:
-            continue
+    for student, submission in submissions_of(gb, students):
         notebooks = {nb.name: float(nb.score) for nb in submission.notebooks
                      if any(g.auto_score is not None or g.manual_score is not None for g in nb.grades)}
         if notebooks:
@@ -1209,14 +1214,8 @@ def score_changes(before: dict[str, dict[str, float]], after: dict[str, dict[str
 def hand_scores_to_review(gb, students: list[str]) -> dict[str, list[str]]:
     """{student: ['notebook: cell', ...]} of the hand scores of these students that wait for review in formgrader
     (given before a regrade of an answer whose text changed since; see unchanged_answers)."""
-    from nbgrader.api import MissingEntry
-
     found = {}
-    for student in students:
-        try:
-            submission = gb.find_submission(ASSIGNMENT, student)
-        except MissingEntry:
-            continue
+    for student, submission in submissions_of(gb, students):
         cells = [f"{nb.name}: {g.name}" for nb in sorted(submission.notebooks, key=lambda n: n.name)
                  for g in sorted(nb.grades, key=lambda g: g.name) if g.manual_score is not None and g.needs_manual_grade]
         if cells:
