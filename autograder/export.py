@@ -3,10 +3,10 @@
 ``grades.csv`` starts with nbgrader's own export columns (assignment, duedate, timestamp,
 student_id, last_name, first_name, email, raw_score, late_submission_penalty, score,
 max_score; duedate and timestamp in UTC, as nbgrader keeps them), then one score column per
-notebook, the number of cells still waiting for a human grader, how many seconds after the due
-date (or the student's extension) the hand-in came (0: on time or no due date), a status and the
-reasons behind it (rejected or missing files, notebooks handed in as released, notebooks that could
-not be graded, grading errors).
+notebook (after that notebook's late penalty, as its feedback page gives it), the number of cells
+still waiting for a human grader, how many seconds after the due date (or the student's extension)
+the hand-in came (0: on time or no due date), a status and the reasons behind it (rejected or
+missing files, notebooks handed in as released, notebooks that could not be graded, grading errors).
 Status is one of graded, awaiting manual grading (graded, but cells wait for a grader in formgrader:
 the score can still change), incomplete (graded, with reasons to look at), error, not graded (scores
 left empty, not 0), no valid notebook (files handed in, none gradable: the notes name each file and
@@ -108,6 +108,11 @@ def on_time_notebooks(collected: dict, due) -> list[str]:
     own = due.replace(tzinfo=dt.timezone.utc)
     return [nb for nb, t in sorted((collected.get("file_times") or {}).items())
             if (when := parse_time(t)) is not None and when <= own]
+
+
+def after_penalty(notebook) -> float:
+    """A graded notebook's score with its own late penalty taken off (nbgrader's SubmittedNotebook), at least 0."""
+    return max(0.0, notebook.score - (notebook.late_submission_penalty or 0.0))
 
 
 def late_by(seconds: float) -> str:
@@ -310,7 +315,8 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                 row.update(timestamp=_fmt(submission.timestamp), raw_score=_fmt(submission.score),
                            late_submission_penalty=_fmt(penalty), score=_fmt(max(0.0, submission.score - penalty)))
                 by_name = {nb.name: nb for nb in submission.notebooks}
-                row.update({nb: _fmt(by_name[nb].score) if nb in by_name else "" for nb in notebooks})
+                # after the notebook's own penalty, as its feedback page gives it; raw_score is their sum before it
+                row.update({nb: _fmt(after_penalty(by_name[nb])) if nb in by_name else "" for nb in notebooks})
                 for nb, deleted in sorted(gone.items()):
                     failed = {g.name for g in by_name[nb].grades if g.score < g.max_score} if nb in by_name else set()
                     if lost := failing_without_answer(deleted, failed):

@@ -64,8 +64,9 @@ from .collect import (DUPLICATE, OLDER, dropped_note, known_students, load_colle
                       unfiled_text)
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, listed,
                      quiet_nbgrader_logs, run_first)
-from .export import (HAND_SCORE_OUTSIDE, deleted_answers, failing_without_answer, hand_scores_out_of_range, late_by,
-                     released_answers, released_test_ids, submitted_cells, tampered_cells)
+from .export import (HAND_SCORE_OUTSIDE, after_penalty, deleted_answers, failing_without_answer,
+                     hand_scores_out_of_range, late_by, released_answers, released_test_ids, submitted_cells,
+                     tampered_cells)
 from .trusted_checks import hidden_outputs
 
 DEFAULT_MATHJAX_URL = HTMLExporter.mathjax_url.default_value
@@ -855,7 +856,8 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
             submission = gb.find_submission(ASSIGNMENT, student)
         except MissingEntry:
             submission = None
-        scored = {nb.name: (nb.score, nb.needs_manual_grade) for nb in (submission.notebooks if submission else [])}
+        scored = {nb.name: (nb.score, after_penalty(nb), nb.needs_manual_grade)
+                  for nb in (submission.notebooks if submission else [])}
         raw = submission.score if submission else 0.0
         penalty = (submission.late_submission_penalty or 0.0) if submission else 0.0
         late = (submission.total_seconds_late or 0) if submission else 0
@@ -863,9 +865,10 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
                     if late else None)
     rows, pending = [], False
     for nb in course.notebook_names():
-        score, waiting = scored.get(nb, (0.0, False)) if nb in graded else (0.0, False)
+        score, after, waiting = scored.get(nb, (0.0, 0.0, False)) if nb in graded else (0.0, 0.0, False)
         pending = pending or waiting
-        what = (f"{score:g} / {points.get(nb, 0):g}{' (provisional)' if waiting else ''}" if nb in graded else
+        before = f" ({score:g} before the late penalty)" if after != score else ""  # its page gives it after too
+        what = (f"{after:g} / {points.get(nb, 0):g}{before}{' (provisional)' if waiting else ''}" if nb in graded else
                 f"0 / {points.get(nb, 0):g}, not graded" if nb in explained else f"0 / {points.get(nb, 0):g}, no page")
         name = html.escape(nb)
         link = f'<a href="{quote(ASSIGNMENT)}/{quote(nb)}.html">{name}</a>' if nb in graded | explained else name

@@ -327,3 +327,40 @@ def test_collect_names_a_hand_in_that_one_late_notebook_makes_late_as_a_whole(co
     assert main(["collect", str(download("extended", {second: ("b = 3", DUE + 25 * HOUR)}))]) == 0
     out = capsys.readouterr().out
     assert "updated" in out and "late as a whole" not in out, out
+
+
+def test_with_a_late_penalty_every_notebook_s_score_is_shown_after_it_as_its_page_shows_it(course):
+    """An end-of-term walkthrough: with penalty_method "zero", a late student's notebook page said 0 / 5 (nbgrader's
+    page takes the notebook's penalty off) while their overview page and grades.csv's notebook columns said 5 / 5
+    beside a total of 0. Every per-notebook score is now the one after its penalty, the points before it named."""
+    import csv
+
+    from autograder.export import export
+    from autograder.feedback import write_index
+    from autograder.grade import JOBS, commit_grades
+
+    course.config.LateSubmissionPlugin.penalty_method = "zero"
+    first = course.notebook_names()[0]
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        for student, late in (("ann", True), ("bob", False)):
+            grades = {nb.name: {"late": None, "comments": {},
+                                "grades": {g.name: (g.max_score if nb.name == first else 0.0) for g in nb.grades}}
+                      for nb in gb.find_submission(ASSIGNMENT, student).notebooks}
+            gb.db.execute(JOBS.insert().values(student_id=student, assignment=ASSIGNMENT, digest="", state="running"))
+            commit_grades(gb, student, {"timestamp": DUE + (HOUR if late else -HOUR), "notebooks": grades},
+                          {"state": "done", "notebooks": "{}"})
+    with course.gradebook() as gb:
+        points = gb.find_submission(ASSIGNMENT, "bob").score
+    assert points > 0
+    rows = {r["student_id"]: r for r in csv.DictReader(export(course)[0].open(encoding="utf-8"))}
+    assert (rows["ann"]["raw_score"], rows["ann"]["late_submission_penalty"], rows["ann"]["score"], rows["ann"][first]) \
+        == (f"{points:g}", f"{points:g}", "0", "0"), rows["ann"]
+    assert (rows["bob"]["raw_score"], rows["bob"]["score"], rows["bob"][first]) == (f"{points:g}",) * 3, rows["bob"]
+    names = set(course.notebook_names())
+    for student in ("ann", "bob"):
+        course.step_dir("feedback", student).mkdir(parents=True)  # where feedback writes the pages first
+    ann = write_index(course, "ann", names, set()).read_text(encoding="utf-8")
+    assert f"<td>0 / {points:g} ({points:g} before the late penalty)</td>" in ann, ann
+    bob = write_index(course, "bob", names, set()).read_text(encoding="utf-8")
+    assert f"<td>{points:g} / {points:g}</td>" in bob, bob
