@@ -24,6 +24,8 @@ otherwise) is interrupted, as grading interrupts it, and named; once the noteboo
 grading's notebook budget (--notebook-timeout) the cells after are not run, as when graded. The notebook runs under grading's
 executor (without its sandbox): a cell that ends the kernel (exit(), os._exit(), running out of
 memory) fails and is named, and the rest run in a new kernel after the cells before it, as when graded.
+A cell outside the tests that raised an error no row names (a demo cell whose input the answer fails on,
+while the tests after it pass) gets a note; it does not change the exit code, as it costs no points itself.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited, retyped or
 deleted, a graded cell has a different copy, a cell ran out of time or ended the kernel, or the file name is
 wrong as above (an edited read-only cell that is not a test is only listed), 2 when the notebook cannot be read, is not a notebook of
@@ -354,6 +356,32 @@ RETYPED = ("✘ This test cell was turned into a {} cell, so it did not run here
            "released test and runs it. Make it a code cell again (select it, press Y) and run the check again.")
 
 
+def unreported_errors(nb, rows) -> list[str]:
+    """'cell N (first line), <error>: <message>' for each code cell other than a test cell that raised and that
+    neither a row of the table (rows: exercise_rows) nor a note of its own (time limit, time budget, kernel stop) names:
+    a demo cell that failed while the tests after it passed. NotImplementedError, and every error in an exercise
+    whose answer cell still raises it, are left out: the exercise's rows say it is not answered yet."""
+    said = " ".join(r[3] for r in rows)
+    found, unanswered = [], False
+    for number, cell in enumerate(nb.cells, start=1):
+        if heading_after(cell, None) is not None:
+            unanswered = False
+        meta = nbgrader_meta(cell)
+        if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
+            # its rows say so, and the demo after it cannot run until it is answered
+            unanswered = raised(cell, "NotImplementedError")
+        if unanswered or cell.cell_type != "code" or is_test_cell(cell) or is_retyped_test(cell) or stopped_kernel(cell):
+            continue
+        if raised(cell, "NotImplementedError"):
+            continue  # a demo calling a function still as released: the exercise's rows say it is not answered
+        if any(o.get("output_type") == "error" and o.get("ename") in TIMED_OUT | {NOTEBOOK_TIMEOUT}
+               for o in cell.get("outputs", [])):
+            continue  # the time limit's and the budget's notes name these
+        if (error := cell_error(cell, number)) and numbered_cell(cell, number) not in said:
+            found.append(error)
+    return found
+
+
 def raised(cell, name: str) -> bool:
     """True when the code cell's run ended with the exception `name`."""
     return error_named(cell, name) is not None
@@ -626,7 +654,13 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
         print(f"✘ {died} stopped the Python kernel. Grading, like this check, then starts a new kernel, re-runs the "
               "cells before it and goes on without it, so nothing that cell defines exists later: remove its exit(), "
               "quit() or os._exit() call, or make it use less memory, and run the check again.")
-    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or copies or slow or stopped or unrun or died:
+    if errors := unreported_errors(nb, rows):
+        more = f"; and {len(errors) - 3} more" if len(errors) > 3 else ""
+        print(f"note: {'a cell' if len(errors) == 1 else f'{len(errors)} cells'} outside the tests raised an error "
+              f"that the table does not name: {'; '.join(errors[:3])}{more}. Grading goes on past such a cell, so it costs no "
+              "points by itself, but what the cell defines or shows is missing, and an answer that fails on its input "
+              "may fail the hidden tests too: read the error, fix it and run the check again.")
+    if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or copies or slow or stopped or unrun or died or errors:
         print(f"({NUMBERING_NOTE})")
     if problem:
         print(problem)

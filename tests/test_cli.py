@@ -2215,3 +2215,39 @@ def test_hand_scores_are_flagged_also_when_the_release_fails_after_nbgrader(tmp_
     with pytest.raises(AutograderError, match="after recording the new points"):
         release_module.release(Course.load(build))
     assert flagged == [{"01-probability-and-bayes": [answer.metadata["nbgrader"]["grade_id"]]}]
+
+
+def test_a_cell_outside_the_tests_that_raised_is_named_unless_the_table_or_another_note_names_it():
+    """A student's walkthrough: 4.5 returned a float, its visible checks passed and the demo cell after them raised,
+    and check said nothing of it. A demo or setup cell that raised gets a note; one a failed test names already, a
+    cell cut at its time limit (its own note), a test cell (its row) and the cells of an exercise not answered yet
+    do not."""
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    from autograder.check import exercise_rows, unreported_errors
+
+    nb = new_notebook(cells=[
+        new_markdown_cell("### 练习 1"),
+        ran_cell("def f(x):\n    return float(x)", solution=True),
+        ran_cell("check_true('f', f(1) == 1)", "test_1"),
+        ran_cell("print(f(torch.ones(2)).item())", error=("AttributeError", "'float' object has no attribute 'item'")),
+        new_markdown_cell("### 练习 2"),
+        ran_cell("g = 1", solution=True),
+        ran_cell("check_true('g', g == 1)", "test_2"),
+        ran_cell("h = broken()", solution=True, error=("NameError", "name 'broken' is not defined")),
+        ran_cell("check_true('h', h)", "test_3", error=("NameError", "name 'h' is not defined")),
+        ran_cell("while True: pass", error=("CellTimeoutError", "cell ran past 60 s")),
+        ran_cell("plt.plot(h)", error=("NameError", "name 'h' is not defined")),
+        new_markdown_cell("### 练习 3"),  # not answered yet: its rows say so, its demo's error goes without saying
+        ran_cell("# YOUR CODE HERE\nraise NotImplementedError()", solution=True, error=("NotImplementedError", "")),
+        ran_cell("check_true('k', k)", "test_4", error=("NameError", "name 'k' is not defined")),
+        ran_cell("print(k)", error=("NameError", "name 'k' is not defined")),
+        ran_cell("print(m(1))", error=("NotImplementedError", "")),  # m defined, its body as released
+    ])
+    rows = exercise_rows(nb)
+    assert "cell 8 (h = broken())" in rows[2][3], rows  # the failed test names it
+    errors = unreported_errors(nb, rows)
+    assert errors == ["cell 4 (print(f(torch.ones(2)).item())), AttributeError: 'float' object has no attribute "
+                      "'item'", "cell 11 (plt.plot(h)), NameError: name 'h' is not defined"], errors
+    nb.cells[3].outputs = []
+    assert unreported_errors(nb, exercise_rows(nb)) == ["cell 11 (plt.plot(h)), NameError: name 'h' is not defined"]
