@@ -298,6 +298,28 @@ def cell_failure(expected: list, got: list) -> str | None:
     return joined_failures(failures) if failures else None
 
 
+def stopped_before(expected: list, got: list) -> str:
+    """Where a test cell that raised stopped, from its records: " before the check 'b' reported (the 2 checks before it
+    passed)", with the failures of those before it instead when some failed; '' when the records say nothing (more
+    than expected). The labels are the ones a failed check shows anyway; the kernel can only choose among them."""
+    done = len(got)
+    if done >= len(expected):
+        return ""
+    label = shown_label(expected[done])
+    if done == 0:
+        return f" before its first check, {label}, reported"
+    earlier = cell_failure(expected[:done], got)
+    if earlier:
+        return f" before the check {label} reported; before that: {earlier}"
+    return f" before the check {label} reported (the {'check' if done == 1 else f'{done} checks'} before it passed)"
+
+
+def shown_label(record: dict) -> str:
+    """A check's label quoted for a verdict, cut to 100 characters ('a check' when it has none)."""
+    label = re.sub(r"\s+", " ", str(record.get("label") or "")).strip()
+    return f"'{label[:100]}{'…' if len(label) > 100 else ''}'" if label else "a check"
+
+
 def joined_failures(failures: list[str], limit: int = VERDICT_CHARS) -> str:
     """'a (3 checks); b; c' in at most `limit` characters: each failure once, with the number of checks that gave it
     (a check run in a loop), cut after a whole failure ('a; and 2 more checks failed')."""
@@ -596,7 +618,10 @@ class TrustedChecks(NbGraderPreprocessor):
             return [_error("no trusted expected values were recorded for this test cell")]
         for output in cell.outputs:
             if output.get("output_type") == "error":
-                return [_error(_error_summary(output.get("ename", ""), str(output.get("evalue", "")), names))]
+                summary = _error_summary(output.get("ename", ""), str(output.get("evalue", "")), names)
+                if output.get("ename") not in (NOT_RUN, NOTEBOOK_TIMEOUT):  # a cell never run reached no check
+                    summary += stopped_before(expected, records_of(cell))
+                return [_error(summary)]
             if output.get("output_type") == "stream" and output.get("name") == "stderr":
                 return [_error("the test cell wrote to stderr")]
         message = cell_failure(expected, records_of(cell))

@@ -384,9 +384,13 @@ def verdict_of(ename: str, evalue: str) -> str:
     return output["evalue"]
 
 
+FIRST = " before its first check, 'loss', reported"  # where it stopped, from its records: none reported
+
+
 def test_a_name_error_names_a_name_the_visible_checks_use():
     assert verdict_of("NameError", "name 'ex2_loss' is not defined") == (
-        "the test cell stopped with NameError (ex2_loss is not defined: did the cell that defines it run without error?)")
+        "the test cell stopped with NameError (ex2_loss is not defined: did the cell that defines it run without error?)"
+        + FIRST)
 
 
 @pytest.mark.parametrize("evalue", [
@@ -395,13 +399,48 @@ def test_a_name_error_names_a_name_the_visible_checks_use():
     "free variable 'ex2_loss' referenced before assignment",
 ])
 def test_a_name_error_never_names_what_the_visible_checks_do_not_show(evalue):
-    assert verdict_of("NameError", evalue) == "the test cell stopped with NameError"
+    assert verdict_of("NameError", evalue) == "the test cell stopped with NameError" + FIRST
 
 
 def test_only_the_missing_name_is_taken_from_a_name_error_message():
     """Python's 'Did you mean' hint (or anything after the name) is not copied."""
     assert "_z_hidden" not in verdict_of("NameError", "name 'ex2_loss' is not defined. Did you mean: '_z_hidden'?")
-    assert verdict_of("KeyError", "name 'ex2_loss' is not defined") == "the test cell stopped with KeyError"
+    assert verdict_of("KeyError", "name 'ex2_loss' is not defined") == "the test cell stopped with KeyError" + FIRST
+
+
+def test_a_test_cell_that_raised_says_before_which_check_it_stopped_from_its_records():
+    """A student's walkthrough: an answer that raised inside a hidden check (a ValueError on a tiny vector) got only
+    "the test cell stopped with ValueError", naming no check, while self-check had passed. The records the cell sent
+    before it raised say which check came next; the failures of those before it are given too."""
+    from nbformat.v4 import new_code_cell, new_output
+
+    from autograder.trusted_checks import TrustedChecks, checks
+
+    expected = [{"kind": "true", "label": "shape"}, {"kind": "true", "label": "sums to 1"},
+                {"kind": "close", "label": "tiny vector: same direction", "expected": 1.0}]
+
+    def verdict(*holds, ename="ValueError"):
+        cell = new_code_cell("check_true('shape', ...)")
+        cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "test_unit", "points": 1}
+        cell.outputs = [new_output("display_data", data={checks.RECORD_MIMETYPE: {"kind": "true", "holds": h}})
+                        for h in holds] + [new_output("error", ename=ename, evalue="tiny: 1e-12", traceback=[])]
+        nb = nbformat.v4.new_notebook(cells=[cell])
+        judge = TrustedChecks(expected_records={"nb": {"test_unit": expected}})
+        judge.preprocess(nb, {"unique_key": "nb"})
+        (output,) = nb.cells[0].outputs
+        return output["evalue"]
+
+    assert verdict(True, True) == ("the test cell stopped with ValueError before the check 'tiny vector: same "
+                                   "direction' reported (the 2 checks before it passed)")
+    assert verdict(True) == ("the test cell stopped with ValueError before the check 'sums to 1' reported (the check "
+                             "before it passed)")
+    assert verdict(False, True) == ("the test cell stopped with ValueError before the check 'tiny vector: same "
+                                    "direction' reported; before that: shape: not true")
+    assert verdict() == "the test cell stopped with ValueError before its first check, 'shape', reported"
+    assert verdict(True, True, True) == "the test cell stopped with ValueError"  # after its last check: nothing to add
+    assert verdict(True, ename="CellTimeoutError").endswith("before the check 'sums to 1' reported (the check before "
+                                                            "it passed)")
+    assert verdict(ename="NotebookTimeout") == "not run: the notebook used up its time budget"
 
 
 def test_a_grader_error_after_a_test_cell_keeps_the_grader_s_words_and_any_other_error_shows_none():
