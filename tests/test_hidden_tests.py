@@ -182,6 +182,73 @@ def sequence_cross_entropy(logits, targets, ignore_index=-100):
     return cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore_index)
 '''
 
+# a list of the right numbers: every check passed, and the demo's .shape then raised (a student's walkthrough)
+LIST_AFFINE = '''\
+def affine(X, W, b):
+    X, W, b = (np.asarray(a, dtype=np.float64) for a in (X, W, b))
+    if W.ndim != 2 or X.shape[-1] != W.shape[0] or b.shape != (W.shape[1],):
+        raise ValueError(f"shape mismatch: X {X.shape}, W {W.shape}, b {b.shape}")
+    return (X @ W + b).tolist()
+'''
+
+# y = x; y += ...: right gradients, and the caller's x becomes y; the visible check then compared them with an
+# expected value computed from the changed x (a student's walkthrough)
+IN_PLACE_RESIDUAL = '''\
+def residual_grad(x, W):
+    W = np.asarray(W, dtype=np.float64)
+    a = np.tanh(W @ x)
+    y = x
+    y += a
+    return y.copy(), W.T @ ((1 - a**2) * y)
+'''
+
+# multiplies each table into the next one in place: the joint is right, the caller's tables are gone
+IN_PLACE_TABLES = '''\
+def joint_from_conditionals(tables):
+    joint = tables[0]
+    for table in tables[1:]:
+        table *= joint[..., None]
+        joint = table
+    return joint
+
+
+ex3_joint = joint_from_conditionals([p1.copy(), p2.copy(), p3.copy()])
+ex3_bba = ex3_joint[1, 1, 0]
+'''
+
+# the marginals swapped: right on the symmetric worked example only (a student's walkthrough: 0 of 3 when graded)
+SWAPPED_MARGINALS = '''\
+def var_of_sum(joint, u_values, v_values):
+    j = np.asarray(joint, dtype=np.float64)
+    u, v = np.asarray(u_values, dtype=np.float64), np.asarray(v_values, dtype=np.float64)
+    pu, pv = j.sum(axis=0), j.sum(axis=1)
+    var_u = np.sum(pu * u**2) - np.sum(pu * u) ** 2
+    var_v = np.sum(pv * v**2) - np.sum(pv * v) ** 2
+    cov = np.sum(j * np.outer(u, v)) - np.sum(pu * u) * np.sum(pv * v)
+    return float(var_u + var_v + 2 * cov)
+
+
+ex4_var = var_of_sum(uv_joint, u_vals, v_vals)
+ex4_naive = pp.variance(u_vals, uv_joint.sum(axis=1)) + pp.variance(v_vals, uv_joint.sum(axis=0))
+'''
+
+# sets the zero entries to 1 in place to keep log() finite: right values, the caller's distributions changed
+IN_PLACE_KL = '''\
+def kl_with_support(q, p):
+    q = np.asarray(q, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    on = q > 0
+    if np.any(p[on] == 0):
+        return np.inf
+    q[~on] = 1.0
+    p[~on] = 1.0
+    return float(np.sum(np.where(on, q, 0.0) * np.log(q / p)))
+
+
+ex4_forward = kl_with_support([1.0, 0.0], [0.5, 0.5])
+ex4_reverse = kl_with_support([0.5, 0.5], [1.0, 0.0])
+'''
+
 HONEST = {
     "04-entropy-cross-entropy-kl": {"ex_torch_kl_div": KL_DIV_AS_DEFAULT},
     "05-sequence-loss-and-perplexity": {"ex_sequence_cross_entropy": CE_FROM_IMPORT},
@@ -189,13 +256,21 @@ HONEST = {
 
 # notebook -> solution cell -> (answer, the test cell it must fail, words of its message); None: it must pass
 CASES = {
+    "00-vectors-shapes-and-gradients": {
+        "ex_affine": (LIST_AFFINE, "test_affine", "affine returns an array, not a list"),
+        "ex_residual_grad": (IN_PLACE_RESIDUAL, "test_residual_grad", "residual_grad leaves x unchanged"),
+    },
     "02-shapes-and-loss": {
         "ex_stable_softmax": (SPECIAL_SOFTMAX, "test_stable_softmax", "it called torch.special.softmax"),
         "ex_target_loss_from_logits": (TENSOR_LOGSUMEXP, "test_target_loss_from_logits", "it called Tensor.logsumexp"),
+        "ex_kl_with_support": (IN_PLACE_KL, "test_kl_with_support", "kl_with_support leaves its distributions unchanged"),
     },
     "01-probability-and-bayes": {
         "ex_posterior": (ALL_ZERO_LIKELIHOOD_ONLY, "test_posterior",
                          "evidence 0 although a likelihood is positive (prior [1, 0], likelihood [0, 0.5])"),
+        "ex_joint_from_conditionals": (IN_PLACE_TABLES, "test_joint_from_conditionals",
+                                       "joint_from_conditionals leaves its tables unchanged"),
+        "ex_var_of_sum": (SWAPPED_MARGINALS, "test_var_of_sum", "ValueError: operands could not be broadcast"),
     },
     "05-sequence-loss-and-perplexity": {
         "ex_sequence_cross_entropy": (HAND_WRITTEN_CE, "test_sequence_cross_entropy",
