@@ -30,22 +30,62 @@ TIMED_OUT = frozenset({"KeyboardInterrupt", "CellTimeoutError"})  # the error na
 HIDDEN_NOTE = "# (hidden tests run here when your notebook is graded; they are not shown)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|File <[^>]*>), line (\d+)")
-HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)(?:\s+#+)?\s*$")  # an ATX heading line, without its closing #s
+HEADING_OPENING = re.compile(r" {0,3}(#{1,6})\s+")  # an ATX heading line starts so
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
-CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+BACKTICKS = re.compile(r"`+")
+HEADING_CHARS = 200  # longest heading text read (a student's own heading can be any length)
+
+
+def code_spans(text: str) -> list[tuple[int, int, int, int]]:
+    """(start, end, content start, content end) of each code span of a line of markdown: a run of n backticks up to
+    the next run of exactly n (a run with no such partner is plain text), found in linear time. Patterns that
+    backtrack took cubic time on a student's heading of thousands of backticks, and held up the class's feedback."""
+    runs = [m.span() for m in BACKTICKS.finditer(text)]
+    by_length: dict[int, list[int]] = {}
+    for index, (start, end) in enumerate(runs):
+        by_length.setdefault(end - start, []).append(index)
+    seen = dict.fromkeys(by_length, 0)  # per length: how many of its runs lie behind the scan
+    spans, index = [], 0
+    while index < len(runs):
+        start, end = runs[index]
+        same = by_length[end - start]
+        while seen[end - start] < len(same) and same[seen[end - start]] <= index:
+            seen[end - start] += 1
+        if seen[end - start] < len(same):
+            closing = runs[same[seen[end - start]]]
+            spans.append((start, closing[1], end, closing[0]))
+            index = same[seen[end - start]] + 1
+        else:
+            index += 1
+    return spans
 
 
 def plain_heading(text: str) -> str:
-    """A heading's markdown as it reads: code spans kept verbatim without their backticks, ** and __ emphasis dropped."""
+    """A heading's markdown as it reads: code spans kept verbatim without their backticks, ** and __ emphasis dropped;
+    at most HEADING_CHARS characters."""
     def prose(part: str) -> str:
         return part.replace("**", "").replace("__", "").replace("`", "")
 
     parts, pos = [], 0
-    for m in CODE_SPAN.finditer(text):
-        parts += [prose(text[pos:m.start()]), m.group(2).strip()]
-        pos = m.end()
+    for start, end, inner_start, inner_end in code_spans(text):
+        parts += [prose(text[pos:start]), text[inner_start:inner_end].strip()]
+        pos = end
     parts.append(prose(text[pos:]))
-    return re.sub(r"\s+", " ", "".join(parts)).strip()
+    plain = re.sub(r"\s+", " ", "".join(parts)).strip()
+    return plain if len(plain) <= HEADING_CHARS else plain[:HEADING_CHARS - 1] + "…"
+
+
+def atx_heading(line: str) -> tuple[int, str] | None:
+    """(level 1-6, markdown text) of an ATX heading line, its closing #s (after a space) dropped; None for another
+    line. A scan, not one pattern: a pattern for the closing #s backtracked on a line of thousands of ' #'."""
+    opening = HEADING_OPENING.match(line)
+    if opening is None:
+        return None
+    text = line[opening.end():].rstrip()
+    unclosed = text.rstrip("#")
+    if unclosed != text and unclosed and unclosed[-1].isspace():
+        text = unclosed.rstrip()
+    return len(opening.group(1)), text
 
 
 def numbered_headings(markdown: str):
@@ -55,8 +95,8 @@ def numbered_headings(markdown: str):
     for number, line in enumerate(markdown.splitlines()):
         if FENCE.match(line):
             fenced = not fenced
-        elif not fenced and (m := HEADING.match(line)) and (text := plain_heading(m.group(1))):
-            yield number, len(line.lstrip(" ")) - len(line.lstrip(" ").lstrip("#")), text
+        elif not fenced and (found := atx_heading(line)) and (text := plain_heading(found[1])):
+            yield number, found[0], text
 
 
 def leveled_headings(markdown: str):

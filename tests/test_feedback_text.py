@@ -20,7 +20,7 @@ from traitlets.config import Config
 
 import feedback_pages
 import nbgrader
-from autograder.cells import last_heading
+from autograder.cells import HEADING_CHARS, last_heading
 from autograder.course import load_config
 from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, checked_mathjax_url, find_leaks,
                                  graded_cell_labels, page_text, template_config)
@@ -496,6 +496,27 @@ def test_a_heading_typed_into_the_notebook_is_shown_as_text_not_markup(tmp_path)
 ])
 def test_last_heading_reads_atx_headings_outside_code(markdown, heading):
     assert last_heading(markdown) == heading
+
+
+@pytest.mark.parametrize("line, heading", [
+    ("# " + "`" * 40_000 + "a", "a"),  # no closing run: the backticks are dropped as markup, as before
+    ("# " + " #" * 20_000 + " x", "# " * 20_000 + "x"),  # spaces and #s, no closing sequence
+    ("# a" + " `b`" * 10_000, "a" + " b" * 10_000),
+])
+def test_a_heading_a_student_made_huge_is_read_in_linear_time(line, heading):
+    """A red-team review: a markdown cell of the student's own with a heading of 40,000 backticks held `feedback` for
+    the whole class (the code-span and heading patterns backtracked: 12 s at 8,000 backticks, cubic). The heading is
+    now read by a linear scan. Run in a child process with a minute to spare: the old patterns take hours here."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from autograder.cells import last_heading; "
+            "sys.stdout.write(last_heading(sys.stdin.read()) or '')")
+    done = subprocess.run([sys.executable, "-c", code], input=line, capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    shown = heading if len(heading) <= HEADING_CHARS else heading[:HEADING_CHARS - 1] + "…"  # a line of contents
+    assert done.stdout == shown, done.stdout[:200]
 
 
 CDNJS = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js?config=TeX-AMS_CHTML-full,Safe"  # nbconvert 7's
