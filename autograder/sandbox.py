@@ -126,6 +126,8 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/fonts")
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record outputs (trusted_checks)
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
+MAX_ERRORS_PER_CELL = 3  # errors a cell keeps: a kernel sends one per cell, more come from code sending them itself
+ERROR_NAME_CHARS = 200  # an exception's name is short; a longer one is a flood
 # what a kernel may send the grader: a larger frame makes ZeroMQ cut the connection (GuardedKernelClient); a cell's
 # outputs keep far less (output_bytes), a notebook's check records at most RECORD_BUDGET
 MAX_FRAME_BYTES = RECORD_BUDGET
@@ -1332,10 +1334,11 @@ class GradingExecute(Execute):
     def output(self, outs, msg, display_id, cell_index):
         """Keep outputs while the notebook's budget lasts; errors and check records always pass."""
         content = msg.get("content", {})
-        if msg.get("msg_type") == "error":  # nbgrader scores by errors: never drop one
-            content["traceback"] = [line[:2000] for line in content.get("traceback", [])[:50]]
-            content["evalue"] = str(content.get("evalue", ""))[:2000]
-            return super().output(outs, msg, display_id, cell_index)
+        if getattr(self, "_budget_cell", None) != cell_index:  # a new cell gets its own budget
+            self._budget_cell, self._cell_used, self._cell_truncated, self._cell_errors = cell_index, 0, False, 0
+        self._output_used = getattr(self, "_output_used", 0)  # JSON bytes kept: a dropped output costs the notebook 0
+        if msg.get("msg_type") == "error":
+            return self._error_output(outs, msg, display_id, cell_index)
         if RECORD_MIMETYPE in content.get("data", {}):
             size = len(json.dumps(content, default=str))
             self._records_used = getattr(self, "_records_used", 0) + size
@@ -1343,9 +1346,6 @@ class GradingExecute(Execute):
                 return super().output(outs, msg, display_id, cell_index)
             return None  # a flood of records: the missing ones fail their test cell
         size = len(json.dumps(content, default=str))
-        if getattr(self, "_budget_cell", None) != cell_index:  # a new cell gets its own budget
-            self._budget_cell, self._cell_used, self._cell_truncated = cell_index, 0, False
-        self._output_used = getattr(self, "_output_used", 0)  # JSON bytes kept: a dropped output costs the notebook 0
         left = min(self.output_bytes - self._cell_used, NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - self._output_used)
         self._cell_used += size  # a cell's budget counts what it sent: its output is kept up to where it ran out
         if size <= left:
@@ -1365,6 +1365,22 @@ class GradingExecute(Execute):
             outs.append(note)
             return note
         return kept
+
+    def _error_output(self, outs, msg, display_id, cell_index):
+        """Keep a cell's first MAX_ERRORS_PER_CELL errors (nbgrader scores by errors: the first fails the cell), each
+        cut, and charged to the notebook's budget; once that is spent, an error keeps its name and value's start."""
+        self._cell_errors += 1
+        if self._cell_errors > MAX_ERRORS_PER_CELL:
+            return None  # the cell has failed already
+        content = msg["content"]
+        traceback = content.get("traceback")
+        content["traceback"] = [str(line)[:2000] for line in traceback[:50]] if isinstance(traceback, list) else []
+        content["ename"] = str(content.get("ename", ""))[:ERROR_NAME_CHARS]
+        content["evalue"] = str(content.get("evalue", ""))[:2000]
+        if len(json.dumps(content, default=str)) > NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - self._output_used:
+            content["traceback"], content["evalue"] = [], content["evalue"][:200]
+        self._output_used += len(json.dumps(content, default=str))
+        return super().output(outs, msg, display_id, cell_index)
 
     # --- timeouts and kernel death ------------------------------------------------------
     async def _async_handle_timeout(self, timeout, cell=None):

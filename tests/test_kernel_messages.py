@@ -340,3 +340,30 @@ def test_a_replayed_cell_that_keeps_the_shell_channel_busy_is_stopped_at_its_tim
     cells = [CELLS[0], DRIP_WHEN_REPLAYED, "import os; os._exit(1)", CELLS[-1]]
     graded, _ = graded_in_a_worker(tmp_path, cells, 120, cell_timeout=10)  # the old wait never ended
     assert cell_texts(graded) == ["before", "first run", "ERROR KernelDied", "after 42"]
+
+
+# error messages sent by hand, as a kernel's own code can (a red-team review: six errors with a 40 Mi-character name
+# each made a 77 KB hand-in a 252 MB graded notebook; errors were never cut by name nor counted in any budget)
+ERROR_FLOOD = ("ip = get_ipython(); dh = ip.displayhook\n"
+               "for i in range({n}):\n"
+               "    dh.session.send(dh.pub_socket, 'error', {{'ename': 'E' * {size}, 'evalue': 'v' * {size},\n"
+               "                    'traceback': ['t' * {size}] * 100}}, dh.parent_header)\n")
+
+
+def test_a_flood_of_error_messages_is_cut_to_a_few_errors_per_cell_within_the_notebook_s_budget(tmp_path):
+    """A cell keeps its first MAX_ERRORS_PER_CELL errors, each cut (name, value, traceback); errors count in the
+    notebook's output budget, and once it is spent an error keeps its name and the start of its value only. Every
+    cell that raised still has an error, so it still fails; a later cell's own error is kept."""
+    from autograder.sandbox import ERROR_NAME_CHARS, MAX_ERRORS_PER_CELL, NOTEBOOK_OUTPUT_FACTOR, GradingExecute
+
+    budget = 10_000
+    nb = notebook([ERROR_FLOOD.format(n=6, size=2**16)] * 4 + ["1 / 0"])
+    GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[],
+                   output_bytes=budget).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    errors = [[out for out in cell.outputs if out.output_type == "error"] for cell in nb.cells]
+    assert [len(e) for e in errors] == [MAX_ERRORS_PER_CELL] * 4 + [1], [len(e) for e in errors]
+    flood = [out for cell in errors[:4] for out in cell]
+    assert all(len(out.ename) <= ERROR_NAME_CHARS and len(out.evalue) <= 2000 for out in flood)
+    kept = sum(len(json.dumps(out)) for cell in errors for out in cell)
+    assert kept <= NOTEBOOK_OUTPUT_FACTOR * budget + 3 * 2**10, kept  # the last error's name and value start
+    assert errors[-1][0].ename == "ZeroDivisionError" and errors[-1][0].evalue.startswith("division by zero")
