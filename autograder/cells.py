@@ -141,6 +141,36 @@ def hidden_line_numbers(source: str) -> set[int]:
     return hidden
 
 
+def stands_in(source: str) -> bool:
+    """A test cell whose hidden part puts reference versions in place of earlier exercises' functions
+    (checks.standing_in), so that a wrong earlier answer costs one exercise only."""
+    lines = source.split("\n")
+    return any("standing_in(" in lines[number - 1] for number in hidden_line_numbers(source))
+
+
+def moved_tests(order: list[str], stand_ins: set[str], present: list[str]) -> dict[str, str]:
+    """{grade id: the test cell with stand-ins it now comes after} for each test cell that present (the notebook's
+    test cells, top to bottom) puts after a test cell of stand_ins that comes after it in order (the release's).
+    Below such a cell its test could call a reference the stand-in cell let out, not the student's own answer (a
+    red-team review lifted one from the stand-in's closure), so grading cannot judge it there."""
+    rank = {grade_id: index for index, grade_id in enumerate(order)}
+    moved, latest = {}, None
+    for grade_id in present:
+        if grade_id not in rank:
+            continue
+        if latest is not None and rank[grade_id] < rank[latest]:
+            moved[grade_id] = latest
+        if grade_id in stand_ins and (latest is None or rank[grade_id] > rank[latest]):
+            latest = grade_id
+    return moved
+
+
+MOVED_TESTS_KEY = "part_ii_moved_tests"  # notebook metadata: the grader's moved_tests, from sanitizing to judging
+MOVED_TEST = ("this test cell was moved below the test cell {later}, which grading runs with reference versions of "
+              "earlier exercises' functions, so your own answer cannot be tested there: move it back above {later}, "
+              "where the released notebook has it")
+
+
 def visible_source(source: str) -> str:
     """The cell source as the student's copy has it, one note line in place of the last hidden block (the hidden
     checks); an earlier block (stand-ins for earlier exercises' functions, run before the visible checks) leaves no

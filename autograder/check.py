@@ -26,6 +26,8 @@ executor (without its sandbox): a cell that ends the kernel (exit(), os._exit(),
 memory) fails and is named, and the rest run in a new kernel after the cells before it, as when graded.
 A cell outside the tests that raised an error no row names (a demo cell whose input the answer fails on,
 while the tests after it pass) gets a note; it does not change the exit code, as it costs no points itself.
+A test cell moved below a later exercise's test cell that grading runs with reference versions of earlier answers
+fails, as it does when graded.
 Exit code 0 when every visible test passes, 1 when one fails, a test cell was edited, retyped or
 deleted, a graded cell has a different copy, a cell ran out of time or ended the kernel, or the file name is
 wrong as above (an edited read-only cell that is not a test is only listed), 2 when the notebook cannot be read, is not a notebook of
@@ -42,10 +44,10 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (BUDGET_SPENT, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR, cell_points,
-                    checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids, graded_cells_of,
-                    heading_after, is_edited, is_retyped_test, is_test_cell, nbgrader_meta, numbered_cell,
-                    outcome_message, stopped_by_budget, stopped_kernel)
+from .cells import (BUDGET_SPENT, MOVED_TEST, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR,
+                    cell_points, checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids,
+                    graded_cells_of, heading_after, is_edited, is_retyped_test, is_test_cell, moved_tests,
+                    nbgrader_meta, numbered_cell, outcome_message, stands_in, stopped_by_budget, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
@@ -518,6 +520,16 @@ def edited_locked_cells(nb) -> list[str]:
             if not is_test_cell(cell) and not is_retyped_test(cell) and is_edited(cell)]
 
 
+def moved_test_cells(nb, source) -> dict[str, str]:
+    """{grade id: the later test cell with stand-ins it was moved below} of nb's test cells, against the course's
+    notebook source (cells.moved_tests): grading fails them there, so the check does too."""
+    order = [g for cell in source.cells if is_test_cell(cell) and (g := nbgrader_meta(cell).get("grade_id"))]
+    stand_ins = {nbgrader_meta(cell).get("grade_id") for cell in source.cells if is_test_cell(cell)
+                 and stands_in(cell.source)}
+    held = set(order)
+    return moved_tests(order, stand_ins, [g for cell in nb.cells if (g := nbgrader_meta(cell).get("grade_id")) in held])
+
+
 def print_table(path: Path, rows) -> None:
     """The self-check table and a one-line verdict."""
     print(f"self-check of {path}")
@@ -599,6 +611,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
                   "folder.", flush=True)
         run_notebook(nb, folder, timeout, notebook_timeout=notebook_timeout)
     rows = with_deleted_tests(exercise_rows(nb, load_config().ClearSolutions.text_stub), sources[best], deleted)
+    if moved := moved_test_cells(nb, sources[best]):  # it ran your own answer here; grading cannot judge it there
+        rows = [(h, g, p, f"✘ {MOVED_TEST.format(later=moved[g])}", False) if g in moved else (h, g, p, m, ok)
+                for h, g, p, m, ok in rows]
     print_table(Path(path), rows)
     locked = edited_locked_cells(nb)
     if locked:

@@ -29,8 +29,8 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
-from .cells import (BUDGET_NOT_RUN, BUDGET_SPENT, LOST_CELLS, NO_KERNEL, NOTEBOOK_TIMEOUT, WARNING_PATTERN, clipped,
-                    nbgrader_meta)
+from .cells import (BUDGET_NOT_RUN, BUDGET_SPENT, LOST_CELLS, MOVED_TESTS_KEY, NO_KERNEL, NOTEBOOK_TIMEOUT,
+                    WARNING_PATTERN, clipped, moved_tests, nbgrader_meta, stands_in)
 from .course import ASSIGNMENT, load_config
 from .sandbox import GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
@@ -127,6 +127,12 @@ class RestoreMissingCells(OverwriteCells):
     notebook) becomes a plain cell: nbgrader would crash on it (KeyError 'grade_id').
     """
 
+    def preprocess(self, nb, resources):
+        """nbgrader's OverwriteCells, with the student's own MOVED_TESTS_KEY (if any) dropped first: only
+        add_missing_grade_cells writes it."""
+        nb.metadata.pop(MOVED_TESTS_KEY, None)
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell, resources, index):
         """nbgrader's checks against the release; then drop nbgrader metadata left without a grade id (the helpers
         above read only what is left: metadata with grade ids)."""
@@ -155,6 +161,13 @@ class RestoreMissingCells(OverwriteCells):
         insert_missing(nb.cells, order, {name: self.missing_cell_transform(sources[name], grade_cells[name].max_score,
                                                                            is_solution=name in answers)
                                          for name in missing})
+        tests = [name for name in order if name in grade_cells and name not in answers
+                 and sources[name].cell_type == "code"]
+        held = set(tests)
+        # for TrustedChecks, which runs in autograde's second pass, on this notebook as written (not these resources)
+        nb.metadata[MOVED_TESTS_KEY] = moved_tests(tests, {name for name in tests if stands_in(sources[name].source)},
+                                                   [g for cell in nb.cells
+                                                    if (g := nbgrader_meta(cell).get("grade_id")) in held])
         return nb, resources
 
 

@@ -2251,3 +2251,21 @@ def test_a_cell_outside_the_tests_that_raised_is_named_unless_the_table_or_anoth
                       "'item'", "cell 11 (plt.plot(h)), NameError: name 'h' is not defined"], errors
     nb.cells[3].outputs = []
     assert unreported_errors(nb, exercise_rows(nb)) == ["cell 11 (plt.plot(h)), NameError: name 'h' is not defined"]
+
+
+def test_check_names_a_test_cell_moved_below_a_later_test_cell_that_stands_in_for_earlier_answers():
+    """Grading fails 4.1's test cell moved below 4.3's (whose hidden part stands in for entropy_nats): the check, which
+    runs the student's copy without hidden parts, would pass it, so it names it too. Moving it elsewhere is fine."""
+    import nbformat
+
+    from autograder.cells import nbgrader_meta
+    from autograder.check import course_notebooks, moved_test_cells
+
+    source = course_notebooks()["04-entropy-cross-entropy-kl"]
+    released = nbformat.read(REPO / "notebooks" / "part-ii" / "04-entropy-cross-entropy-kl.ipynb", as_version=4)
+    assert moved_test_cells(released, source) == {}
+    ids = [nbgrader_meta(c).get("grade_id") for c in released.cells]
+    entropy = released.cells.pop(ids.index("test_entropy"))
+    ids.remove("test_entropy")
+    released.cells.insert(ids.index("test_decomposition") + 1, entropy)
+    assert moved_test_cells(released, source) == {"test_entropy": "test_decomposition"}

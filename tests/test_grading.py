@@ -1043,11 +1043,12 @@ def test_the_private_gradebook_lists_each_notebook_s_cells_in_notebook_order(tmp
 
 # --- deleted test cells: where they go back ------------------------------------------------
 
-def release_cell(kind: str, grade_id: str, **flags):
-    """A release cell as nbgrader's generate step leaves it: nbgrader metadata with flags and its checksum."""
+def release_cell(kind: str, grade_id: str, source: str = "", **flags):
+    """A release cell as nbgrader's generate step leaves it: nbgrader metadata with flags and its checksum (source
+    after a first line naming the grade id)."""
     from nbgrader.utils import compute_checksum
 
-    cell = (nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell)(f"# {grade_id}")
+    cell = (nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell)(f"# {grade_id}{source}")
     cell.metadata["nbgrader"] = {"grade": False, "solution": False, "locked": False, "grade_id": grade_id,
                                  "schema_version": 3, **flags}
     cell.metadata.nbgrader["checksum"] = compute_checksum(cell)
@@ -1060,7 +1061,8 @@ RELEASE = [release_cell("code", "setup", locked=True),
            release_cell("code", "test1", grade=True, locked=True, points=1),
            release_cell("code", "answer2", solution=True),
            release_cell("code", "test2a", grade=True, locked=True, points=2),
-           release_cell("code", "test2b", grade=True, locked=True, points=1),
+           release_cell("code", "test2b", "\n### BEGIN HIDDEN TESTS\nchecks.standing_in(globals(), answer1=_ref)\n"
+                                          "### END HIDDEN TESTS", grade=True, locked=True, points=1),  # stand-ins
            release_cell("code", "answer3", solution=True),
            release_cell("code", "test3", grade=True, locked=True, points=1)]
 RELEASE_ORDER = [meta(c)["grade_id"] for c in RELEASE]
@@ -1158,6 +1160,34 @@ def test_where_nbgrader_s_restore_works_ours_gives_the_same_notebook(release_gra
     theirs = restore(release_gradebook, deleted, OverwriteCells)
     assert_tests_restored(theirs, deleted)
     assert restore(release_gradebook, deleted, RestoreMissingCells) == theirs
+
+
+@pytest.mark.parametrize("order, moved", [
+    (RELEASE_ORDER, {}),
+    (["setup", "answer1", "note", "answer2", "test2a", "test2b", "test1", "answer3", "test3"], {"test1": "test2b"}),
+    (["setup", "answer1", "note", "answer2", "test2b", "test2a", "test1", "answer3", "test3"],
+     {"test2a": "test2b", "test1": "test2b"}),
+    (["setup", "answer1", "note", "answer2", "test2a", "test1", "test2b", "answer3", "test3"], {}),  # no stand-ins passed
+    (["setup", "answer1", "note", "test1", "answer2", "test2a", "answer3", "test3", "test2b"], {}),  # a later one moved up
+])
+def test_a_test_cell_moved_below_a_later_test_cell_with_stand_ins_is_named_for_trusted_checks(release_gradebook, order,
+                                                                                            moved):
+    """A red-team review: with 4.1's and 4.2's test cells moved below 4.3's, whose hidden part stands in for their
+    functions, an answer that lifted the stand-in's reference from its closure passed them unanswered. Sanitizing
+    names such cells in the notebook's metadata (a student's own value of it is dropped), and TrustedChecks fails
+    them."""
+    from autograder.cells import MOVED_TESTS_KEY
+    from autograder.worker import RestoreMissingCells
+
+    by_id = {meta(c)["grade_id"]: c for c in RELEASE}
+    cells = [nbformat.from_dict(by_id[g]) for g in order]
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={MOVED_TESTS_KEY: {"test3": "test1"}})  # the student's own
+    from traitlets.config import Config
+
+    config = Config()
+    config.OverwriteCells.add_missing_cells = True
+    nb, _ = RestoreMissingCells(config=config).preprocess(nb, resources_for(release_gradebook))
+    assert nb.metadata[MOVED_TESTS_KEY] == moved
 
 
 @pytest.mark.parametrize("kept", [None, {"grade_id": "answer1"}])

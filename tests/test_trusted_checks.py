@@ -547,3 +547,24 @@ def test_a_missing_module_is_named_only_as_the_cell_s_source_spells_it(evalue, s
 
     (out,) = hidden_outputs([new_output("error", ename="ModuleNotFoundError", evalue=evalue, traceback=[])], source)
     assert out.evalue.startswith("details not shown"), out.evalue
+
+
+@pytest.mark.parametrize("moved", [{"test_loss": "test_later"}, "not a dict", None])
+def test_a_test_cell_sanitizing_named_as_moved_fails_whatever_its_records_say(moved):
+    """A red-team review: a test cell moved below a later one with stand-ins could pass with a reference lifted from
+    the stand-in. RestoreMissingCells names such cells in the notebook's metadata; TrustedChecks fails them with
+    what to do, and removes the key. Anything else there is ignored."""
+    from autograder.cells import MOVED_TEST, MOVED_TESTS_KEY
+
+    test = nbformat.v4.new_code_cell(HIDDEN_TEST)
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                 "grade_id": "test_loss", "schema_version": 3}
+    test.outputs = [nbformat.v4.new_output("display_data", data={trusted_checks.checks.RECORD_MIMETYPE: record})
+                    for record in ({"kind": "close", "actual": 1.0}, {"kind": "close", "actual": 0.5})]
+    nb = nbformat.v4.new_notebook(cells=[test], metadata={} if moved is None else {MOVED_TESTS_KEY: moved})
+    expected = [{"kind": "close", "label": "loss", "expected": 1.0}, {"kind": "close", "label": "hidden", "expected": 0.5}]
+    nb, _ = trusted_checks.TrustedChecks(expected_records={"nb": {"test_loss": expected}}).preprocess(
+        nb, {"unique_key": "nb"})
+    assert MOVED_TESTS_KEY not in nb.metadata
+    verdicts = [out["evalue"] for out in nb.cells[0].outputs]
+    assert verdicts == ([MOVED_TEST.format(later="test_later")] if isinstance(moved, dict) else []), verdicts

@@ -720,9 +720,9 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
     A hidden test of an exercise whose answer may call an earlier exercise's function (4.3 calls 4.1's
     entropy_nats) puts a reference version there first, so one wrong answer costs one exercise's points.
     After the cell - with or without an error - every name gets back what it held before, and a stand-in
-    still held somewhere raises when called: a test cell of the earlier exercise, moved below this one,
-    still tests the student's own function. shell: the IPython shell whose post_run_cell event ends the
-    cell (default: the running kernel's).
+    still held somewhere raises when called. (Its reference can be lifted from its closure while the cell runs,
+    so grading fails a test cell of the earlier exercise moved below this one.) shell: the IPython shell whose
+    post_run_cell event ends the cell (default: the running kernel's).
     """
     if not isinstance(namespace, dict):
         raise ValueError(f"standing_in needs the notebook's namespace, globals(), got {type(namespace).__name__}")
