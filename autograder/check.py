@@ -672,9 +672,9 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
     if errors := unreported_errors(nb, rows):
         more = f"; and {len(errors) - 3} more" if len(errors) > 3 else ""
         print(f"note: {'a cell' if len(errors) == 1 else f'{len(errors)} cells'} outside the tests raised an error "
-              f"that the table does not name: {'; '.join(errors[:3])}{more}. Grading goes on past such a cell, so it costs no "
-              "points by itself, but what the cell defines or shows is missing, and an answer that fails on its input "
-              "may fail the hidden tests too: read the error, fix it and run the check again.")
+              f"that the table does not name: {'; '.join(errors[:3])}{more}. Grading goes on past such a cell, so it "
+              "costs no points by itself, but what the cell defines or shows is missing, and an answer that fails on "
+              "its input may fail the hidden tests too: read the error, fix it and run the check again.")
     if any(NUMBERED_CELL.search(r[3]) for r in rows) or locked or copies or slow or stopped or unrun or died or errors:
         print(f"({NUMBERING_NOTE})")
     if problem:
