@@ -424,11 +424,17 @@ def _is_system(path: PurePosixPath) -> bool:
 
 # --- names -----------------------------------------------------------------------------
 
+NAME_CHARS = 255  # a file name on a disk has at most 255 bytes; a longer one (only a zip can hold it) is nobody's
+
+
 def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
     """(notebook, prefix before it) when a file stem names a notebook, longest name first; else None.
 
     The name may carry a copy's marks: 'Copy of NAME' (Colab, Google Drive), 'NAME-final', 'NAME (1)', 'NAME-1'.
+    A stem over NAME_CHARS names none: the patterns below backtrack on long runs of separators (minutes at 16,000).
     """
+    if len(stem) > NAME_CHARS:
+        return None
     for name in sorted(notebooks, key=len, reverse=True):
         # no prefix is tried first (??), so 'Copy of NAME' is a copy's name, not a student 'Copy of'
         m = re.fullmatch(rf"(?:(?P<prefix>.*?)[_\-\s.]+)??{COPY_OF}{re.escape(name)}{COPY_SUFFIX}", stem,
@@ -440,13 +446,13 @@ def match_notebook(stem: str, notebooks: list[str]) -> tuple[str, str] | None:
 
 def is_final(stem: str) -> bool:
     """True for a student's 'NAME-final' / 'NAME_final (1)': the copy its student called final."""
-    return re.search(rf"[_\-\s]+final(?:{COPY_FORMS})?$", stem, flags=re.IGNORECASE) is not None
+    return len(stem) <= NAME_CHARS and re.search(rf"[_\-\s]+final(?:{COPY_FORMS})?$", stem, flags=re.IGNORECASE) is not None
 
 
 def copy_number(stem: str) -> int:
     """The N of a browser, LMS or Jupyter copy 'NAME (N)' / 'NAME-N' / 'NAME-CopyN' (0 for the plain name, 1 for
     'NAME-copy')."""
-    m = re.search(rf"(?:{COPY_FORMS})$", stem, flags=re.IGNORECASE)
+    m = re.search(rf"(?:{COPY_FORMS})$", stem, flags=re.IGNORECASE) if len(stem) <= NAME_CHARS else None
     digits = re.search(r"\d+", m.group(0)) if m else None
     return int(digits.group(0)) if digits else int(m is not None)
 
@@ -564,6 +570,8 @@ def dashed_number(stem: str) -> bool:
 
 def without_copy_mark(stem: str) -> str:
     """stem without a browser's or LMS's copy mark at its end ('1011' of '1011 (1)' or '1011-2')."""
+    if len(stem) > NAME_CHARS:
+        return stem
     return re.sub(rf"(?:{COPY_FORMS})$", "", stem, flags=re.IGNORECASE) or stem
 
 
@@ -571,6 +579,8 @@ def number_before_last_word(base: str) -> str | None:
     """The student number before a name's last word ('1011' of '1011_mywork', '2023-1011' of '2023-1011 作业'), or
     None. It needs a digit before and none after the last separator: '10_11' may be student 10_11, and with
     'zhang_san_mywork' no rule can tell student zhang's 'san_mywork' from a new student zhang_san's file."""
+    if len(base) > NAME_CHARS:
+        return None
     m = re.fullmatch(r"(?P<id>.+?)[_\-\s.]+(?P<rest>[^_\-\s.]+)", base)
     if m and re.search(r"\d", m.group("id")) and not re.search(r"\d", m.group("rest")):
         return sanitize_id(m.group("id"))
@@ -859,6 +869,7 @@ def unique_cell_ids(raw: dict) -> tuple[int, int]:
     with_ids = raw.get("nbformat") == 4 and isinstance(raw.get("nbformat_minor"), int) and raw["nbformat_minor"] >= 5
     taken = {c.get("id") for c in cells if isinstance(c, dict) and isinstance(c.get("id"), str)}
     seen, renamed, added = set(), 0, 0
+    after: dict[str, int] = {}  # per base: the number to try next (from 2 for every repeat: quadratic in repeats)
     for index, cell in enumerate(cells):
         if not isinstance(cell, dict):
             continue
@@ -874,10 +885,12 @@ def unique_cell_ids(raw: dict) -> tuple[int, int]:
         elif not isinstance(cid, str):
             continue
         elif cid in seen:
-            number = 2
-            while f"{cid[:60]}-{number}" in taken:  # ids are at most 64 characters
+            base = cid[:60]  # ids are at most 64 characters
+            number = after.get(base, 2)
+            while f"{base}-{number}" in taken:
                 number += 1
-            cell["id"] = f"{cid[:60]}-{number}"
+            after[base] = number + 1
+            cell["id"] = f"{base}-{number}"
             taken.add(cell["id"])
             renamed += 1
         seen.add(cell["id"])

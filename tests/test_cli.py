@@ -2269,3 +2269,25 @@ def test_check_names_a_test_cell_moved_below_a_later_test_cell_that_stands_in_fo
     ids.remove("test_entropy")
     released.cells.insert(ids.index("test_decomposition") + 1, entropy)
     assert moved_test_cells(released, source) == {"test_entropy": "test_decomposition"}
+
+
+def test_the_warning_pattern_drops_warnings_only_and_reads_a_long_stderr_in_linear_time():
+    """An audit of the patterns applied to student text: '\\w*Warning: ' rescanned a run of letters from each of its
+    starts (an hour projected for the 1 MiB of 'a' a cell may print to stderr; grading runs it after the cells, in
+    the worker). 'Warning: ' drops the same outputs (\\w* could match nothing)."""
+    from linear_time import run_on
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+    from nbgrader.preprocessors import IgnorePattern
+
+    from autograder.cells import WARNING_PATTERN
+
+    setup = ("from nbformat.v4 import new_code_cell, new_notebook, new_output\n"
+             "from nbgrader.preprocessors import IgnorePattern\nfrom autograder.cells import WARNING_PATTERN")
+    kept = run_on("len(IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(new_notebook(cells=[new_code_cell("
+                  "'x', outputs=[new_output('stream', name='stderr', text=text)])]), {})[0].cells[0].outputs)",
+                  "a" * 2**20, setup)
+    assert kept == "1"
+    texts = ["/x.py:3: DeprecationWarning: old\n  f()\n", "UserWarning: once\n", "my own error\n", "warning: lower\n"]
+    nb = new_notebook(cells=[new_code_cell("x", outputs=[new_output("stream", name="stderr", text=t)]) for t in texts])
+    nb, _ = IgnorePattern(pattern=WARNING_PATTERN, enabled=True).preprocess(nb, {})
+    assert [len(c.outputs) for c in nb.cells] == [0, 0, 1, 1]

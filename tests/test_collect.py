@@ -2331,6 +2331,15 @@ def test_only_what_a_spreadsheet_reads_as_a_number_keeps_its_formula_sign(value,
     assert spreadsheet_text(value) == shown and sheet_value(shown) == value
 
 
+def test_a_note_of_60_000_digits_is_quoted_in_linear_time():
+    """An audit of the patterns applied to student text: a file named '+' and 65,528 ones then 'x', filed by its
+    exercises, starts its student's notes; the number pattern's two overlapping digit runs took 80 s on it."""
+    from linear_time import run_on
+
+    note = "+" + "1" * 65_528 + "x.ipynb filed as 02-shapes-and-loss.ipynb"
+    assert run_on("spreadsheet_text(text)", note, "from autograder.export import spreadsheet_text") == repr("'" + note)
+
+
 def test_student_option_reads_no_owner_from_names_of_files_that_are_no_notebooks(course, tmp_path):
     """plot_1_2_loss.png reads like a Canvas name: --student alice was refused for 'other students (fig, plot)'."""
     files = {"02-shapes-and-loss.ipynb": notebook_bytes("a"), "figs/plot_1_2_loss.png": b"p", "figs/fig_3_4_acc.png": b"f"}
@@ -2395,3 +2404,21 @@ def test_a_later_untouched_copy_does_not_replace_work_collected_before(course, t
         "again with --replace-older"), record.reason
     collect(course, later, replace_older=True)
     assert submitted(course, "ann") == {"02-shapes-and-loss.ipynb": answer_notebook(stub)}
+
+
+def test_many_repeated_cell_ids_and_a_long_file_name_are_read_in_linear_time():
+    """An audit of the patterns applied to student text: 20,000 cells with one id took 34 s to rename (each repeat
+    counted from 2 past every name taken), and a zip member named with 16,000 underscores before 'x' took 40 s to
+    match against the notebooks' names; a zip can hold far more of both."""
+    from linear_time import run_on
+
+    cells = [{"cell_type": "markdown", "id": "x", "metadata": {}, "source": ""}] * 200_000
+    raw = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    setup = "import json\nfrom autograder.collect import unique_cell_ids"
+    assert run_on("(unique_cell_ids(raw := json.loads(text)), len({c['id'] for c in raw['cells']}))", raw,
+                  setup) == repr(((199_999, 0), 200_000))
+    setup = "from autograder.collect import match_notebook, number_before_last_word, is_final, copy_number"
+    for stem in ("_" * 60_000 + "x", " " * 60_000 + "02-shapes-and-loss"):
+        assert run_on("(match_notebook(text, ['02-shapes-and-loss']), number_before_last_word(text), is_final(text), "
+                      "copy_number(text))", stem, setup) == repr((None, None, False, 0))
+    assert match_notebook("s1001_02-shapes-and-loss (1)", ["02-shapes-and-loss"]) == ("02-shapes-and-loss", "s1001")

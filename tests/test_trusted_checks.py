@@ -568,3 +568,29 @@ def test_a_test_cell_sanitizing_named_as_moved_fails_whatever_its_records_say(mo
     assert MOVED_TESTS_KEY not in nb.metadata
     verdicts = [out["evalue"] for out in nb.cells[0].outputs]
     assert verdicts == ([MOVED_TEST.format(later="test_later")] if isinstance(moved, dict) else []), verdicts
+
+
+def test_the_notes_on_a_hidden_cell_s_syntax_error_or_missing_module_take_linear_time_on_crafted_source():
+    """An audit of the patterns applied to student text: a SyntaxError cell followed by 64,000 newlines took 22 s
+    (\\s in the IPython-syntax pattern crossed every later newline from each line start), and a ModuleNotFoundError
+    cell naming a module of 32,000 parts took 2 GiB and 10 s (every dotted prefix collected). Both run in feedback,
+    for every cell after the first test cell, with no time or memory limit. What they say is unchanged."""
+    from linear_time import run_on
+
+    from autograder.trusted_checks import missing_module, syntax_error
+
+    setup = "from autograder.trusted_checks import missing_module, syntax_error"
+    newlines = "x = (\n" + "\n" * 2_000_000
+    assert run_on("syntax_error(text, 'SyntaxError')", newlines, setup) == repr(syntax_error(newlines, "SyntaxError"))
+    assert "line 1 of the cell" in syntax_error(newlines, "SyntaxError")
+    assert syntax_error("x = 1\n  %time f(\n", "SyntaxError") is None  # IPython syntax: not Python's to judge
+    dotted = "import a" + ".a" * 200_000
+    error = {"ename": "ModuleNotFoundError", "evalue": "No module named 'a.a.a'"}
+    assert run_on(f"missing_module({error!r}, text)", dotted, setup).startswith("\"No module named 'a.a.a' when")
+    for source, module, named in [("import numpy.linalg", "numpy", True), ("import numpy.linalg", "numpy.linalg", True),
+                                  ("import numpy.linalg", "linalg", False), ("from sklearn import tree", "sklearn.tree",
+                                                                             True),
+                                  ("importlib.import_module('scipy.special')", "scipy.special", True),
+                                  ("import numpyx", "numpy", False)]:
+        found = missing_module({"ename": "ModuleNotFoundError", "evalue": f"No module named '{module}'"}, source)
+        assert (found is not None) == named, (source, module, found)
