@@ -40,6 +40,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -691,16 +692,36 @@ def _generate_safely(course: Course, student: str, mathjax_url: str | None, rele
                      graded_from: dict[str, str] | None = None,
                      answers_of_release: dict[str, dict[str, tuple[str, ...]]] | None = None,
                      labels: dict[str, dict[str, str]] | None = None) -> tuple[list[Path], str | None]:
-    """generate_for in a pool process: (files, None) or ([], the reason it failed)."""
+    """generate_for in a pool process: (files, None) or ([], the reason it failed), stopped after PAGES_SECONDS."""
     quiet_nbgrader_logs()
+    previous = signal.signal(signal.SIGALRM, _pages_took_too_long)
+    signal.alarm(PAGES_SECONDS)  # the pool waits for every student: one stuck would hold up the class
     try:
         return generate_for(course, student, mathjax_url, released_tests, graded_from, answers_of_release, labels), None
+    except PagesTooSlow:
+        return [], (f"writing the pages took over {PAGES_SECONDS} s and was stopped (a notebook with very large or "
+                    "unusual content?)")
     except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
         doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
         return [], f"{doing}{where}: {exc.strerror or exc}"
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
         return [], f"{type(exc).__name__}: {exc}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+PAGES_SECONDS = 300  # one student's pages take seconds; a crafted notebook must not hold up everyone's
+
+
+class PagesTooSlow(BaseException):
+    """Raised by the alarm in _generate_safely (a BaseException: code that catches Exception lets it through)."""
+
+
+def _pages_took_too_long(signum, frame):
+    """SIGALRM handler of _generate_safely."""
+    raise PagesTooSlow
 
 
 NOT_GRADED_YET = "collected but not graded yet"  # feedback's reason for a student grade has not graded

@@ -561,6 +561,27 @@ def test_a_mathjax_address_that_could_not_load_or_would_break_the_page_is_refuse
     assert f"cannot load MathJax from {url!r}: {words}; expected an http:// or https:// address" in str(caught.value)
 
 
+def test_a_student_whose_pages_take_too_long_gets_an_error_and_the_others_go_on(monkeypatch):
+    """A red-team review: one student's hand-in (a heading that made a pattern backtrack) held feedback for the whole
+    class, which waited on every student's pages without a limit. Each student's pages now have PAGES_SECONDS; past
+    them the student gets an error naming the limit, and the alarm is cleared for the next student."""
+    import re
+    import signal
+
+    from autograder import feedback
+
+    def backtrack(*args):
+        return list(re.finditer(r"(`+)(.+?)\1", "`" * 100_000 + "a"))  # the pattern the review broke: hours
+
+    monkeypatch.setattr(feedback, "generate_for", backtrack)
+    monkeypatch.setattr(feedback, "quiet_nbgrader_logs", lambda: None)
+    monkeypatch.setattr(feedback, "PAGES_SECONDS", 1)
+    files, reason = feedback._generate_safely(None, "ann", None, {})
+    assert files == [] and reason == "writing the pages took over 1 s and was stopped (a notebook with very large or " \
+                                     "unusual content?)", reason
+    assert signal.alarm(0) == 0 and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+
+
 def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monkeypatch):
     """feedback lists each student it could not write for; a read-only folder reads as such, not '[Errno 30]'."""
     import errno
