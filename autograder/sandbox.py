@@ -128,6 +128,16 @@ NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 MAX_ERRORS_PER_CELL = 3  # errors a cell keeps: a kernel sends one per cell, more come from code sending them itself
 ERROR_NAME_CHARS = 200  # an exception's name is short; a longer one is a flood
+
+
+def cut_error(content: dict) -> dict:
+    """An error message's content (or output) cut in place to what grading keeps: name ERROR_NAME_CHARS, value 2,000
+    characters, traceback 50 lines of 2,000; returned."""
+    traceback = content.get("traceback")
+    content["traceback"] = [str(line)[:2000] for line in traceback[:50]] if isinstance(traceback, list) else []
+    content["ename"] = str(content.get("ename", ""))[:ERROR_NAME_CHARS]
+    content["evalue"] = str(content.get("evalue", ""))[:2000]
+    return content
 # what a kernel may send the grader: a larger frame makes ZeroMQ cut the connection (GuardedKernelClient); a cell's
 # outputs keep far less (output_bytes), a notebook's check records at most RECORD_BUDGET
 MAX_FRAME_BYTES = RECORD_BUDGET
@@ -1213,7 +1223,17 @@ class GradingExecute(Execute):
         The kernel then stops a moment after the reply, while a later cell runs or after it: which
         cell nbclient would blame depends on timing, so grading fails this cell and restarts instead.
         """
+        reply = (kwargs.get("execute_reply") or {}).get("content", {})
+        if reply.get("status") == "error":
+            # nbgrader adds the reply's error when no kept error has its name: cut alike, the names match, and an
+            # error it still adds (the cell's own, after MAX_ERRORS_PER_CELL sent by hand) is cut and counted
+            cut_error(reply)
+        cell = kwargs.get("cell")
+        before = len(cell.outputs) if cell is not None else 0
         super().on_cell_executed(**kwargs)
+        if cell is not None and len(cell.outputs) > before:
+            self._output_used = getattr(self, "_output_used", 0)
+            self._charge_error(cell.outputs[-1])
         if asks_kernel_to_exit(kwargs.get("execute_reply")):
             self._exit_requested = True
 
@@ -1372,15 +1392,15 @@ class GradingExecute(Execute):
         self._cell_errors += 1
         if self._cell_errors > MAX_ERRORS_PER_CELL:
             return None  # the cell has failed already
-        content = msg["content"]
-        traceback = content.get("traceback")
-        content["traceback"] = [str(line)[:2000] for line in traceback[:50]] if isinstance(traceback, list) else []
-        content["ename"] = str(content.get("ename", ""))[:ERROR_NAME_CHARS]
-        content["evalue"] = str(content.get("evalue", ""))[:2000]
-        if len(json.dumps(content, default=str)) > NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - self._output_used:
-            content["traceback"], content["evalue"] = [], content["evalue"][:200]
-        self._output_used += len(json.dumps(content, default=str))
+        self._charge_error(cut_error(msg["content"]))
         return super().output(outs, msg, display_id, cell_index)
+
+    def _charge_error(self, error: dict) -> None:
+        """Count a kept error (cut_error's) in the notebook's output budget; once that is spent, keep only its name
+        and the start of its value."""
+        if len(json.dumps(error, default=str)) > NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - self._output_used:
+            error["traceback"], error["evalue"] = [], error["evalue"][:200]
+        self._output_used += len(json.dumps(error, default=str))
 
     # --- timeouts and kernel death ------------------------------------------------------
     async def _async_handle_timeout(self, timeout, cell=None):

@@ -357,13 +357,19 @@ def test_a_flood_of_error_messages_is_cut_to_a_few_errors_per_cell_within_the_no
     from autograder.sandbox import ERROR_NAME_CHARS, MAX_ERRORS_PER_CELL, NOTEBOOK_OUTPUT_FACTOR, GradingExecute
 
     budget = 10_000
-    nb = notebook([ERROR_FLOOD.format(n=6, size=2**16)] * 4 + ["1 / 0"])
+    # and a real exception with a long name (nbgrader adds the execute reply's error when no kept error has its
+    # name: found by review), and one raised after three errors sent by hand
+    raised = "E = type('E' * 2**16, (Exception,), {})\nraise E('v' * 2**16)"
+    nb = notebook([ERROR_FLOOD.format(n=6, size=2**16)] * 4 + [raised, ERROR_FLOOD.format(n=3, size=10) + raised,
+                                                               "1 / 0"])
     GradingExecute(timeout=60, allow_errors=True, scratch=str(tmp_path), preload_modules=[],
                    output_bytes=budget).preprocess(nb, {"metadata": {"path": str(tmp_path)}})
     errors = [[out for out in cell.outputs if out.output_type == "error"] for cell in nb.cells]
-    assert [len(e) for e in errors] == [MAX_ERRORS_PER_CELL] * 4 + [1], [len(e) for e in errors]
-    flood = [out for cell in errors[:4] for out in cell]
+    assert [len(e) for e in errors] == [MAX_ERRORS_PER_CELL] * 4 + [1, MAX_ERRORS_PER_CELL + 1, 1], \
+        [len(e) for e in errors]
+    flood = [out for cell in errors[:-1] for out in cell]
     assert all(len(out.ename) <= ERROR_NAME_CHARS and len(out.evalue) <= 2000 for out in flood)
+    assert all(len(json.dumps(out)) < 51 * 2100 for out in flood)  # 50 traceback lines of at most 2,000 characters
     kept = sum(len(json.dumps(out)) for cell in errors for out in cell)
-    assert kept <= NOTEBOOK_OUTPUT_FACTOR * budget + 3 * 2**10, kept  # the last error's name and value start
+    assert kept <= NOTEBOOK_OUTPUT_FACTOR * budget + 4 * 2**10, kept  # the last errors' names and value starts
     assert errors[-1][0].ename == "ZeroDivisionError" and errors[-1][0].evalue.startswith("division by zero")
