@@ -699,17 +699,27 @@ def _generate_safely(course: Course, student: str, mathjax_url: str | None, rele
     try:
         return generate_for(course, student, mathjax_url, released_tests, graded_from, answers_of_release, labels), None
     except PagesTooSlow:
-        return [], (f"writing the pages took over {PAGES_SECONDS} s and was stopped (a notebook with very large or "
-                    "unusual content?)")
+        return _failed(course, student, f"writing the pages took over {PAGES_SECONDS} s and was stopped (a notebook "
+                                        "with very large or unusual content?)")
     except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
         doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
-        return [], f"{doing}{where}: {exc.strerror or exc}"
+        return _failed(course, student, f"{doing}{where}: {exc.strerror or exc}")
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the others
-        return [], f"{type(exc).__name__}: {exc}"
+        return _failed(course, student, f"{type(exc).__name__}: {exc}")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _failed(course: Course, student: str, reason: str) -> tuple[list[Path], str]:
+    """([], reason), with the pages this run wrote for the student before it failed removed: none of them was checked
+    for hidden test text (nbgrader removes them on an error of its own, not after the time limit)."""
+    try:
+        remove_pages(course, student)
+    except OSError:
+        pass  # the disk that failed the pages: feedback names the student either way
+    return [], reason
 
 
 PAGES_SECONDS = 300  # one student's pages take seconds; a crafted notebook must not hold up everyone's

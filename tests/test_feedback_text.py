@@ -561,39 +561,50 @@ def test_a_mathjax_address_that_could_not_load_or_would_break_the_page_is_refuse
     assert f"cannot load MathJax from {url!r}: {words}; expected an http:// or https:// address" in str(caught.value)
 
 
-def test_a_student_whose_pages_take_too_long_gets_an_error_and_the_others_go_on(monkeypatch):
+def test_a_student_whose_pages_take_too_long_gets_an_error_no_page_and_the_others_go_on(monkeypatch, tmp_path):
     """A red-team review: one student's hand-in (a heading that made a pattern backtrack) held feedback for the whole
     class, which waited on every student's pages without a limit. Each student's pages now have PAGES_SECONDS; past
-    them the student gets an error naming the limit, and the alarm is cleared for the next student."""
+    them the student gets an error naming the limit, the pages written before it are removed (none was checked for
+    hidden test text: found by review), and the alarm is cleared for the next student."""
     import re
     import signal
+    from types import SimpleNamespace
 
     from autograder import feedback
 
+    pages = tmp_path / "feedback" / "ann" / "part-ii"
+    course = SimpleNamespace(step_dir=lambda step, student: tmp_path / step / student / "part-ii")
+
     def backtrack(*args):
+        pages.mkdir(parents=True)
+        (pages / "00-vectors-shapes-and-gradients.html").write_text("<html>written before the slow notebook</html>")
         return list(re.finditer(r"(`+)(.+?)\1", "`" * 100_000 + "a"))  # the pattern the review broke: hours
 
     monkeypatch.setattr(feedback, "generate_for", backtrack)
     monkeypatch.setattr(feedback, "quiet_nbgrader_logs", lambda: None)
     monkeypatch.setattr(feedback, "PAGES_SECONDS", 1)
-    files, reason = feedback._generate_safely(None, "ann", None, {})
+    files, reason = feedback._generate_safely(course, "ann", None, {})
     assert files == [] and reason == "writing the pages took over 1 s and was stopped (a notebook with very large or " \
                                      "unusual content?)", reason
+    assert list(pages.iterdir()) == []
     assert signal.alarm(0) == 0 and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
 
 
-def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monkeypatch):
+def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monkeypatch, tmp_path):
     """feedback lists each student it could not write for; a read-only folder reads as such, not '[Errno 30]'."""
     import errno
+    from types import SimpleNamespace
 
     from autograder import feedback
+
+    course = SimpleNamespace(step_dir=lambda step, student: tmp_path / step / student / "part-ii")  # nothing written
 
     def refuse(*args):
         raise OSError(errno.EROFS, "Read-only file system", "/course/feedback/ann/part-ii/02-shapes-and-loss.html")
 
     monkeypatch.setattr(feedback, "generate_for", refuse)
     monkeypatch.setattr(feedback, "quiet_nbgrader_logs", lambda: None)
-    files, reason = feedback._generate_safely(None, "ann", None, {})
+    files, reason = feedback._generate_safely(course, "ann", None, {})
     assert files == []
     assert reason == "cannot write /course/feedback/ann/part-ii/02-shapes-and-loss.html: Read-only file system"
 
@@ -601,7 +612,7 @@ def test_a_report_the_disk_refuses_is_named_with_its_file_not_errno_jargon(monke
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/course/autograded/ann/part-ii/x.ipynb")
 
     monkeypatch.setattr(feedback, "generate_for", vanish)
-    _, reason = feedback._generate_safely(None, "ann", None, {})
+    _, reason = feedback._generate_safely(course, "ann", None, {})
     assert reason == "file system error on /course/autograded/ann/part-ii/x.ipynb: No such file or directory"
 
 
