@@ -279,9 +279,10 @@ def raises_failure(label: str, wanted, raised) -> str:
 NOT_REPORTED = "this check did not report its result"
 
 
-def cell_failure(expected: list, got: list) -> str | None:
-    """Compare one test cell's records with the instructor's; return every failure ('a; b'), or None. The checks after
-    one that did not report are not judged: their records are missing, or no longer line up, for the same reason."""
+def cell_failure(expected: list, got: list, limit: int = VERDICT_CHARS) -> str | None:
+    """Compare one test cell's records with the instructor's; return every failure ('a; b', at most limit characters),
+    or None. The checks after one that did not report are not judged: their records are missing, or no longer line
+    up, for the same reason."""
     failures = []
     for index, want in enumerate(expected):
         if index >= len(got):
@@ -295,22 +296,24 @@ def cell_failure(expected: list, got: list) -> str | None:
                 break
     if len(got) > len(expected) and not failures:
         return "the test cell reported more checks than it contains (the check helper was changed)"
-    return joined_failures(failures) if failures else None
+    return joined_failures(failures, limit) if failures else None
 
 
-def stopped_before(expected: list, got: list) -> str:
+def stopped_before(expected: list, got: list, room: int = VERDICT_CHARS) -> str:
     """Where a test cell that raised stopped, from its records: " before the check 'b' reported (the 2 checks before it
-    passed)", with the failures of those before it instead when some failed; '' when the records say nothing (more
-    than expected). The labels are the ones a failed check shows anyway; the kernel can only choose among them."""
+    passed)", with the failures of those before it instead when some failed, in at most room characters (whole
+    failures, then 'and N more'); '' when the records say nothing (more than expected). The labels are the ones a
+    failed check shows anyway; the kernel can only choose among them."""
     done = len(got)
     if done >= len(expected):
         return ""
     label = shown_label(expected[done])
     if done == 0:
         return f" before its first check, {label}, reported"
-    earlier = cell_failure(expected[:done], got)
+    opening = f" before the check {label} reported; before that: "
+    earlier = cell_failure(expected[:done], got, max(room - len(opening), 0))
     if earlier:
-        return f" before the check {label} reported; before that: {earlier}"
+        return opening + earlier
     return f" before the check {label} reported (the {'check' if done == 1 else f'{done} checks'} before it passed)"
 
 
@@ -623,7 +626,7 @@ class TrustedChecks(NbGraderPreprocessor):
             if output.get("output_type") == "error":
                 summary = _error_summary(output.get("ename", ""), str(output.get("evalue", "")), names)
                 if output.get("ename") not in (NOT_RUN, NOTEBOOK_TIMEOUT):  # a cell never run reached no check
-                    summary += stopped_before(expected, records_of(cell))
+                    summary += stopped_before(expected, records_of(cell), VERDICT_CHARS - len(summary))
                 return [_error(summary)]
             if output.get("output_type") == "stream" and output.get("name") == "stderr":
                 return [_error("the test cell wrote to stderr")]

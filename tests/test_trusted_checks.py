@@ -441,6 +441,12 @@ def test_a_test_cell_that_raised_says_before_which_check_it_stopped_from_its_rec
     assert verdict(True, ename="CellTimeoutError").endswith("before the check 'sums to 1' reported (the check before "
                                                             "it passed)")
     assert verdict(ename="NotebookTimeout") == "not run: the notebook used up its time budget"
+    # many failures before the error: whole ones, then how many more, within the verdict's length (found by review)
+    expected[:] = [{"kind": "true", "label": f"check number {n} of a long row of checks"} for n in range(8)]
+    long = verdict(*[False] * 6)
+    assert len(long) <= trusted_checks.VERDICT_CHARS and long.endswith("more checks failed"), long
+    assert long.startswith("the test cell stopped with ValueError before the check 'check number 6 of a long row of "
+                           "checks' reported; before that: check number 0 of a long row of checks: not true;"), long
 
 
 def test_a_grader_error_after_a_test_cell_keeps_the_grader_s_words_and_any_other_error_shows_none():
