@@ -167,9 +167,9 @@ def moved_tests(order: list[str], stand_ins: set[str], present: list[str]) -> di
 
 
 MOVED_TESTS_KEY = "part_ii_moved_tests"  # notebook metadata: the grader's moved_tests, from sanitizing to judging
-MOVED_TEST = ("this test cell was moved below the test cell {later}, which grading runs with reference versions of "
-              "earlier exercises' functions, so your own answer cannot be tested there: move it back above {later}, "
-              "where the released notebook has it")
+MOVED_TEST = ("this test cell now comes after the test cell {later}, which grading runs with reference versions of "
+              "earlier exercises' functions, so your own answer cannot be tested here: put the test cells back in the "
+              "released order, {later} after this one")
 
 
 def visible_source(source: str) -> str:

@@ -44,8 +44,8 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (BUDGET_SPENT, MOVED_TEST, NO_KERNEL, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR,
-                    cell_points, checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids,
+from .cells import (BUDGET_SPENT, MOVED_TEST, NO_KERNEL, NOT_RUN, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN,
+                    WROTE_TO_STDERR, cell_points, checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids,
                     graded_cells_of, heading_after, is_edited, is_retyped_test, is_test_cell, moved_tests,
                     nbgrader_meta, numbered_cell, outcome_message, stands_in, stopped_by_budget, stopped_kernel)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
@@ -376,9 +376,9 @@ def unreported_errors(nb, rows) -> list[str]:
             continue
         if raised(cell, "NotImplementedError"):
             continue  # a demo calling a function still as released: the exercise's rows say it is not answered
-        if any(o.get("output_type") == "error" and o.get("ename") in TIMED_OUT | {NOTEBOOK_TIMEOUT}
+        if any(o.get("output_type") == "error" and o.get("ename") in TIMED_OUT | {NOTEBOOK_TIMEOUT, NOT_RUN}
                for o in cell.get("outputs", [])):
-            continue  # the time limit's and the budget's notes name these
+            continue  # the notes on the time limit, the budget and the kernel's stops name these
         if (error := cell_error(cell, number)) and numbered_cell(cell, number) not in said:
             found.append(error)
     return found
@@ -526,8 +526,10 @@ def moved_test_cells(nb, source) -> dict[str, str]:
     order = [g for cell in source.cells if is_test_cell(cell) and (g := nbgrader_meta(cell).get("grade_id"))]
     stand_ins = {nbgrader_meta(cell).get("grade_id") for cell in source.cells if is_test_cell(cell)
                  and stands_in(cell.source)}
-    held = set(order)
-    return moved_tests(order, stand_ins, [g for cell in nb.cells if (g := nbgrader_meta(cell).get("grade_id")) in held])
+    held, last = set(order), last_graded_cells(nb)  # of pasted copies grading keeps the last (DeduplicateIds)
+    present = [g for number, cell in enumerate(nb.cells, start=1)
+               if (g := nbgrader_meta(cell).get("grade_id")) in held and last.get(g) == number]
+    return moved_tests(order, stand_ins, present)
 
 
 def print_table(path: Path, rows) -> None:

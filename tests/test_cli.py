@@ -2243,6 +2243,7 @@ def test_a_cell_outside_the_tests_that_raised_is_named_unless_the_table_or_anoth
         ran_cell("check_true('k', k)", "test_4", error=("NameError", "name 'k' is not defined")),
         ran_cell("print(k)", error=("NameError", "name 'k' is not defined")),
         ran_cell("print(m(1))", error=("NotImplementedError", "")),  # m defined, its body as released
+        ran_cell("print(1)", error=("NotRun", "not run: the kernel stopped too many times in this notebook")),
     ])
     rows = exercise_rows(nb)
     assert "cell 8 (h = broken())" in rows[2][3], rows  # the failed test names it
@@ -2269,6 +2270,11 @@ def test_check_names_a_test_cell_moved_below_a_later_test_cell_that_stands_in_fo
     ids.remove("test_entropy")
     released.cells.insert(ids.index("test_decomposition") + 1, entropy)
     assert moved_test_cells(released, source) == {"test_entropy": "test_decomposition"}
+    # a pasted copy of 4.3's test above 4.1's: grading keeps only the last copy of a grade id, and so does the check
+    pasted = nbformat.read(REPO / "notebooks" / "part-ii" / "04-entropy-cross-entropy-kl.ipynb", as_version=4)
+    (decomposition,) = [c for c in pasted.cells if nbgrader_meta(c).get("grade_id") == "test_decomposition"]
+    pasted.cells.insert(0, nbformat.from_dict(decomposition))
+    assert moved_test_cells(pasted, source) == {}
 
 
 def test_the_warning_pattern_drops_warnings_only_and_reads_a_long_stderr_in_linear_time():

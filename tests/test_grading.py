@@ -100,6 +100,39 @@ def grades_of(dumped: dict, student: str) -> dict[tuple[str, str], tuple]:
     return {(k[1], k[2]): v for k, v in dumped.items() if k[0] == student and k[3] == "grade"}
 
 
+def test_a_test_cell_moved_below_a_later_one_with_stand_ins_fails_when_graded_and_says_why(graded):
+    """A red-team review: 4.1's and 4.2's test cells moved below 4.3's, whose hidden part stands in for their
+    functions, passed with answers that used a reference lifted from the stand-in. Sanitizing names such cells in
+    the notebook's metadata; TrustedChecks, in autograde's second pass on the notebook as written, fails them. Here
+    the real pipeline grades the perfect answers so moved: the moved cells score 0 with what to do, 4.3 its points."""
+    from autograder.cells import MOVED_TEST
+
+    build, course = copy_course(graded["snapshot"])
+    try:
+        name = "04-entropy-cross-entropy-kl"
+        folder = course.step_dir("submitted", "perfect")
+        for path in folder.glob("*.ipynb"):
+            if path.stem != name:
+                path.unlink()  # grade only this notebook
+        nb = nbformat.read(folder / f"{name}.ipynb", as_version=4)
+        moved = [c for c in nb.cells if meta(c).get("grade_id") in ("test_entropy", "test_kl_direction")]
+        nb.cells = [c for c in nb.cells if c not in moved]
+        at = next(i for i, c in enumerate(nb.cells) if meta(c).get("grade_id") == "test_decomposition")
+        nb.cells[at + 1:at + 1] = moved
+        nbformat.write(nb, folder / f"{name}.ipynb")
+        grade(course, options(workers=1, students=["perfect"]))
+        cells = {cell: auto for (nb_name, cell), (auto, _, _) in grades_of(dump(course.db_url, ["perfect"]),
+                                                                           "perfect").items() if nb_name == name}
+        assert cells["test_entropy"] == cells["test_kl_direction"] == 0 and cells["test_decomposition"] > 0, cells
+        graded_nb = nbformat.read(course.step_dir("autograded", "perfect") / f"{name}.ipynb", as_version=4)
+        verdicts = {meta(c)["grade_id"]: [o.get("evalue") for o in c.outputs if o.output_type == "error"]
+                    for c in graded_nb.cells if meta(c).get("grade_id", "").startswith("test_")}
+        assert verdicts["test_entropy"] == [MOVED_TEST.format(later="test_decomposition")], verdicts
+        assert "part_ii_moved_tests" not in graded_nb.metadata
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def make_build() -> Path:
     """A build folder under build/ that the sandbox user may traverse (pytest's tmp is private)."""
     (REPO / "build").mkdir(exist_ok=True)
