@@ -364,3 +364,25 @@ def test_with_a_late_penalty_every_notebook_s_score_is_shown_after_it_as_its_pag
     assert f"<td>0 / {points:g} ({points:g} before the late penalty)</td>" in ann, ann
     bob = write_index(course, "bob", names, set()).read_text(encoding="utf-8")
     assert f"<td>{points:g} / {points:g}</td>" in bob, bob
+
+
+def test_the_overview_names_extra_credit_where_a_notebook_s_score_goes_beyond_its_points(course):
+    """An end-of-term walkthrough: extra credit given in formgrader showed as '11.5 / 11' on the overview, unexplained."""
+    from autograder.feedback import write_index
+    from autograder.grade import JOBS, commit_grades
+
+    first = course.notebook_names()[0]
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        gb.db.execute(JOBS.insert().values(student_id="bob", assignment=ASSIGNMENT, digest="", state="running"))
+        grades = {nb.name: {"late": None, "comments": {}, "grades": {g.name: g.max_score for g in nb.grades}}
+                  for nb in gb.find_submission(ASSIGNMENT, "bob").notebooks}
+        commit_grades(gb, "bob", {"timestamp": DUE - HOUR, "notebooks": grades}, {"state": "done", "notebooks": "{}"})
+        notebook = next(nb for nb in gb.find_submission(ASSIGNMENT, "bob").notebooks if nb.name == first)
+        notebook.grades[0].extra_credit = 0.5
+        gb.db.commit()
+        points = notebook.max_score
+    course.step_dir("feedback", "bob").mkdir(parents=True)
+    page = write_index(course, "bob", set(course.notebook_names()), set()).read_text(encoding="utf-8")
+    assert f"<td>{points + 0.5:g} / {points:g}, with 0.5 extra credit</td>" in page, page
+    assert page.count("extra credit") == 1, page

@@ -473,6 +473,17 @@ def test_a_score_waiting_for_a_grader_reads_as_such_in_the_contents_and_the_head
     assert "provisional" not in page_text(graded.read_text(encoding="utf-8"))
 
 
+def test_extra_credit_is_named_where_a_score_goes_beyond_its_points(tmp_path):
+    """An end-of-term walkthrough: a cell given extra credit in formgrader read 'Score: 1.5 / 1.0', unexplained, as if
+    the page were wrong. It now says how much of the score is extra credit; a score within its points says nothing."""
+    page = render(labelled_notebook(tmp_path, [
+        (new_code_cell("check_true('f', True)"), {"grade": True, "solution": False, "grade_id": "test_f", "score": 1.5}),
+        (new_code_cell("check_true('g', True)"), {"grade": True, "solution": False, "grade_id": "test_g"}),
+    ]))
+    assert contents(page) == ["Test cell (Score: 1.5 / 1.0, with 0.5 extra credit)",
+                              "Test cell (Score: 1.0 / 1.0)"], contents(page)
+
+
 def test_a_heading_typed_into_the_notebook_is_shown_as_text_not_markup(tmp_path):
     """A student can edit ordinary markdown cells: their heading is escaped in the contents."""
     page = render(labelled_notebook(tmp_path, [
