@@ -215,7 +215,7 @@ LONG_FLOAT = re.compile(r"(?<![\w.])\d+\.\d{7,}")
 def test_printed_numbers_have_at_most_six_decimals(name):
     """Nothing enforced the six decimals: a cell printing 1.584962500721156 passed every check (authoring review)."""
     nb = _read(name)
-    for i, cell in enumerate(nb.cells):
+    for i, cell in enumerate(nb.cells, start=1):  # counted from 1, as check counts cells
         for out in cell.get("outputs", []):
             text = out.get("text", "") + out.get("data", {}).get("text/plain", "")
             long = LONG_FLOAT.findall(text)
@@ -482,6 +482,30 @@ def _points(nb) -> tuple[float, float]:
     return auto, manual
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_each_exercise_heading_states_the_points_its_cells_hold(name):
+    """An authoring walkthrough: a heading '练习 3.5（3 分）' over cells holding 2 points passed every test (release only
+    warned). release's own reader of the stated points (stated_points_drift) finds nothing to say."""
+    from autograder.release import stated_points_drift
+
+    assert stated_points_drift(_read(name)) == [], f"{name}: {stated_points_drift(_read(name))}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hidden_tests_print_nothing(name):
+    """An authoring walkthrough: a hidden block that printed its expected value passed every check; the value is then
+    computed in the student's kernel (blind_source leaves a value used elsewhere in place) and printed into the
+    committed notebook. Hidden checks report through the check helpers only."""
+    from autograder.cells import hidden_line_numbers
+
+    nb = _read(name)
+    for i, cell, meta in _graded_cells(nb):
+        lines = cell.source.split("\n")
+        shown = [lines[n - 1].strip() for n in sorted(hidden_line_numbers(cell.source))
+                 if re.search(r"\b(print|display|pprint)\s*\(", lines[n - 1])]
+        assert not shown, f"{name}: test cell {meta['grade_id']!r} prints in its hidden tests: {shown[0]}"
+
+
 def test_the_teaching_plan_lists_every_notebook_with_its_exercises_and_points():
     """notebooks/teaching-plan.md tells instructors each notebook's exercises and points and the course's totals: they
     are read here from the notebooks' headings and nbgrader metadata, so the page cannot drift from them."""
@@ -495,10 +519,14 @@ def test_the_teaching_plan_lists_every_notebook_with_its_exercises_and_points():
                    for m in re.finditer(r"^### 练习 (\d+\.\d+)", c.source, re.M)]
         auto, manual = _points(nb)
         row = rows[path.stem]
-        assert (row["first"], row["last"]) == (numbers[0], numbers[-1]), (path.name, numbers)
-        assert (float(row["total"]), float(row["auto"]), float(row["manual"])) == (auto + manual, auto, manual), path.name
+        assert (row["first"], row["last"]) == (numbers[0], numbers[-1]), (
+            f"notebooks/teaching-plan.md: {path.stem}'s row gives exercises {row['first']}-{row['last']}, the notebook "
+            f"has {numbers[0]}-{numbers[-1]}")
+        assert (float(row["total"]), float(row["auto"]), float(row["manual"])) == (auto + manual, auto, manual), (
+            f"notebooks/teaching-plan.md: {path.stem}'s row gives {row['total']} points ({row['auto']} + "
+            f"{row['manual']}), the notebook's cells hold {auto + manual:g} ({auto:g} + {manual:g})")
         totals = [totals[0] + auto, totals[1] + manual]
     lectures = sum(int(r["lectures"]) for r in rows.values())
     labs = sum(int(r["labs"]) for r in rows.values())
-    assert (f"合计 {sum(totals):g} 分（自动评分 {totals[0]:g} 分，人工评分 {totals[1]:g} 分），约 {lectures} 次讲授加 "
-            f"{labs} 次实验。") in text, text
+    total = f"合计 {sum(totals):g} 分（自动评分 {totals[0]:g} 分，人工评分 {totals[1]:g} 分），约 {lectures} 次讲授加 {labs} 次实验。"
+    assert total in text, f"notebooks/teaching-plan.md should state the course's totals as: {total}"
