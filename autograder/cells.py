@@ -49,13 +49,14 @@ def code_spans(text: str) -> list[tuple[int, int, int, int]]:
     spans, index = [], 0
     while index < len(runs):
         start, end = runs[index]
-        same = by_length[end - start]
-        while seen[end - start] < len(same) and same[seen[end - start]] <= index:
-            seen[end - start] += 1
-        if seen[end - start] < len(same):
-            closing = runs[same[seen[end - start]]]
-            spans.append((start, closing[1], end, closing[0]))
-            index = same[seen[end - start]] + 1
+        length = end - start
+        same = by_length[length]
+        while seen[length] < len(same) and same[seen[length]] <= index:
+            seen[length] += 1
+        if seen[length] < len(same):
+            partner = same[seen[length]]
+            spans.append((start, runs[partner][1], end, runs[partner][0]))
+            index = partner + 1
         else:
             index += 1
     return spans

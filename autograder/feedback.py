@@ -898,11 +898,11 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
     for nb in course.notebook_names():
         score, after, waiting = scored.get(nb, (0.0, 0.0, False)) if nb in graded else (0.0, 0.0, False)
         pending = pending or waiting
+        most_here = points.get(nb, 0)
         before = f" ({score:g} before the late penalty)" if after != score else ""  # its page gives it after too
-        extra = f", with {after - points.get(nb, 0):g} extra credit" if after > points.get(nb, 0) else ""
-        what = (f"{after:g} / {points.get(nb, 0):g}{extra}{before}{' (provisional)' if waiting else ''}"
-                if nb in graded else
-                f"0 / {points.get(nb, 0):g}, not graded" if nb in explained else f"0 / {points.get(nb, 0):g}, no page")
+        extra = f", with {after - most_here:g} extra credit" if after > most_here else ""
+        what = (f"{after:g} / {most_here:g}{extra}{before}{' (provisional)' if waiting else ''}" if nb in graded else
+                f"0 / {most_here:g}, not graded" if nb in explained else f"0 / {most_here:g}, no page")
         name = html.escape(nb)
         link = f'<a href="{quote(ASSIGNMENT)}/{quote(nb)}.html">{name}</a>' if nb in graded | explained else name
         rows.append(f"<tr><td>{link}</td><td>{html.escape(what)}</td></tr>")

@@ -128,16 +128,6 @@ NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 MAX_ERRORS_PER_CELL = 3  # errors a cell keeps: a kernel sends one per cell, more come from code sending them itself
 ERROR_NAME_CHARS = 200  # an exception's name is short; a longer one is a flood
-
-
-def cut_error(content: dict) -> dict:
-    """An error message's content (or output) cut in place to what grading keeps: name ERROR_NAME_CHARS, value 2,000
-    characters, traceback 50 lines of 2,000; returned."""
-    traceback = content.get("traceback")
-    content["traceback"] = [str(line)[:2000] for line in traceback[:50]] if isinstance(traceback, list) else []
-    content["ename"] = str(content.get("ename", ""))[:ERROR_NAME_CHARS]
-    content["evalue"] = str(content.get("evalue", ""))[:2000]
-    return content
 # what a kernel may send the grader: a larger frame makes ZeroMQ cut the connection (GuardedKernelClient); a cell's
 # outputs keep far less (output_bytes), a notebook's check records at most RECORD_BUDGET
 MAX_FRAME_BYTES = RECORD_BUDGET
@@ -166,6 +156,16 @@ _PRESTARTED: dict[str, AsyncKernelManager] = {}
 # fork servers by the real path of their submission's folder
 _FORK_SERVERS: dict[str, ForkServer] = {}
 _FAILED_FORK_SERVERS: set[str] = set()  # folders whose server could not start (until close_fork_servers())
+
+
+def cut_error(content: dict) -> dict:
+    """An error message's content (or output) cut in place to what grading keeps: name ERROR_NAME_CHARS, value 2,000
+    characters, traceback 50 lines of 2,000; returned."""
+    traceback = content.get("traceback")
+    content["traceback"] = [str(line)[:2000] for line in traceback[:50]] if isinstance(traceback, list) else []
+    content["ename"] = str(content.get("ename", ""))[:ERROR_NAME_CHARS]
+    content["evalue"] = str(content.get("evalue", ""))[:2000]
+    return content
 
 
 @dataclass(frozen=True)
@@ -1398,9 +1398,11 @@ class GradingExecute(Execute):
     def _charge_error(self, error: dict) -> None:
         """Count a kept error (cut_error's) in the notebook's output budget; once that is spent, keep only its name
         and the start of its value."""
-        if len(json.dumps(error, default=str)) > NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - self._output_used:
+        size = len(json.dumps(error, default=str))
+        if size > NOTEBOOK_OUTPUT_FACTOR * self.output_bytes - self._output_used:
             error["traceback"], error["evalue"] = [], error["evalue"][:200]
-        self._output_used += len(json.dumps(error, default=str))
+            size = len(json.dumps(error, default=str))
+        self._output_used += size
 
     # --- timeouts and kernel death ------------------------------------------------------
     async def _async_handle_timeout(self, timeout, cell=None):
