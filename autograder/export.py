@@ -3,7 +3,8 @@
 ``grades.csv`` starts with nbgrader's own export columns (assignment, duedate, timestamp,
 student_id, last_name, first_name, email, raw_score, late_submission_penalty, score,
 max_score; duedate and timestamp in UTC, as nbgrader keeps them), then one score column per
-notebook (after that notebook's late penalty, as its feedback page gives it), the number of cells
+notebook (after that notebook's late penalty, as its feedback page gives it; a penalty takes at most what its
+notebook scored, so score is their sum and late_submission_penalty the points taken), the number of cells
 still waiting for a human grader, how many seconds after the due date (or the student's extension)
 the hand-in came (0: on time or no due date), a status and the reasons behind it (rejected or
 missing files, notebooks handed in as released, notebooks that could not be graded, grading errors).
@@ -113,6 +114,16 @@ def on_time_notebooks(collected: dict, due) -> list[str]:
 def after_penalty(notebook) -> float:
     """A graded notebook's score with its own late penalty taken off (nbgrader's SubmittedNotebook), at least 0."""
     return max(0.0, notebook.score - (notebook.late_submission_penalty or 0.0))
+
+
+def after_penalties(submission) -> tuple[float, float]:
+    """(score, penalty) of a graded submission (nbgrader's SubmittedAssignment): the sum of its notebooks' scores
+    after their penalties, and the points those penalties took.
+
+    A penalty is worked out on the notebook's autograded points; a hand score below it takes the notebook to 0, not
+    below, so the total is the sum of the notebook scores every page and column gives, and raw - penalty = score."""
+    score = sum(after_penalty(nb) for nb in submission.notebooks)
+    return score, max(0.0, submission.score - score)
 
 
 def late_by(seconds: float) -> str:
@@ -304,7 +315,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                            seconds_late="")
                 row.update({nb: zero for nb in notebooks})  # as each notebook of a graded student handing in none
             else:
-                penalty = submission.late_submission_penalty or 0.0
+                total, penalty = after_penalties(submission)
                 if late := submission.total_seconds_late:  # a due date (or the student's extension) is set and passed
                     notes.append(f"handed in {late_by(late)} after the {'extended ' if submission.extension else ''}due date"
                                  + (f" (late penalty {_fmt(penalty)})" if penalty else " (the score is not reduced for it)"))
@@ -313,7 +324,7 @@ def export(course: Course, bom: bool = False) -> list[Path]:
                                      f"{'it counts' if len(on_time) == 1 else 'they count'} as late too"
                                      + (", and the penalty covers their points)" if penalty else ")"))
                 row.update(timestamp=_fmt(submission.timestamp), raw_score=_fmt(submission.score),
-                           late_submission_penalty=_fmt(penalty), score=_fmt(max(0.0, submission.score - penalty)))
+                           late_submission_penalty=_fmt(penalty), score=_fmt(total))
                 by_name = {nb.name: nb for nb in submission.notebooks}
                 # after the notebook's own penalty, as its feedback page gives it; raw_score is their sum before it
                 row.update({nb: _fmt(after_penalty(by_name[nb])) if nb in by_name else "" for nb in notebooks})

@@ -65,7 +65,7 @@ from .collect import (DUPLICATE, OLDER, dropped_note, known_students, load_colle
                       unfiled_text)
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, listed,
                      quiet_nbgrader_logs, run_first)
-from .export import (HAND_SCORE_OUTSIDE, after_penalty, deleted_answers, failing_without_answer,
+from .export import (HAND_SCORE_OUTSIDE, after_penalties, after_penalty, deleted_answers, failing_without_answer,
                      hand_scores_out_of_range, late_by, released_answers, released_test_ids, submitted_cells,
                      tampered_cells)
 from .trusted_checks import hidden_outputs
@@ -281,6 +281,11 @@ class GetGradesNotingPending(GetGrades):
         limit, out of time), then the provisional score and why a test failed, which say the same to every student."""
         resources["nbgrader"]["pending"] = {}
         nb, resources = super().preprocess(nb, resources)
+        # GetGrades gives the score less the penalty, which a hand score below the penalty takes below 0: the page
+        # gives what export gives (after_penalty), and the penalty as the points it took
+        score, penalty = resources["nbgrader"]["score"], resources["nbgrader"]["late_penalty"] or 0
+        resources["nbgrader"]["score"] = max(0.0, score)
+        resources["nbgrader"]["late_penalty"] = max(0.0, min(penalty, score + penalty))
         from nbgrader.api import Gradebook
 
         notes = []
@@ -350,7 +355,7 @@ def after_due_date(seconds: float, due, extended: bool) -> str:
 def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = False) -> str:
     """The note opening a page handed in after the due date (times naive UTC, as nbgrader keeps them; due
     includes the student's extension, when extended) -> markdown."""
-    cost = (f"It costs {penalty:g} points (the late penalty)." if penalty else
+    cost = (f"It costs {penalty:g} {'point' if penalty == 1 else 'points'} (the late penalty)." if penalty else
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
     return (f"**Handed in late.** Your hand-in is dated {both_clocks(handed_in)}, "
             f"{after_due_date(seconds, due, extended)}. {cost}")
@@ -890,7 +895,7 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
         scored = {nb.name: (nb.score, after_penalty(nb), nb.needs_manual_grade)
                   for nb in (submission.notebooks if submission else [])}
         raw = submission.score if submission else 0.0
-        penalty = (submission.late_submission_penalty or 0.0) if submission else 0.0
+        total, penalty = after_penalties(submission) if submission else (0.0, 0.0)
         late = (submission.total_seconds_late or 0) if submission else 0
         lateness = (f"handed in late: {after_due_date(late, submission.duedate, submission.extension is not None)}"
                     if late else None)
@@ -906,10 +911,10 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
         name = html.escape(nb)
         link = f'<a href="{quote(ASSIGNMENT)}/{quote(nb)}.html">{name}</a>' if nb in graded | explained else name
         rows.append(f"<tr><td>{link}</td><td>{html.escape(what)}</td></tr>")
-    total = max(0.0, raw - penalty)
     notes = [lateness] if lateness else []  # as each notebook's page opens with it
     if penalty:
-        notes.append(f"a late penalty of {penalty:g} points is taken off the {raw:g} points the notebooks scored")
+        notes.append(f"a late penalty of {penalty:g} {'point' if penalty == 1 else 'points'} is taken off the "
+                     f"{raw:g} points the notebooks scored")
     if pending:
         notes.append("provisional: answers your instructor grades by hand count as 0 until they are graded, and a "
                      "score given before a regrade counts until it is reviewed")

@@ -386,3 +386,61 @@ def test_the_overview_names_extra_credit_where_a_notebook_s_score_goes_beyond_it
     page = write_index(course, "bob", set(course.notebook_names()), set()).read_text(encoding="utf-8")
     assert f"<td>{points + 0.5:g} / {points:g}, with 0.5 extra credit</td>" in page, page
     assert page.count("extra credit") == 1, page
+
+
+def test_a_hand_score_below_a_notebook_s_penalty_gives_one_total_on_every_page(course):
+    """The penalty is worked out on a notebook's autograded points; a grader's hand score below it used to leave
+    grades.csv's notebook columns (each at least 0) summing to more than its score column (the whole at least 0), and
+    the notebook's page showing a negative score. A penalty now takes at most what its notebook scored, everywhere."""
+    import csv
+    import shutil
+
+    from nbgrader.plugins import LateSubmissionPlugin
+
+    from autograder.export import export, released_test_ids
+    from autograder.feedback import generate_for, page_text, write_index
+    from autograder.grade import JOBS, commit_grades
+
+    class TwoPointsLate(LateSubmissionPlugin):
+        """Takes 2 points off each late notebook."""
+
+        def late_submission_penalty(self, student_id, score, total_seconds_late):
+            """2 points whatever the lateness."""
+            return 2.0
+
+    course.config.AssignLatePenalties.plugin_class = TwoPointsLate
+    first, second = course.notebook_names()[:2]
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        grades = {nb.name: {"late": None, "comments": {},
+                            "grades": {g.name: (g.max_score if nb.name in (first, second) else 0.0)
+                                       for g in nb.grades}}
+                  for nb in gb.find_submission(ASSIGNMENT, "ann").notebooks}
+        gb.db.execute(JOBS.insert().values(student_id="ann", assignment=ASSIGNMENT, digest="", state="running"))
+        commit_grades(gb, "ann", {"timestamp": DUE + HOUR, "notebooks": grades}, {"state": "done", "notebooks": "{}"})
+    with course.gradebook() as gb:
+        notebooks = {nb.name: nb for nb in gb.find_submission(ASSIGNMENT, "ann").notebooks}
+        tests = [g for g in notebooks[first].grades if g.max_score]
+        for grade in tests:  # the grader gives 1 point for the whole notebook, below its penalty of 2
+            grade.manual_score = 1.0 if grade is tests[0] else 0.0
+        gb.db.commit()
+        kept = notebooks[second].score
+    assert kept > 2
+    rows = {r["student_id"]: r for r in csv.DictReader(export(course)[0].open(encoding="utf-8"))}
+    ann = rows["ann"]
+    assert (ann[first], ann[second]) == ("0", f"{kept - 2:g}"), ann
+    # the total is the notebooks' sum, and the penalty what it took: 1 of the first notebook's 2, 2 of the second's
+    assert (ann["raw_score"], ann["late_submission_penalty"], ann["score"]) == \
+        (f"{kept + 1:g}", "3", f"{kept - 2:g}"), ann
+    course.step_dir("feedback", "ann").mkdir(parents=True)
+    page = write_index(course, "ann", set(course.notebook_names()), set()).read_text(encoding="utf-8")
+    assert f"<h1>{ASSIGNMENT}: {kept - 2:g} of " in page, page
+    assert f"late penalty of 3 points is taken off the {kept + 1:g} points" in page, page
+    # the notebook's own page: 0, not -1, with the 1 point the penalty took
+    graded = course.step_dir("autograded", "ann")
+    graded.mkdir(parents=True)
+    shutil.copy(course.release_dir / f"{first}.ipynb", graded)
+    [html_page] = generate_for(course, "ann", None, released_test_ids(course))
+    text = page_text(html_page.read_text(encoding="utf-8"))
+    assert "(Score: 0.0 / " in text and "Late submission penalty (Score: -1.0)" in text, text[:3000]
+    assert "It costs 1 point (the late penalty)" in text, text[:3000]
