@@ -202,6 +202,15 @@ def residual_grad(x, W):
     return y.copy(), W.T @ ((1 - a**2) * y)
 '''
 
+# the paths swapped: their sum, the one visible check of the paths, stayed right (a student's walkthrough)
+SWAPPED_RESIDUAL = '''\
+def residual_grad(x, W):
+    x, W = np.asarray(x, dtype=np.float64), np.asarray(W, dtype=np.float64)
+    a = np.tanh(W @ x)
+    y = x + a
+    return W.T @ ((1 - a**2) * y), y
+'''
+
 # multiplies each table into the next one in place: the joint is right, the caller's tables are gone
 IN_PLACE_TABLES = '''\
 def joint_from_conditionals(tables):
@@ -293,6 +302,15 @@ CASES = {
     },
 }
 
+# a further wrong answer to an exercise CASES has one for, in a run of its own
+MORE_CASES = {
+    "00-vectors-shapes-and-gradients": {
+        "ex_residual_grad": (SWAPPED_RESIDUAL, "test_residual_grad", "with W = 0 the layer path contributes 0"),
+    },
+}
+RUNS = [pytest.param(name, CASES[name], id=name) for name in sorted(CASES)] + \
+    [pytest.param(name, MORE_CASES[name], id=f"{name}-more") for name in sorted(MORE_CASES)]
+
 
 def with_answers(name: str, answers: dict[str, str]):
     """The source notebook `name` with the solution cells of answers (grade id -> code) replaced."""
@@ -307,9 +325,8 @@ def with_answers(name: str, answers: dict[str, str]):
     return nb
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_exactly_the_test_cells_of_the_wrong_answers_fail_naming_the_check(name, tmp_path, monkeypatch):
-    cases = CASES[name]
+@pytest.mark.parametrize("name, cases", RUNS)
+def test_exactly_the_test_cells_of_the_wrong_answers_fail_naming_the_check(name, cases, tmp_path, monkeypatch):
     monkeypatch.setenv("PART_II_ROOT", str(REPO))  # the kernel runs in tmp_path, away from code/part-ii
     nb = run_notebook(with_answers(name, {grade_id: code for grade_id, (code, _, _) in cases.items()}), tmp_path,
                       timeout=120)
