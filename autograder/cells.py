@@ -170,7 +170,27 @@ def moved_tests(order: list[str], stand_ins: set[str], present: list[str]) -> di
 MOVED_TESTS_KEY = "part_ii_moved_tests"  # notebook metadata: the grader's moved_tests, from sanitizing to judging
 MOVED_TEST = ("this test cell now comes after the test cell {later}, which grading runs with reference versions of "
               "earlier exercises' functions, so your own answer cannot be tested here: put the test cells back in the "
-              "released order, {later} after this one")
+              "released order, this one first")
+MOVED_HEADING_CHARS = 40  # of the heading naming that cell: the message stays within a verdict's 300 characters
+
+
+def test_headings(nb) -> dict[str, str]:
+    """{grade id of each test cell: the exercise heading it comes under (heading_after)}."""
+    found, heading = {}, None
+    for cell in nb.cells:
+        heading = heading_after(cell, heading)
+        if is_test_cell(cell) and heading:
+            found.setdefault(nbgrader_meta(cell).get("grade_id", ""), heading)
+    return found
+
+
+def moved_test_message(later: str, headings: dict[str, str]) -> str:
+    """MOVED_TEST for the test cell `later`, named with the heading it comes under (a grade id alone is not shown
+    in Jupyter)."""
+    under = headings.get(later)
+    if under and len(under) > MOVED_HEADING_CHARS:
+        under = under[:MOVED_HEADING_CHARS - 1] + "…"
+    return MOVED_TEST.format(later=f"{later} (under “{under}”)" if under else later)
 
 
 def visible_source(source: str) -> str:

@@ -44,10 +44,10 @@ import os
 import re
 from pathlib import Path
 
-from .cells import (BUDGET_SPENT, MOVED_TEST, NO_KERNEL, NOT_RUN, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN,
-                    WROTE_TO_STDERR, cell_points, checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids,
-                    graded_cells_of, heading_after, is_edited, is_retyped_test, is_test_cell, moved_tests,
-                    nbgrader_meta, numbered_cell, outcome_message, stands_in, stopped_by_budget, stopped_kernel)
+from .cells import (BUDGET_SPENT, NO_KERNEL, NOT_RUN, NOTEBOOK_TIMEOUT, TIMED_OUT, WARNING_PATTERN, WROTE_TO_STDERR,
+                    cell_points, checks_format_only, cut_at_time_limit, error_named, first_line, grade_ids, graded_cells_of,
+                    heading_after, is_edited, is_retyped_test, is_test_cell, moved_test_message, moved_tests, nbgrader_meta,
+                    numbered_cell, outcome_message, stands_in, stopped_by_budget, stopped_kernel, test_headings)
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
@@ -614,7 +614,8 @@ def check(path: Path, timeout: float = DEFAULT_CELL_TIMEOUT, notebook_timeout: f
         run_notebook(nb, folder, timeout, notebook_timeout=notebook_timeout)
     rows = with_deleted_tests(exercise_rows(nb, load_config().ClearSolutions.text_stub), sources[best], deleted)
     if moved := moved_test_cells(nb, sources[best]):  # it ran your own answer here; grading cannot judge it there
-        rows = [(h, g, p, f"✘ {MOVED_TEST.format(later=moved[g])}", False) if g in moved else (h, g, p, m, ok)
+        headings = test_headings(nb)
+        rows = [(h, g, p, f"✘ {moved_test_message(moved[g], headings)}", False) if g in moved else (h, g, p, m, ok)
                 for h, g, p, m, ok in rows]
     print_table(Path(path), rows)
     locked = edited_locked_cells(nb)

@@ -87,8 +87,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Dict
 from traitlets.config import Config
 
-from .cells import (BUDGET_NOT_RUN, KERNEL_DIED, MOVED_TEST, MOVED_TESTS_KEY, NOT_RUN, NOTEBOOK_TIMEOUT,
-                    TOO_MANY_PROCESSES, first_line, left_out, numbered_cell, visible_source)
+from .cells import (BUDGET_NOT_RUN, KERNEL_DIED, MOVED_TESTS_KEY, NOT_RUN, NOTEBOOK_TIMEOUT, TOO_MANY_PROCESSES,
+                    first_line, left_out, moved_test_message, numbered_cell, test_headings, visible_source)
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS_PATH = REPO / "code" / "part-ii" / "checks.py"
@@ -603,12 +603,13 @@ class TrustedChecks(NbGraderPreprocessor):
         names = visible_test_names(nb, originals)
         moved = nb.metadata.pop(MOVED_TESTS_KEY, None)  # RestoreMissingCells's, from the release's order
         moved = {g: str(later) for g, later in moved.items()} if isinstance(moved, dict) else {}
+        headings = test_headings(nb) if moved else {}
         seen_test = False
         for cell in nb.cells:
             if is_autograded_test(cell):
                 seen_test = True
                 grade_id = cell.metadata.nbgrader.get("grade_id", "")
-                cell.outputs = ([_error(MOVED_TEST.format(later=moved[grade_id]))] if grade_id in moved else
+                cell.outputs = ([_error(moved_test_message(moved[grade_id], headings))] if grade_id in moved else
                                 self._verdict(cell, None if expected is None else expected.get(grade_id), names))
                 if grade_id in originals:
                     cell.source = originals[grade_id]

@@ -567,13 +567,20 @@ def test_a_test_cell_sanitizing_named_as_moved_fails_whatever_its_records_say(mo
                                  "grade_id": "test_loss", "schema_version": 3}
     test.outputs = [nbformat.v4.new_output("display_data", data={trusted_checks.checks.RECORD_MIMETYPE: record})
                     for record in ({"kind": "close", "actual": 1.0}, {"kind": "close", "actual": 0.5})]
-    nb = nbformat.v4.new_notebook(cells=[test], metadata={} if moved is None else {MOVED_TESTS_KEY: moved})
+    later = nbformat.v4.new_code_cell("pass")
+    later.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                  "grade_id": "test_later", "schema_version": 3}
+    cells = [nbformat.v4.new_markdown_cell("### 练习 1.2（1 分）`later`, whose heading goes on and on and on"), later, test]
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={} if moved is None else {MOVED_TESTS_KEY: moved})
     expected = [{"kind": "close", "label": "loss", "expected": 1.0}, {"kind": "close", "label": "hidden", "expected": 0.5}]
-    nb, _ = trusted_checks.TrustedChecks(expected_records={"nb": {"test_loss": expected}}).preprocess(
+    nb, _ = trusted_checks.TrustedChecks(expected_records={"nb": {"test_loss": expected, "test_later": []}}).preprocess(
         nb, {"unique_key": "nb"})
     assert MOVED_TESTS_KEY not in nb.metadata
-    verdicts = [out["evalue"] for out in nb.cells[0].outputs]
-    assert verdicts == ([MOVED_TEST.format(later="test_later")] if isinstance(moved, dict) else []), verdicts
+    verdicts = [out["evalue"] for out in nb.cells[2].outputs]
+    # the later cell named by its heading as well, as plain text: Jupyter does not show grade ids
+    named = MOVED_TEST.format(later="test_later (under “练习 1.2（1 分）later, whose heading goes on…”)")
+    assert len(named) < trusted_checks.VERDICT_CHARS
+    assert verdicts == ([named] if isinstance(moved, dict) else []), verdicts
 
 
 def test_the_notes_on_a_hidden_cell_s_syntax_error_or_missing_module_take_linear_time_on_crafted_source():
