@@ -634,6 +634,50 @@ def test_a_stand_in_lives_for_the_running_cell_only_and_the_student_s_functions_
     assert namespace == {"entropy_nats": "the student's"}
 
 
+def test_a_stand_in_answers_in_the_type_the_student_s_own_function_returns(capsys):
+    """A student's walkthrough: an all-torch 4.4 that ends kl_nats(...).clamp(min=0) passed check with the student's
+    tensor-returning kl_nats, then scored 0 at grading, where the stand-in returned numpy. The stand-in now gives the
+    reference's values in the type the student's own function returns for those arguments."""
+    import warnings
+
+    def own_tensor32(p):
+        p.fill(7.0)  # in place, on the stand-in's copy: neither the caller nor the reference sees it
+        print("the student's own output")
+        warnings.warn("the student's own warning")
+        return torch.zeros(2, dtype=torch.float32)
+
+    def reference(p):
+        return np.asarray(p, dtype=np.float64) * 2
+
+    def broken(p):
+        raise ZeroDivisionError("the student's bug")
+
+    def calls_the_other(p):
+        return namespace["as_float"](p)  # the stand-in for as_float, while this one runs for its type
+
+    namespace = {"as_tensor": own_tensor32, "as_float": lambda p: 1.5, "raises": broken, "calls": calls_the_other,
+                 "not_callable": "a string"}
+    shell = _Shell()
+    checks.standing_in(namespace, shell=shell, as_tensor=reference, as_float=lambda p: np.float64(p[0]),
+                       raises=reference, calls=lambda p: np.float64(p[1]), not_callable=reference, absent=reference)
+    given = np.array([0.25, 0.5])
+    got = namespace["as_tensor"](given)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32, got
+    assert got.tolist() == [0.5, 1.0] and given.tolist() == [0.25, 0.5]
+    assert type(namespace["as_float"](given)) is float and namespace["as_float"](given) == 0.25
+    # theirs calls another stand-in, which then only answers (no probe within a probe): bounded, and the reference's
+    assert isinstance(namespace["calls"](given), float) and namespace["calls"](given) == 0.5
+    for name in ("raises", "not_callable", "absent"):  # theirs fails, is no function, or there is none: numpy
+        got = namespace[name](given)
+        assert isinstance(got, np.ndarray) and got.tolist() == [0.5, 1.0], (name, got)
+    assert capsys.readouterr() == ("", "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        namespace["as_tensor"](given)
+    assert caught == []
+    shell.end_cell()
+
+
 @pytest.mark.parametrize("namespace, functions, words", [
     ([], {"f": len}, "the notebook's namespace, globals(), got list"),
     ({}, {}, "name=function pairs"),

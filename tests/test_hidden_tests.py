@@ -258,9 +258,55 @@ ex4_forward = kl_with_support([1.0, 0.0], [0.5, 0.5])
 ex4_reverse = kl_with_support([0.5, 0.5], [1.0, 0.0])
 '''
 
+# torch all the way, the later answer using a tensor method on what the earlier one returns: grading's stand-ins
+# returned numpy, and .clamp / .clone raised there alone (a student's walkthrough: 0 of 2 twice, 10/10 in check)
+TORCH_ENTROPY = '''\
+def entropy_nats(p):
+    return torch.special.entr(torch.as_tensor(p, dtype=torch.float64)).sum(dim=-1)
+'''
+
+TORCH_KL = '''\
+def kl_nats(p, q):
+    p, q = torch.as_tensor(p, dtype=torch.float64), torch.as_tensor(q, dtype=torch.float64)
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(dim=-1)
+'''
+
+CLAMPED_GAP = '''\
+def entropy_gap(p):
+    P = torch.as_tensor(p, dtype=torch.float64)
+    return kl_nats(P, torch.full_like(P, 1.0 / P.shape[-1])).clamp(min=0.0)
+'''
+
+TORCH_BIGRAM = '''\
+def bigram_mle(ids, K):
+    t = torch.as_tensor(np.asarray(ids), dtype=torch.long)
+    if t.ndim != 1 or len(t) < 2 or bool(((t < 0) | (t >= K)).any()):
+        raise ValueError(f"ids must be a sequence [n], n >= 2, of values in [0, {K})")
+    C = torch.bincount(t[:-1] * K + t[1:], minlength=K * K).reshape(K, K).to(torch.float64)
+    N = C.sum(dim=1, keepdim=True)
+    if bool((N == 0).any()):
+        raise ValueError(f"symbols {torch.nonzero(N[:, 0] == 0).flatten().tolist()} never precede another symbol")
+    return C / N
+'''
+
+CLONED_ADD_K = '''\
+def add_k_probs(ids, K, k):
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if k == 0:
+        return bigram_mle(ids, K).clone()
+    t = torch.as_tensor(np.asarray(ids), dtype=torch.long)
+    if t.ndim != 1 or len(t) < 2 or bool(((t < 0) | (t >= K)).any()):
+        raise ValueError(f"ids must be a sequence [n], n >= 2, of values in [0, {K})")
+    C = torch.bincount(t[:-1] * K + t[1:], minlength=K * K).reshape(K, K).to(torch.float64)
+    return (C + k) / (C.sum(dim=1, keepdim=True) + K * k)
+'''
+
 HONEST = {
-    "04-entropy-cross-entropy-kl": {"ex_torch_kl_div": KL_DIV_AS_DEFAULT},
+    "04-entropy-cross-entropy-kl": {"ex_torch_kl_div": KL_DIV_AS_DEFAULT, "ex_entropy": TORCH_ENTROPY,
+                                    "ex_kl_direction": TORCH_KL, "ex_max_entropy": CLAMPED_GAP},
     "05-sequence-loss-and-perplexity": {"ex_sequence_cross_entropy": CE_FROM_IMPORT},
+    "06-counting-language-model": {"ex_bigram_mle": TORCH_BIGRAM, "ex_add_k_probs": CLONED_ADD_K},
 }
 
 # notebook -> solution cell -> (answer, the test cell it must fail, words of its message); None: it must pass
@@ -339,9 +385,10 @@ def test_exactly_the_test_cells_of_the_wrong_answers_fail_naming_the_check(name,
 
 
 @pytest.mark.parametrize("name", sorted(HONEST))
-def test_a_required_library_call_made_through_a_name_of_the_student_s_own_passes(name, tmp_path, monkeypatch):
+def test_right_answers_written_another_way_pass_every_check(name, tmp_path, monkeypatch):
     """calls_watched saw only calls through F.kl_div / F.cross_entropy themselves: `from torch.nn.functional import
-    cross_entropy`, or kl_div as a default argument, failed the check that the exercise's call is made."""
+    cross_entropy`, or kl_div as a default argument, failed the check that the exercise's call is made. And a later
+    answer using tensor methods on an earlier all-torch answer's result failed under grading's stand-ins."""
     monkeypatch.setenv("PART_II_ROOT", str(REPO))
     nb = run_notebook(with_answers(name, HONEST[name]), tmp_path, timeout=120)
     failed = {grade_id: message for _, grade_id, _, message, passed in exercise_rows(nb) if passed is False}

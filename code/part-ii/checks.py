@@ -719,8 +719,11 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
 
     A hidden test of an exercise whose answer may call an earlier exercise's function (4.3 calls 4.1's
     entropy_nats) puts a reference version there first, so one wrong answer costs one exercise's points.
-    After the cell - with or without an error - every name gets back what it held before, and a stand-in
-    still held somewhere raises when called. (Its reference can be lifted from its closure while the cell runs,
+    A stand-in answers with the reference's values in the type the student's own function returns for the same
+    arguments (run on copies of them, its errors and output dropped): a tensor where theirs gives one, so that
+    an answer using tensor methods on the result scores as it does with their own function. After the cell -
+    with or without an error - every name gets back what it held before, and a stand-in still held somewhere
+    raises when called. (Its reference can be lifted from its closure while the cell runs,
     so grading fails a test cell of the earlier exercise moved below this one.) shell: the IPython shell whose
     post_run_cell event ends the cell (default: the running kernel's).
     """
@@ -737,11 +740,21 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
     live = [True]
     saved = {name: namespace.get(name, _ABSENT) for name in functions}
 
+    probing = [False]  # the student's own function is running for its type: stand-ins it calls only answer
+
     def limited(name: str, function):
         def stand_in(*args, **kwargs):
             if not live[0]:
                 raise RuntimeError(f"the grader's stand-in for {name} works only in the test cell that put it there")
-            return function(*args, **kwargs)
+            value = function(*args, **kwargs)
+            own = saved[name]
+            if probing[0] or not callable(own):
+                return value
+            probing[0] = True
+            try:
+                return _in_type_of(_quietly(own, args, kwargs), value)
+            finally:
+                probing[0] = False
 
         stand_in.__name__ = stand_in.__qualname__ = name
         return stand_in
@@ -760,6 +773,35 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
     for name, function in functions.items():
         namespace[name] = limited(name, function)
     shell.events.register("post_run_cell", give_back)
+
+
+def _quietly(function, args: tuple, kwargs: dict):
+    """function(*args, **kwargs) on deep copies of the arguments, with its output, warnings and errors dropped
+    (None after an error): what a stand-in learns the student's function's return type from."""
+    import copy
+    import io
+
+    try:
+        args, kwargs = copy.deepcopy((args, kwargs))
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return function(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - a wrong earlier answer must not cost this exercise too
+        return None
+
+
+def _in_type_of(own, value):
+    """value, a reference's result, in own's type (the student's function's result for the same arguments): a
+    torch tensor (of own's dtype when it is a floating one), a Python float, or value unchanged (numpy, anything
+    else)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(own, torch.Tensor):
+        tensor = torch.as_tensor(np.asarray(value))
+        return tensor.to(own.dtype) if own.dtype.is_floating_point and tensor.dtype.is_floating_point else tensor
+    if type(own) is float and np.ndim(value) == 0:
+        return float(value)
+    return value
 
 
 def recording() -> bool:
