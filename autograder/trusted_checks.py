@@ -239,8 +239,8 @@ def strip_records(cell) -> None:
 
 
 def _expected_entry(record: dict) -> dict:
-    """What the grader keeps from an instructor record: kind, label, expected value, tolerances."""
-    keep = ("kind", "label", "expected", "rtol", "atol", "raised")
+    """What the grader keeps from an instructor record: kind, label, expected value, tolerances, check_true's hint."""
+    keep = ("kind", "label", "expected", "rtol", "atol", "raised", "hint")
     return {k: record[k] for k in keep if k in record}
 
 
@@ -257,8 +257,10 @@ def record_failure(expected: dict, got) -> str | None:
     if kind == "equal":
         return checks.equal_failure(label, checks.from_plain(got.get("actual")), checks.from_plain(expected.get("expected")),
                                     reveal=False)
-    if kind == "true":
-        return None if got.get("holds") is True else f"{label}: not true"
+    if kind == "true":  # the hint the instructor's check_true gave, as the student's own run shows it
+        hint = expected.get("hint")
+        return None if got.get("holds") is True else f"{label}: not true" + (f" ({hint})" if isinstance(hint, str)
+                                                                               and hint else "")
     if kind == "raises":
         ok = got.get("ok") is True and got.get("raised") == expected.get("raised")
         return None if ok else raises_failure(label, expected.get("raised"), got.get("raised"))

@@ -131,8 +131,10 @@ def test_in_record_mode_the_verdict_is_sent_to_the_grader_instead_of_raised(monk
         helpers.double(1)
     with checks.forbidden_calls("quadruple", (helpers, "double")):
         pass
-    assert sent == [("true", "quadruple works without calling helpers.double", {"holds": False}),
-                    ("true", "quadruple works without calling helpers.double", {"holds": True})]
+    # the hint goes with the record; the grader shows the one of the instructor's run, which called nothing
+    assert sent == [("true", "quadruple works without calling helpers.double",
+                     {"holds": False, "hint": "it called helpers.double"}),
+                    ("true", "quadruple works without calling helpers.double", {"holds": True, "hint": ""})]
 
 
 @pytest.mark.parametrize("targets, words", [

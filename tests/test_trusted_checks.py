@@ -607,3 +607,19 @@ def test_the_notes_on_a_hidden_cell_s_syntax_error_or_missing_module_take_linear
                                   ("import numpyx", "numpy", False)]:
         found = missing_module({"ename": "ModuleNotFoundError", "evalue": f"No module named '{module}'"}, source)
         assert (found is not None) == named, (source, module, found)
+
+
+def test_a_failed_check_true_gives_the_instructor_s_hint_never_the_student_s(tmp_path):
+    """A student's walkthrough: check said "no nan or inf for logits of +-1000: not true (subtract each row's maximum
+    before exp)", the feedback page only "...: not true": a record sent no hint. The instructor's record now keeps it,
+    and the verdict shows that one; a hint in the student's record is never shown."""
+    source = tmp_path / "source"
+    source.mkdir()
+    source_notebook(source, "hinted", "from checks import check_true\n"
+                                      "check_true('finite for large logits', True, 'subtract the maximum first')\n"
+                                      "check_true('no hint here', True)\n")
+    expected = record_assignment(source)["hinted"]["test_hinted"]
+    assert [e.get("hint") for e in expected] == ["subtract the maximum first", ""], expected
+    got = [{"kind": "true", "holds": False, "hint": "<script>a hint of the student's</script>"}] * 2
+    assert trusted_checks.cell_failure(expected, got) == ("finite for large logits: not true (subtract the maximum "
+                                                          "first); no hint here: not true")

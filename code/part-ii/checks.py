@@ -263,8 +263,8 @@ def check_true(label: str, condition, hint: str = "") -> None:
     if not isinstance(hint, str):  # a test cell's mistake: check_true(label, cond, 5)
         raise ValueError(f"check_true: hint must be a str saying what the property means, got {type(hint).__name__}")
     holds, why = _condition_holds(condition)
-    if recording():
-        _emit("true", label, holds=holds)
+    if recording():  # the grader shows the hint from the instructor's record, never from this one
+        _emit("true", label, holds=holds, hint=hint)
         return
     if not holds:
         notes = "; ".join(n for n in (why, hint) if n)
@@ -340,7 +340,7 @@ def forbidden_calls(user: str, *targets):
     with calls_of(user, *targets) as called:
         yield
     names = ", ".join(_display_name(owner, name) for owner, name in targets)
-    check_true(f"{user} works without calling {names}", not called, f"it called {', '.join(called)}")
+    check_true(f"{user} works without calling {names}", not called, f"it called {', '.join(called)}" if called else "")
 
 
 @contextlib.contextmanager
