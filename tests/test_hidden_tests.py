@@ -211,6 +211,29 @@ def residual_grad(x, W):
     return W.T @ ((1 - a**2) * y), y
 '''
 
+# checks that every weight is <= 0, not any: an array with one negative weight passed (a student's walkthrough)
+ALL_WEIGHTS_NEGATIVE = '''\
+def calibrate_weighted_output(q, w):
+    q, w = np.asarray(q, dtype=float), np.asarray(w, dtype=float)
+    if np.all(w <= 0):
+        raise ValueError(f"w must be positive, got {w}")
+    return q / (q + w * (1.0 - q))
+'''
+
+# C from the second axis of a batch: right for [C] and [B, C], wrong for the [..., C] the text allows (a walkthrough)
+SECOND_AXIS_GAP = '''\
+def entropy_gap(p):
+    p = np.asarray(p, dtype=float)
+    C = p.shape[1] if p.ndim == 2 else p.shape[0]
+    return np.log(C) - entropy_nats(p)
+'''
+
+# both in log space: nan wherever the target has a zero, which the text allows (a student's walkthrough)
+LOG_TARGET_KL = '''\
+def batch_kl(p, q):
+    return F.kl_div(q.log(), p.log(), log_target=True, reduction="batchmean")
+'''
+
 # multiplies each table into the next one in place: the joint is right, the caller's tables are gone
 IN_PLACE_TABLES = '''\
 def joint_from_conditionals(tables):
@@ -352,6 +375,14 @@ CASES = {
 MORE_CASES = {
     "00-vectors-shapes-and-gradients": {
         "ex_residual_grad": (SWAPPED_RESIDUAL, "test_residual_grad", "with W = 0 the layer path contributes 0"),
+    },
+    "03-maximum-likelihood": {
+        "ex_weighted_calibration": (ALL_WEIGHTS_NEGATIVE, "test_weighted_calibration",
+                                    "a weight array with one negative element"),
+    },
+    "04-entropy-cross-entropy-kl": {
+        "ex_max_entropy": (SECOND_AXIS_GAP, "test_max_entropy", "one gap per position of a [2, 3, 4] batch"),
+        "ex_torch_kl_div": (LOG_TARGET_KL, "test_torch_kl_div", "targets with zero entries"),
     },
 }
 RUNS = [pytest.param(name, CASES[name], id=name) for name in sorted(CASES)] + \
