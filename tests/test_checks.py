@@ -680,6 +680,49 @@ def test_a_stand_in_answers_in_the_type_the_student_s_own_function_returns(capsy
     shell.end_cell()
 
 
+def test_a_stand_in_s_look_at_the_student_s_function_costs_the_later_exercise_nothing(monkeypatch):
+    """A code review: the stand-in ran the student's own earlier function inside the later exercise's forbidden_calls,
+    so an earlier answer calling pp.entropy failed 4.4 too; and a looping earlier answer would hang every later test
+    cell. A probe's calls are now not charged (nor counted by calls_of), and it stops at the stand-in's time; a
+    SystemExit, a non-leaf tensor argument and a student's `except Exception` change nothing of that."""
+    import time
+
+    helpers = fake_module()
+    monkeypatch.setattr(checks, "PROBE_SECONDS", 0.3)
+
+    def loops(p):
+        while True:
+            try:
+                time.sleep(0.01)
+            except Exception:  # noqa: BLE001 - what a student may write
+                pass
+
+    def leaves(p):
+        raise SystemExit
+
+    namespace = {"calls_double": lambda p: torch.as_tensor(helpers.double(p)), "loops": loops, "leaves": leaves}
+    shell = _Shell()
+    reference = lambda p: np.asarray(p, dtype=np.float64) * 2  # noqa: E731
+    checks.standing_in(namespace, shell=shell, calls_double=reference, loops=reference, leaves=reference)
+    with checks.forbidden_calls("later_answer", (helpers, "double")):
+        got = namespace["calls_double"](np.array([1.0]))
+    assert isinstance(got, torch.Tensor)  # the probe ran, and its call of helpers.double was not charged
+    with checks.calls_of("later_answer", (helpers, "double")) as called:
+        namespace["calls_double"](np.array([1.0]))
+    assert called == []
+    start = time.perf_counter()
+    assert namespace["loops"](np.array([1.0])).tolist() == [2.0]
+    assert namespace["loops"](np.array([1.0])).tolist() == [2.0]  # its time is spent: no second wait
+    assert time.perf_counter() - start < 2.0
+    assert namespace["leaves"](np.array([1.0])).tolist() == [2.0]
+    leaf = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    namespace["own"] = lambda p: p * 1
+    checks.standing_in(namespace, shell=shell, own=lambda p: np.asarray(p.detach()) * 2)
+    got = namespace["own"](leaf * 2)  # not a leaf: deepcopy refuses it
+    assert isinstance(got, torch.Tensor) and got.tolist() == [4.0, 4.0]
+    shell.end_cell()
+
+
 @pytest.mark.parametrize("namespace, functions, words", [
     ([], {"f": len}, "the notebook's namespace, globals(), got list"),
     ({}, {}, "name=function pairs"),

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import sys
+import time
 import types
 import warnings
 
@@ -668,7 +669,7 @@ class _Spy:
                 pass
 
     def __call__(self, *args, **kwargs):
-        if self._label not in self._called:
+        if self._label not in self._called and not _PROBING[0]:  # a probe's calls are the earlier exercise's
             self._called.append(self._label)
         return self.__wrapped__(*args, **kwargs)
 
@@ -720,8 +721,9 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
     A hidden test of an exercise whose answer may call an earlier exercise's function (4.3 calls 4.1's
     entropy_nats) puts a reference version there first, so one wrong answer costs one exercise's points.
     A stand-in answers with the reference's values in the type the student's own function returns for the same
-    arguments (run on copies of them, its errors and output dropped): a tensor where theirs gives one, so that
-    an answer using tensor methods on the result scores as it does with their own function. After the cell -
+    arguments (run on copies of them, its errors and output dropped, for PROBE_SECONDS in all per cell, and what it
+    calls not seen by forbidden_calls or calls_of): a tensor where theirs gives one, so that an answer using tensor
+    methods on the result scores as it does with their own function. After the cell -
     with or without an error - every name gets back what it held before, and a stand-in still held somewhere
     raises when called. (Its reference can be lifted from its closure while the cell runs,
     so grading fails a test cell of the earlier exercise moved below this one.) shell: the IPython shell whose
@@ -740,21 +742,23 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
     live = [True]
     saved = {name: namespace.get(name, _ABSENT) for name in functions}
 
-    probing = [False]  # the student's own function is running for its type: stand-ins it calls only answer
-
     def limited(name: str, function):
+        left = [PROBE_SECONDS]  # this stand-in's time for running the student's own function, in this cell
+
         def stand_in(*args, **kwargs):
             if not live[0]:
                 raise RuntimeError(f"the grader's stand-in for {name} works only in the test cell that put it there")
             value = function(*args, **kwargs)
             own = saved[name]
-            if probing[0] or not callable(own):
+            if _PROBING[0] or not callable(own) or left[0] <= 0:  # within a probe, stand-ins only answer
                 return value
-            probing[0] = True
+            start = time.perf_counter()
+            theirs = _quietly(own, args, kwargs, left[0])
+            left[0] -= time.perf_counter() - start
             try:
-                return _in_type_of(_quietly(own, args, kwargs), value)
-            finally:
-                probing[0] = False
+                return _in_type_of(theirs, value)
+            except Exception:  # noqa: BLE001 - no such type for this value: the reference's own
+                return value
 
         stand_in.__name__ = stand_in.__qualname__ = name
         return stand_in
@@ -775,20 +779,59 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
     shell.events.register("post_run_cell", give_back)
 
 
-def _quietly(function, args: tuple, kwargs: dict):
-    """function(*args, **kwargs) on deep copies of the arguments, with its output, warnings and errors dropped
-    (None after an error): what a stand-in learns the student's function's return type from."""
-    import copy
-    import io
+PROBE_SECONDS = 2.0  # per stand-in and cell: a slow or looping earlier answer costs the later exercise no more
+_PROBING = [0]  # > 0 while a stand-in runs a student's own function: forbidden_calls and calls_of do not see it
 
-    try:
-        args, kwargs = copy.deepcopy((args, kwargs))
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            return function(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - a wrong earlier answer must not cost this exercise too
+
+class _ProbeTimeUp(BaseException):
+    """Stops a probe at its time (a BaseException: a student's `except Exception` does not swallow it)."""
+
+
+def _time_up(signum, frame):
+    """SIGALRM handler of _quietly."""
+    raise _ProbeTimeUp
+
+
+def _copied(value):
+    """A copy of an argument the student's function may change in place (a tensor detached: deepcopy refuses one
+    that is not a leaf of the autograd graph)."""
+    import copy
+
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return copy.deepcopy(value)
+
+
+def _quietly(function, args: tuple, kwargs: dict, seconds: float):
+    """function(*args, **kwargs) on copies of the arguments, its output, warnings and errors dropped, stopped after
+    seconds: its result, or None (an error, out of time, or not on the main thread, where no timer can stop it).
+    What a stand-in learns the student's function's return type from."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
         return None
+    handler = signal.signal(signal.SIGALRM, _time_up)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.perf_counter()
+    _PROBING[0] += 1
+    try:
+        try:
+            args, kwargs = tuple(_copied(a) for a in args), {k: _copied(v) for k, v in kwargs.items()}
+            with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), \
+                    warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                return function(*args, **kwargs)
+        finally:  # first: a timer that goes off after the return is caught below, not in the caller
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except (Exception, SystemExit, _ProbeTimeUp):  # noqa: BLE001 - a wrong earlier answer costs this exercise nothing
+        return None
+    finally:
+        _PROBING[0] -= 1
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if handler is None else handler)  # None: not set from Python
+        if outer:  # a timer of the student's own was running: it goes on from where it was
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.perf_counter() - start), 1e-3))
 
 
 def _in_type_of(own, value):
@@ -797,7 +840,7 @@ def _in_type_of(own, value):
     else)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(own, torch.Tensor):
-        tensor = torch.as_tensor(np.asarray(value))
+        tensor = torch.tensor(np.array(value))  # a copy: a flipped or read-only array is no tensor's memory
         return tensor.to(own.dtype) if own.dtype.is_floating_point and tensor.dtype.is_floating_point else tensor
     if type(own) is float and np.ndim(value) == 0:
         return float(value)
