@@ -812,7 +812,10 @@ def _quietly(function, args: tuple, kwargs: dict, seconds: float):
 
     if threading.current_thread() is not threading.main_thread():
         return None
-    handler = signal.signal(signal.SIGALRM, _time_up)
+    try:
+        handler = signal.signal(signal.SIGALRM, _time_up)
+    except (ValueError, OSError):  # no timer to be had here: no look
+        return None
     outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     start = time.perf_counter()
     _PROBING[0] += 1
