@@ -116,14 +116,19 @@ def after_penalty(notebook) -> float:
     return max(0.0, notebook.score - (notebook.late_submission_penalty or 0.0))
 
 
+def penalty_taken(score: float, penalty: float | None) -> float:
+    """The points a notebook's late penalty takes from its score: the penalty, but never more than the score (a hand
+    score below the penalty, which was worked out on the autograded points), and exactly 0 without one."""
+    return min(penalty or 0.0, max(score, 0.0))
+
+
 def after_penalties(submission) -> tuple[float, float]:
     """(score, penalty) of a graded submission (nbgrader's SubmittedAssignment): the sum of its notebooks' scores
-    after their penalties, and the points those penalties took.
-
-    A penalty is worked out on the notebook's autograded points; a hand score below it takes the notebook to 0, not
-    below, so the total is the sum of the notebook scores every page and column gives, and raw - penalty = score."""
+    after their penalties, and the points those penalties took; so the total is the sum of the notebook scores every
+    page and column gives."""
     score = sum(after_penalty(nb) for nb in submission.notebooks)
-    return score, max(0.0, submission.score - score)
+    # summed notebook by notebook, not as raw - score: the gradebook's total is another float sum (a 1e-16 penalty)
+    return score, sum(penalty_taken(nb.score, nb.late_submission_penalty) for nb in submission.notebooks)
 
 
 def late_by(seconds: float) -> str:

@@ -66,7 +66,7 @@ from .collect import (DUPLICATE, OLDER, dropped_note, known_students, load_colle
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, listed,
                      quiet_nbgrader_logs, run_first)
 from .export import (HAND_SCORE_OUTSIDE, after_penalties, after_penalty, deleted_answers, failing_without_answer,
-                     hand_scores_out_of_range, late_by, released_answers, released_test_ids, submitted_cells,
+                     hand_scores_out_of_range, late_by, penalty_taken, released_answers, released_test_ids, submitted_cells,
                      tampered_cells)
 from .trusted_checks import hidden_outputs
 
@@ -283,18 +283,18 @@ class GetGradesNotingPending(GetGrades):
         nb, resources = super().preprocess(nb, resources)
         # GetGrades gives the score less the penalty, which a hand score below the penalty takes below 0: the page
         # gives what export gives (after_penalty), and the penalty as the points it took
-        score, penalty = resources["nbgrader"]["score"], resources["nbgrader"]["late_penalty"] or 0
-        resources["nbgrader"]["score"] = max(0.0, score)
-        resources["nbgrader"]["late_penalty"] = max(0.0, min(penalty, score + penalty))
+        given = resources["nbgrader"]["late_penalty"] or 0
+        before = resources["nbgrader"]["score"] + given
+        taken = penalty_taken(before, given)
+        resources["nbgrader"]["score"], resources["nbgrader"]["late_penalty"] = max(0.0, before - taken), taken
         from nbgrader.api import Gradebook
 
         notes = []
         with Gradebook(self.db_url) as gb:
             submission = gb.find_submission(self.assignment_id, self.student_id)
             if late := submission.total_seconds_late:
-                penalty = resources["nbgrader"].get("late_penalty") or 0
-                notes.append(late_note(submission.timestamp, submission.duedate, late, penalty,
-                                       extended=submission.extension is not None))
+                notes.append(late_note(submission.timestamp, submission.duedate, late, taken,
+                                       extended=submission.extension is not None, capped=taken < given))
         if self.notebook_id in self.graded_from:
             notes.append(graded_from_note(self.graded_from[self.notebook_id], self.notebook_id))
         if self.notebook_id in self.tampered:
@@ -352,10 +352,13 @@ def after_due_date(seconds: float, due, extended: bool) -> str:
     return f"{late_by(seconds)} after {'your extended' if extended else 'the'} due date ({both_clocks(due)})"
 
 
-def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = False) -> str:
+def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = False, capped: bool = False) -> str:
     """The note opening a page handed in after the due date (times naive UTC, as nbgrader keeps them; due
-    includes the student's extension, when extended) -> markdown."""
-    cost = (f"It costs {penalty:g} {'point' if penalty == 1 else 'points'} (the late penalty)." if penalty else
+    includes the student's extension, when extended; penalty: the points it took, capped: less than the course's
+    penalty, which takes at most what the notebook scored) -> markdown."""
+    most = ", at most what this notebook scored" if capped else ""
+    cost = (f"It costs {penalty:g} {'point' if penalty == 1 else 'points'} (the late penalty{most})." if penalty else
+            "The late penalty takes nothing: this notebook scored 0." if capped else
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
     return (f"**Handed in late.** Your hand-in is dated {both_clocks(handed_in)}, "
             f"{after_due_date(seconds, due, extended)}. {cost}")

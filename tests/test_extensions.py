@@ -443,4 +443,35 @@ def test_a_hand_score_below_a_notebook_s_penalty_gives_one_total_on_every_page(c
     [html_page] = generate_for(course, "ann", None, released_test_ids(course))
     text = page_text(html_page.read_text(encoding="utf-8"))
     assert "(Score: 0.0 / " in text and "Late submission penalty (Score: -1.0)" in text, text[:3000]
-    assert "It costs 1 point (the late penalty)" in text, text[:3000]
+    assert "It costs 1 point (the late penalty, at most what this notebook scored)." in text, text[:3000]
+
+
+def test_without_a_penalty_the_penalty_column_is_exactly_0_whatever_the_float_sums(course):
+    """A code review: the penalty was the gradebook's total less the notebooks' sum, two float sums in other orders,
+    so hand scores 0.1 | 0.2 and 0.3 gave a 1.11022e-16 late penalty in grades.csv and on the overview."""
+    import csv
+
+    from autograder.export import export
+    from autograder.feedback import write_index
+    from autograder.grade import JOBS, commit_grades
+
+    first, second = course.notebook_names()[:2]
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        grades = {nb.name: {"late": None, "comments": {}, "grades": {g.name: 0.0 for g in nb.grades}}
+                  for nb in gb.find_submission(ASSIGNMENT, "ann").notebooks}
+        gb.db.execute(JOBS.insert().values(student_id="ann", assignment=ASSIGNMENT, digest="", state="running"))
+        commit_grades(gb, "ann", {"timestamp": DUE + HOUR, "notebooks": grades}, {"state": "done", "notebooks": "{}"})
+    with course.gradebook() as gb:
+        notebooks = {nb.name: nb for nb in gb.find_submission(ASSIGNMENT, "ann").notebooks}
+        one, = [g for g in notebooks[first].grades if g.max_score][:1]
+        two, three = [g for g in notebooks[second].grades if g.max_score][:2]
+        one.manual_score, two.manual_score, three.manual_score = 0.1, 0.2, 0.3
+        gb.db.commit()
+        raw = gb.find_submission(ASSIGNMENT, "ann").score
+    rows = {r["student_id"]: r for r in csv.DictReader(export(course)[0].open(encoding="utf-8"))}
+    assert (rows["ann"]["late_submission_penalty"], rows["ann"]["score"]) == ("0", f"{raw:g}"), rows["ann"]
+    assert "late penalty" not in rows["ann"]["notes"], rows["ann"]["notes"]
+    course.step_dir("feedback", "ann").mkdir(parents=True)
+    page = write_index(course, "ann", set(course.notebook_names()), set()).read_text(encoding="utf-8")
+    assert "penalty" not in page, page
