@@ -175,12 +175,13 @@ MOVED_HEADING_CHARS = 40  # of the heading naming that cell: the message stays w
 
 
 def test_headings(nb) -> dict[str, str]:
-    """{grade id of each test cell: the exercise heading it comes under (heading_after)}."""
+    """{grade id of each test cell: the exercise heading it comes under (heading_after)}; of a pasted copy, the last
+    one's, as grading keeps the last copy."""
     found, heading = {}, None
     for cell in nb.cells:
         heading = heading_after(cell, heading)
         if is_test_cell(cell) and heading:
-            found.setdefault(nbgrader_meta(cell).get("grade_id", ""), heading)
+            found[nbgrader_meta(cell).get("grade_id", "")] = heading
     return found
 
 
