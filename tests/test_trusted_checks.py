@@ -623,3 +623,19 @@ def test_a_failed_check_true_gives_the_instructor_s_hint_never_the_student_s(tmp
     got = [{"kind": "true", "holds": False, "hint": "<script>a hint of the student's</script>"}] * 2
     assert trusted_checks.cell_failure(expected, got) == ("finite for large logits: not true (subtract the maximum "
                                                           "first); no hint here: not true")
+
+
+def test_a_pasted_test_cell_is_named_by_the_heading_of_its_last_copy():
+    """Grading keeps the last copy of a pasted test cell (nbgrader's DeduplicateIds); the moved-test message named
+    the heading of the first (a code review)."""
+    from autograder.cells import test_headings
+
+    def test_cell():
+        cell = nbformat.v4.new_code_cell("pass")
+        cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                     "grade_id": "test_later", "schema_version": 3}
+        return cell
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("### 练习 1.1"), test_cell(),
+                                         nbformat.v4.new_markdown_cell("### 练习 1.2"), test_cell()])
+    assert test_headings(nb) == {"test_later": "练习 1.2"}
