@@ -688,12 +688,23 @@ def generate_for(course: Course, student: str, mathjax_url: str | None,
     return sorted(course.step_dir("feedback", student).glob("*.html"))
 
 
-def _leave_interrupts_to_the_parent() -> None:
-    """In a feedback worker: ignore SIGINT, which Ctrl-C sends to the whole process group; `feedback` itself stops
-    the run (each worker printed a KeyboardInterrupt traceback)."""
-    import signal
+def _start_pages_worker(memory: int) -> None:
+    """In a feedback worker: ignore SIGINT, which Ctrl-C sends to the whole process group (`feedback` itself stops
+    the run; each worker printed a KeyboardInterrupt traceback), and allow memory more bytes of address space than
+    the worker holds now: a crafted markdown cell costs the markdown parser hundreds of MiB per MiB (an audit: 2.5 GiB
+    for 4 MiB, some 28 GiB projected for a 50 MiB hand-in), where the time limit would come too late for the
+    machine. Past it, that student's pages fail with MemoryError and the others go on."""
+    import resource
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    held = next((int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                 if line.startswith("VmSize:")), 0)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = held + memory
+    resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
+PAGES_MEMORY_BYTES = 4 * 2**30  # one student's pages take some 200 MiB; a crafted notebook must not take the machine
 
 
 def _generate_safely(course: Course, student: str, mathjax_url: str | None, released_tests: dict[str, set[str]],
@@ -709,6 +720,9 @@ def _generate_safely(course: Course, student: str, mathjax_url: str | None, rele
     except PagesTooSlow:
         return _failed(course, student, f"writing the pages took over {PAGES_SECONDS} s and was stopped (a notebook "
                                         "with very large or unusual content?)")
+    except MemoryError:
+        return _failed(course, student, "writing the pages ran out of the memory a student's pages may take, and was "
+                                        "stopped (a notebook with very large or unusual content?)")
     except OSError as exc:  # a read-only or full disk, a file gone: say which file, without the errno jargon
         where = f" {exc.filename}" if exc.filename else ""
         doing = "cannot write" if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) else "file system error on"
@@ -1074,7 +1088,7 @@ def render(course: Course, graded: list[str], signatures: set[str], workers: int
     labels = release_labels(course)
     n = len(graded)
     pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n), mp_context=ctx,
-                               initializer=_leave_interrupts_to_the_parent)
+                               initializer=_start_pages_worker, initargs=(PAGES_MEMORY_BYTES,))
     try:
         # submit, not map: map's iterator cancels queued futures itself on Ctrl-C, and the pool's manager thread then
         # crashes setting their results (Python 3.11)

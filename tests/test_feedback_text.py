@@ -1054,3 +1054,34 @@ def test_feedback_says_no_pages_yet_for_the_term_s_routine_and_error_for_the_res
     assert "  ann: no pages yet: handed in again after grading (collect filed newer files)" in out, out
     assert "  bob: no pages yet: collected but not graded yet" in out, out
     assert "  cy: ERROR grading failed (worker died)" in out, out
+
+
+def test_a_student_whose_pages_need_too_much_memory_gets_an_error_and_the_machine_keeps_its_memory(tmp_path):
+    """An audit of the parsers feedback runs on student text: markdown takes hundreds of MiB per MiB of a crafted cell
+    (2.5 GiB for 4 MiB; some 28 GiB projected for a 50 MiB hand-in), and the time limit came too late for the machine.
+    A pages worker now has PAGES_MEMORY_BYTES more than it holds at start; past it the student gets an error. Here in
+    a child process, with 200 MiB, a real markdown render of 1 MiB of emphasis."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent('''
+        from types import SimpleNamespace
+        from pathlib import Path
+        from nbconvert.filters.markdown_mistune import markdown2html_mistune
+        from autograder import feedback
+
+        def render(*args):
+            markdown2html_mistune("*a* " * 250_000)
+            return []
+
+        feedback.generate_for, feedback.quiet_nbgrader_logs = render, lambda: None
+        feedback._start_pages_worker(200 * 2**20)
+        course = SimpleNamespace(step_dir=lambda step, student: Path(%r) / step / student / "part-ii")
+        print(feedback._generate_safely(course, "ann", None, {}))
+        ''' % str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("([], \"writing the pages ran out of the memory a student's pages may take, and was "
+                                   "stopped (a notebook with very large or unusual content?)\")"), done.stdout
