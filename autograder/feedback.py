@@ -694,14 +694,10 @@ def _start_pages_worker(memory: int) -> None:
     the worker holds now: a crafted markdown cell costs the markdown parser hundreds of MiB per MiB (an audit: 2.5 GiB
     for 4 MiB, some 28 GiB projected for a 50 MiB hand-in), where the time limit would come too late for the
     machine. Past it, that student's pages fail with MemoryError and the others go on."""
-    import resource
+    from .worker import address_space, limit_memory
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    held = next((int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
-                 if line.startswith("VmSize:")), 0)
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    soft = held + memory
-    resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    limit_memory((address_space() or 0) + memory)
 
 
 PAGES_MEMORY_BYTES = 4 * 2**30  # one student's pages take some 200 MiB; a crafted notebook must not take the machine

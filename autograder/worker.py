@@ -211,10 +211,17 @@ def limit_memory(limit: int = WORKER_MEMORY_BYTES) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 
 
+def address_space(field: str = "VmSize") -> int | None:
+    """This process's address space in bytes, now (VmSize) or at its peak (VmPeak), from /proc/self/status; None
+    where it has no such line."""
+    return next((int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                 if line.startswith(f"{field}:")), None)
+
+
 def address_space_line() -> str:
     """'peak address space 812 MiB (limit 2048 MiB)': this process's VmPeak and its soft RLIMIT_AS, for the log."""
-    peak = next((int(line.split()[1]) // 1024 for line in Path("/proc/self/status").read_text().splitlines()
-                 if line.startswith("VmPeak:")), None)
+    peak = address_space("VmPeak")
+    peak = None if peak is None else peak // 2**20
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     limit = "none" if soft == resource.RLIM_INFINITY else f"{soft // 2**20} MiB"
     return f"peak address space {peak} MiB (limit {limit})"
