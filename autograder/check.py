@@ -51,7 +51,7 @@ from .cells import (BUDGET_SPENT, NO_KERNEL, NOT_RUN, NOTEBOOK_TIMEOUT, TIMED_OU
 from .collect import (MAX_NOTEBOOK_BYTES, MAX_READ_BYTES, NotANotebook, clear_outputs, match_notebook, mib,
                       notebook_of, read_notebook)
 from .course import (ASSIGNMENT, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO,
-                     AutograderError, listed, load_config)
+                     AutograderError, listed, load_config, points_text)
 
 
 # a notebook this large has outputs saved that a hand-in does not need (the course's run notebooks take under 0.1 MiB)
@@ -549,7 +549,7 @@ def print_table(path: Path, rows) -> None:
           f"{sum(r[2] for r in passed):g} of {at_stake:g} autograded points")
     if form:
         one, worth = len(form) == 1, sum(r[2] for r in form)
-        print(f"of these, {len(form)} {'cell' if one else 'cells'} worth {worth:g} {'point' if worth == 1 else 'points'} "
+        print(f"of these, {len(form)} {'cell' if one else 'cells'} worth {points_text(worth)} "
               f"{'checks' if one else 'check'} only the answer's form: whether it is right is decided when your "
               "notebook is graded")
     manual = sum(r[2] for r in rows if r[4] is None)

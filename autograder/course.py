@@ -308,6 +308,11 @@ def listed(ids: list[str], most: int = 5) -> str:
     return ", ".join(ids[:most]) + (", …" if len(ids) > most else "")
 
 
+def points_text(value: float) -> str:
+    """'1 point', '2.5 points': a number of points as a message gives it."""
+    return f"{value:g} {'point' if value == 1 else 'points'}"
+
+
 def case_hint(unknown: list[str], known: list[str]) -> str:
     """' (ids are case-sensitive: did you mean alice?)' for unknown ids that differ from a known one only in case, else ''."""
     lowered = {k.lower(): k for k in known}

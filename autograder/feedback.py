@@ -64,7 +64,7 @@ from .cells import (BEGIN_HIDDEN, END_HIDDEN, LOST_CELLS, NO_KERNEL, cell_points
 from .collect import (DUPLICATE, OLDER, dropped_note, known_students, load_collect_log, match_notebook, moved_files,
                       unfiled_text)
 from .course import (ASSIGNMENT, BEIJING, AutograderError, Course, build_option, case_hint, listed,
-                     quiet_nbgrader_logs, run_first)
+                     points_text, quiet_nbgrader_logs, run_first)
 from .export import (HAND_SCORE_OUTSIDE, after_penalties, after_penalty, deleted_answers, failing_without_answer,
                      hand_scores_out_of_range, late_by, penalty_taken, released_answers, released_test_ids, submitted_cells,
                      tampered_cells)
@@ -357,7 +357,7 @@ def late_note(handed_in, due, seconds: float, penalty: float, extended: bool = F
     includes the student's extension, when extended; penalty: the points it took, capped: less than the course's
     penalty, which takes at most what the notebook scored) -> markdown."""
     most = ", at most what this notebook scored" if capped else ""
-    cost = (f"It costs {penalty:g} {'point' if penalty == 1 else 'points'} (the late penalty{most})." if penalty else
+    cost = (f"It costs {points_text(penalty)} (the late penalty{most})." if penalty else
             "The late penalty takes nothing: this notebook scored 0." if capped else
             "No late penalty is taken off the score above; your instructor decides what lateness costs.")
     return (f"**Handed in late.** Your hand-in is dated {both_clocks(handed_in)}, "
@@ -526,7 +526,7 @@ def provisional_note(pending: dict[str, tuple[float, bool]], names: dict[str, st
     parts = []
     if unscored:
         one, points = len(unscored) == 1, sum(unscored.values())
-        parts.append(f"{len(unscored)} {'answer' if one else 'answers'} worth {points:g} {'point' if points == 1 else 'points'} "
+        parts.append(f"{len(unscored)} {'answer' if one else 'answers'} worth {points_text(points)} "
                      f"({listed(unscored)}) {'has' if one else 'have'} not been graded yet and "
                      f"{'counts' if one else 'count'} as 0 in the score above.")
     if review:
@@ -926,8 +926,7 @@ def write_index(course: Course, student: str, graded: set[str], explained: set[s
         rows.append(f"<tr><td>{link}</td><td>{html.escape(what)}</td></tr>")
     notes = [lateness] if lateness else []  # as each notebook's page opens with it
     if penalty:
-        notes.append(f"a late penalty of {penalty:g} {'point' if penalty == 1 else 'points'} is taken off the "
-                     f"{raw:g} points the notebooks scored")
+        notes.append(f"a late penalty of {points_text(penalty)} is taken off the {raw:g} points the notebooks scored")
     if pending:
         notes.append("provisional: answers your instructor grades by hand count as 0 until they are graded, and a "
                      "score given before a regrade counts until it is reviewed")

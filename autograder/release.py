@@ -31,7 +31,7 @@ from .cells import (cell_points, headings, is_hand_graded, left_out, leveled_hea
                     numbered_headings, WARNING_PATTERN)
 from .course import (ASSIGNMENT, BEIJING, BUNDLE_CONTENT, COURSE_FILES_LIST, DEFAULT_CELL_TIMEOUT,
                      DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, fast_new_gradebooks, one_transaction,
-                     quiet_nbgrader_logs, record_db_url, sqlite_file)
+                     points_text, quiet_nbgrader_logs, record_db_url, sqlite_file)
 
 # what must never reach a student, beyond the exact markers: nbgrader removes only exactly spelt markers (a stray END
 # line silently), so a misspelt one leaves the hidden tests in; hidden checks are the only ones that pass reveal=False;
@@ -391,7 +391,7 @@ def marking_guide(nb, name: str) -> str | None:
              ""]
     for sec in sections:
         meta, points = nbgrader_meta(sec["cell"]), cell_points(sec["cell"])
-        lines += [f"## {sec['heading']}", "", f"`{meta.get('grade_id')}`, {points:g} {'point' if points == 1 else 'points'}",
+        lines += [f"## {sec['heading']}", "", f"`{meta.get('grade_id')}`, {points_text(points)}",
                   "", "### Question", "",
                   sec["question"] or "(no text between this answer cell and the graded cell before it: see above)", "",
                   "### Model answer", "", model_answer(sec["cell"]), "",

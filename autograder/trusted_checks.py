@@ -259,8 +259,8 @@ def record_failure(expected: dict, got) -> str | None:
                                     reveal=False)
     if kind == "true":  # the hint the instructor's check_true gave, as the student's own run shows it
         hint = expected.get("hint")
-        return None if got.get("holds") is True else f"{label}: not true" + (f" ({hint})" if isinstance(hint, str)
-                                                                               and hint else "")
+        note = f" ({hint})" if isinstance(hint, str) and hint else ""
+        return None if got.get("holds") is True else f"{label}: not true{note}"
     if kind == "raises":
         ok = got.get("ok") is True and got.get("raised") == expected.get("raised")
         return None if ok else raises_failure(label, expected.get("raised"), got.get("raised"))
