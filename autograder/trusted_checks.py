@@ -721,8 +721,8 @@ def syntax_error(source: str, ename: str) -> str | None:
         if type(err).__name__ != ename:
             return None
         return f"{err.msg} (line {err.lineno} of the cell)" if err.lineno else err.msg
-    except ValueError:  # a null byte in the source
-        return None
+    except (ValueError, MemoryError, RecursionError):  # a null byte; nesting too deep, or a cell too large, to compile
+        return None  # (a kernel may call any cell's error a SyntaxError: '-' * 100,000 overflowed the parser here)
     return None
 
 

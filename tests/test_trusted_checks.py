@@ -597,6 +597,8 @@ def test_the_notes_on_a_hidden_cell_s_syntax_error_or_missing_module_take_linear
     assert run_on("syntax_error(text, 'SyntaxError')", newlines, setup) == repr(syntax_error(newlines, "SyntaxError"))
     assert "line 1 of the cell" in syntax_error(newlines, "SyntaxError")
     assert syntax_error("x = 1\n  %time f(\n", "SyntaxError") is None  # IPython syntax: not Python's to judge
+    # the kernel names the error: a cell the compiler cannot take (its parser overflows) gets no line, not a crash
+    assert syntax_error("-" * 100_000 + "1 )", "SyntaxError") is None
     dotted = "import a" + ".a" * 200_000
     error = {"ename": "ModuleNotFoundError", "evalue": "No module named 'a.a.a'"}
     assert run_on(f"missing_module({error!r}, text)", dotted, setup).startswith("\"No module named 'a.a.a' when")
