@@ -126,9 +126,14 @@ class EscapingRenderer(IPythonRenderer):
     """nbconvert's markdown renderer for what a student wrote: raw HTML escaped and javascript: links dropped (the
     arguments EscapedMarkdown gives), and three of nbconvert's ways round that closed."""
 
-    def block_mermaidjs(self, code: str) -> str:
-        """A ```mermaid fence as the code it is: nbconvert puts its text into the page unescaped, as HTML."""
-        return HTMLRenderer.block_code(self, code)
+    def block_code(self, code: str, info: str | None = None) -> str:
+        """A fenced block: highlighted where its language is Python, else the code as written. nbconvert highlights
+        with whichever of pygments' 600 lexers the fence names (an audit: hundreds take time superlinear in the
+        block's length, C#'s 12 s for 26 KiB), and puts a ```mermaid block into the page unescaped, as HTML."""
+        language = (info or "").split(maxsplit=1)
+        if language and language[0].lower() in PYTHON_FENCES:
+            return super().block_code(blank_whitespace_lines(code), info)
+        return HTMLRenderer.block_code(self, code, info)
 
     def image(self, text: str, url: str, title: str | None = None) -> str:
         """An image; an SVG one kept (mistune drops an SVG data URL, which as an <img> runs no script), and an
@@ -140,6 +145,46 @@ class EscapingRenderer(IPythonRenderer):
         if not src.startswith("data:image/svg+xml;"):
             return HTMLRenderer.image(self, text, src, title)
         return "<img" + self.render_attrs({"src": src, "alt": striptags(text), "title": title or None}) + " />"
+
+
+PYTHON_FENCES = frozenset({"python", "python3", "py", "py3", "ipython", "ipython3"})  # fences highlighted on a page
+FORMAT_CELL_CHARS = 10_000  # the course's longest cell has 3,300 characters
+FORMAT_PAGE_WORK = 4 * 10**8  # squared characters a page formats; a whole course notebook's cells sum to under 7.3e7
+FORMAT_KEY = "autograder_formatted"  # the squared characters formatted so far, in a render's resources
+
+
+def unformatted_because(context, text: str, what: str = "cell") -> str | None:
+    """Why a page shows text (a cell's, or what: an output's) as written rather than formatted, or None when it
+    formats it, counting len(text)² against the page (context: the template's, whose resources are the render's).
+
+    The markdown parser, the code highlighter and the HTML cleaner take time that grows with the square of a cell's
+    length or faster on crafted text (an audit: 5 KiB of indented blank lines took 1.4 s to highlight, 28 KiB of
+    nested emphasis 8 s), so a page formats cells of up to FORMAT_CELL_CHARS and FORMAT_PAGE_WORK in all: a page of
+    crafted cells then takes seconds (every shape of the audit, 20 cells of it: at most 5.3 s), not minutes."""
+    if len(text) > FORMAT_CELL_CHARS:
+        return f"this {what} has {len(text):,} characters; a page formats {what}s of up to {FORMAT_CELL_CHARS:,}"
+    resources = context.get("resources")
+    formatted = (resources.get(FORMAT_KEY, 0) if isinstance(resources, dict) else 0) + len(text) ** 2
+    if formatted > FORMAT_PAGE_WORK:
+        return "the cells above it took all the formatting one page gets"
+    if isinstance(resources, dict):
+        resources[FORMAT_KEY] = formatted
+    return None
+
+
+def blank_whitespace_lines(code: str) -> str:
+    """code with each line of only whitespace made empty, as it looks the same on a page: pygments' Python lexers
+    read a run of such lines again from each line of it (an audit: 5 KiB of '    \\n' took 1.4 s to highlight)."""
+    lines = code.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # the lexer's own newline rule
+    return "\n".join("" if line.isspace() else line for line in lines)
+
+
+def as_written(text: str, why: str, code: bool = False) -> str:
+    """HTML showing text as written, escaped, under a line saying why it is not formatted: code as the highlighter
+    shows it, uncoloured; prose with its lines wrapped, as a reader of a written answer expects."""
+    box = '<div class="highlight hl-ipython3"><pre>' if code else '<div><pre style="white-space: pre-wrap">'
+    return (f'<p class="autograder-unformatted"><em>(shown as written: {html.escape(why)})</em></p>'
+            f'{box}{html.escape(text)}</pre></div>')
 
 
 class EscapedMarkdown(LoggingConfigurable):
@@ -162,6 +207,8 @@ class EscapedMarkdown(LoggingConfigurable):
         cell = context.get("cell", {})
         token = context.get("resources", {}).get(NOTE_KEY)
         ours = bool(token) and cell.get("metadata", {}).get(NOTE_KEY) == token
+        if not ours and (why := unformatted_because(context, source)):
+            return as_written(source, why)
         renderer = EscapingRenderer(
             escape=not ours, allow_harmful_protocols=False,
             attachments=cell.get("attachments", {}),
@@ -171,6 +218,73 @@ class EscapedMarkdown(LoggingConfigurable):
             exclude_anchor_links=getattr(exporter, "exclude_anchor_links", False),
             **getattr(exporter, "lexer_options", {}))
         return MarkdownWithMath(renderer=renderer).render(source)
+
+
+class PythonHighlight(LoggingConfigurable):
+    """HTMLExporter's highlight_code filter, always with the IPython lexer, on cells of a bounded length
+    (unformatted_because).
+
+    nbconvert picks the lexer from a cell's magics_language or the notebook's language_info, both the hand-in's
+    to set, and hundreds of pygments' lexers take time superlinear in a cell's length. The IPython lexer does too,
+    on runs of whitespace-only lines (blank_whitespace_lines) and on 'a.a.a…' (1.4 s for 10,000 characters), hence
+    the bound."""
+
+    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
+
+    def __call__(self, context, source: str, language: str | None = None, metadata=None) -> str:
+        """The highlighted HTML of code `source` (language and metadata, the template's, are not used)."""
+        from nbconvert.filters.highlight import Highlight2HTML
+
+        if why := unformatted_because(context, source):
+            return as_written(source, why, code=True)
+        return Highlight2HTML(pygments_lexer="ipython3", parent=self.parent)(blank_whitespace_lines(source))
+
+
+class BoundedCleanHtml(LoggingConfigurable):
+    """nbconvert's clean_html filter (bleach: a raw cell's HTML, or an output's HTML or SVG in formgrader) within the
+    bounds of unformatted_because: on crafted HTML it takes time superlinear in the text's length (an audit: 32 KB of
+    '<li>' took 10.6 s), and formgrader shows outputs of up to 16 MiB."""
+
+    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
+
+    def __call__(self, context, element) -> str:
+        """element cleaned of scripts and unknown markup, or shown as written beyond the bounds."""
+        from nbconvert.filters import clean_html
+
+        text = element.decode("utf-8", "replace") if isinstance(element, bytes) else element  # an SVG comes as bytes
+        cell = context.get("cell") or {}
+        what = "cell" if isinstance(cell, dict) and cell.get("cell_type") == "raw" else "output"
+        if isinstance(text, str) and (why := unformatted_because(context, text, what)):
+            return as_written(text, why)
+        return clean_html(element)
+
+
+ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b")  # a colour code or other CSI sequence, or a lone escape
+
+
+class BoundedAnsi2Html(LoggingConfigurable):
+    """nbconvert's ansi2html filter (an output's colour codes as HTML) within the bounds of unformatted_because: on
+    crafted escape sequences it takes time superlinear in the text's length (an audit: 448 KB of '\x1b[38;5;' took
+    4.9 s), and formgrader shows outputs of up to 16 MiB. Beyond the bounds the text is shown without its colours."""
+
+    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
+
+    def __call__(self, context, text: str) -> str:
+        """HTML of an output's text: coloured, or escaped without its escape sequences beyond the bounds."""
+        from nbconvert.filters import ansi2html
+
+        if unformatted_because(context, text, "output"):
+            return html.escape(ANSI_SEQUENCE.sub("", text))
+        return ansi2html(text)
+
+
+def strip_files_prefix(text: str) -> str:
+    """nbconvert's strip_files_prefix filter on rendered markdown (src="files/a" -> src="a"), without its second
+    pattern, which rewrote '[a](files/b)' left as text (code spans) and takes time superlinear in a line's length
+    (an audit: 227 s for 20 KiB of '[a](files/')."""
+    from nbconvert.filters.strings import files_url_pattern
+
+    return files_url_pattern.sub(r"\1=\2", text)
 
 
 class HideHiddenTests(NbGraderPreprocessor):

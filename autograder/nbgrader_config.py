@@ -28,9 +28,14 @@ c.CourseDirectory.course_id = "llm-probability-part-ii"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*"]
 
 # formgrader and the feedback pages show what students wrote: its HTML and JavaScript are shown as text, not run in
-# the grader's browser session (raw HTML in markdown cells; text/html, JavaScript and widget outputs)
+# the grader's browser session (raw HTML in markdown cells; text/html, JavaScript and widget outputs), and a cell
+# crafted to take the parsers minutes is shown as written (autograder.feedback.unformatted_because)
 c.HTMLExporter.sanitize_html = True
-c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.EscapedMarkdown"}
+c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.EscapedMarkdown",
+                          "highlight_code": "autograder.feedback.PythonHighlight",
+                          "clean_html": "autograder.feedback.BoundedCleanHtml",
+                          "ansi2html": "autograder.feedback.BoundedAnsi2Html",
+                          "strip_files_prefix": "autograder.feedback.strip_files_prefix"}
 c.HTMLExporter.preprocessors = ["autograder.feedback.SafeOutputMetadata"]  # image sizes are written in unquoted
 # an output's plain text before its HTML, markdown or SVG, which the sanitizer shows as escaped tags (a pandas
 # table's <thead>); LaTeX (display(Math(...)), sympy) before it, as MathJax sets it from escaped text. Set on the

@@ -9,6 +9,7 @@ hidden_lines() would list them.
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from traitlets.config import Config
 import feedback_pages
 import nbgrader
 from autograder.cells import HEADING_CHARS, last_heading
-from autograder.course import load_config
+from autograder.course import REPO, load_config
 from autograder.feedback import (HideHiddenTests, LabelGradedCells, authored_text, checked_mathjax_url, find_leaks,
                                  graded_cell_labels, page_text, template_config)
 
@@ -862,14 +863,7 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
     monkeypatch.setenv("PART_II_BUILD", str(tmp_path / "build"))
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
     css = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]  # what the pages inline
-    pages = {}
-    config = load_config()  # the course config, which formgrader's config file loads too
-    config.HTMLExporter.extra_template_paths = css
-    config.HTMLExporter.template_name = "formgrade"  # as formgrader builds its exporter
-    config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
-    pages["formgrader"], _ = HTMLExporter(config=config).from_notebook_node(
-        hostile_notebook(), resources={"base_url": "/", "mathjax_url": "", "index": 0, "total": 1, "notebook_id": "nb",
-                                       "assignment_id": "part-ii", "student": "s"})
+    pages = {"formgrader": formgrader_page(hostile_notebook())}
     config = load_config()
     template_config(config)
     config.HTMLExporter.extra_template_paths = css
@@ -888,6 +882,131 @@ def test_html_a_student_wrote_runs_neither_in_formgrader_nor_on_the_feedback_pag
         assert "[missing attachment: attachment:missing.png]" in text, where  # the page is still made
         assert "0  0.25" in text and "<thead>" not in text, where  # a table's plain text, not its escaped HTML
         assert "$p(x_t \\mid x_{<t})$" in text and "Math object" not in text, where  # MathJax sets the LaTeX
+
+
+def cells_page(folder: Path, cells: list, **metadata) -> str:
+    """The feedback page of a notebook of these cells (notebook metadata as given), as render() makes it."""
+    path = folder / "cells.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata=metadata), path)
+    return render(path).read_text(encoding="utf-8")
+
+
+NESTED_EMPHASIS = "*a **b " * 800 + " c** d*" * 800  # 11,200 characters; formatted, some 10 s (an audit)
+
+
+def test_a_cell_crafted_to_take_the_parsers_minutes_is_shown_as_written_and_a_long_honest_one_formatted(tmp_path):
+    """Markdown, code and raw cells over FORMAT_CELL_CHARS reach the page as written, escaped, saying why; a cell
+    under it is formatted as before."""
+    from autograder.feedback import FORMAT_CELL_CHARS
+
+    blank_lines = "    \n" * 2100 + "x = 1"  # indented blank lines: the IPython lexer's square
+    items = "<li>" * 2600  # the HTML cleaner's
+    honest = "*a* " * (FORMAT_CELL_CHARS // 4)
+    raw = nbformat.v4.new_raw_cell(items)
+    page = cells_page(tmp_path, [new_markdown_cell(NESTED_EMPHASIS), new_code_cell(blank_lines), raw,
+                                 new_markdown_cell(honest)])
+    why = "(shown as written: this cell has {:,} characters; a page formats cells of up to {:,})"
+    shown = [(len(text), why.format(len(text), FORMAT_CELL_CHARS) in page, f">{html.escape(text)}</pre>" in page)
+             for text in (NESTED_EMPHASIS, blank_lines, items)]  # not `in page` asserted: pytest would diff the page
+    assert shown == [(len(NESTED_EMPHASIS), True, True), (len(blank_lines), True, True), (len(items), True, True)]
+    assert page.count("shown as written") == 3
+    assert page.count("<em>a</em>") == FORMAT_CELL_CHARS // 4  # the honest cell, formatted
+
+
+def test_a_page_formats_cells_until_its_budget_is_spent_then_shows_the_rest_as_written(tmp_path):
+    """Each formatted cell counts its length squared against FORMAT_PAGE_WORK: of cells of 9,000 characters, as
+    many as fit are formatted and the rest shown as written; a note of the grader's is formatted whatever is left."""
+    from autograder.feedback import FORMAT_PAGE_WORK
+
+    cell = "*a* " * 2250
+    fit = FORMAT_PAGE_WORK // len(cell) ** 2
+    page = cells_page(tmp_path, [new_markdown_cell(cell) for _ in range(fit + 2)])
+    assert page.count("<em>a</em>") == 2250 * fit
+    assert page.count("(shown as written: the cells above it took all the formatting one page gets)") == 2
+
+
+def test_a_whole_course_notebook_is_formatted_on_its_page(tmp_path):
+    """The course's notebook with the most text, hidden tests and all, is far within the bounds: every cell formatted."""
+    from autograder.feedback import FORMAT_CELL_CHARS, FORMAT_PAGE_WORK
+
+    def work(path):
+        return sum(len(cell.source) ** 2 for cell in nbformat.read(path, as_version=4).cells)
+
+    sources = sorted((REPO / "notebooks" / "part-ii").glob("*.ipynb"))
+    largest = max(sources, key=work)
+    assert work(largest) < FORMAT_PAGE_WORK / 4
+    assert max(len(c.source) for s in sources for c in nbformat.read(s, as_version=4).cells) < FORMAT_CELL_CHARS / 2
+    nb = nbformat.read(largest, as_version=4)
+    for cell in nb.cells:  # scored, as GetGrades leaves a graded cell
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.metadata.nbgrader["score"] = cell.metadata.nbgrader["points"]
+    nbformat.write(nb, tmp_path / largest.name)
+    page = render(tmp_path / largest.name).read_text(encoding="utf-8")
+    assert page.count("shown as written") == 0
+    assert page.count('class="highlight hl-ipython3"><pre><span></span>') == sum(c.cell_type == "code" for c in nb.cells)
+
+
+def test_a_hand_in_cannot_choose_the_highlighter_and_only_python_fences_are_highlighted(tmp_path):
+    """A notebook's language_info and a cell's magics_language choose nbconvert's lexer, one of pygments' 600 (an
+    audit: hundreds take superlinear time): code is highlighted as Python whatever they say, and a fence only when
+    it is Python."""
+    code = new_code_cell("using System;", metadata={"magics_language": "csharp"})
+    fences = new_markdown_cell("```csharp\nusing System;\n```\n\n```python\ndef f():\n    pass\n```")
+    page = cells_page(tmp_path, [code, fences], language_info={"name": "csharp", "pygments_lexer": "csharp"})
+    assert "hl-csharp" not in page and 'class="highlight hl-ipython3"><pre><span></span>' in page
+    assert not re.search(r'<span class="k\w*">using</span>', page)  # C#'s keyword; a name to Python
+    assert '<code class="language-csharp">using System;\n</code>' in page
+    assert '<span class="k">def</span>' in page
+
+
+def formgrader_page(nb) -> str:
+    """The page formgrader's template makes of a notebook with the course config (which formgrader's config file
+    loads too), as a grader sees a submission."""
+    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+    config = load_config()
+    config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
+    config.HTMLExporter.template_name = "formgrade"  # as formgrader builds its exporter
+    config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
+    page, _ = HTMLExporter(config=config).from_notebook_node(
+        nb, resources={"base_url": "/", "mathjax_url": "", "index": 0, "total": 1, "notebook_id": "nb",
+                       "assignment_id": "part-ii", "student": "s"})
+    return page
+
+
+def test_formgrader_shows_a_crafted_output_as_written_and_an_honest_one_coloured():
+    """Formgrader shows a submission's outputs (up to 16 MiB), through bleach and the colour-code converter, which take
+    superlinear time on crafted text: beyond the bounds an output's HTML is shown as written and its text without
+    colour codes, in linear time; a short coloured output keeps its colours."""
+    from autograder.feedback import FORMAT_CELL_CHARS
+
+    codes = "\x1b[38;5;" * 2000  # 14,000 characters
+    items = "<li>" * 3000
+    outputs = [new_output("stream", name="stdout", text="\x1b[31mred\x1b[0m\n"),
+               new_output("stream", name="stdout", text=codes),
+               new_output("display_data", data={"text/html": items})]
+    page = formgrader_page(nbformat.v4.new_notebook(cells=[new_code_cell("show()", outputs=outputs, execution_count=1)]))
+    assert page.count('<span class="ansi-red-fg">red</span>') == 1
+    assert page.count(html.escape("[38;5;" * 2000)) == 1 and page.count("\x1b") == 0
+    assert page.count(f"(shown as written: this output has 12,000 characters; a page formats outputs of up to "
+                      f"{FORMAT_CELL_CHARS:,})") == 1
+    assert page.count(html.escape(items)) == 1
+
+
+def test_a_line_of_only_whitespace_is_highlighted_empty_and_every_other_line_as_written():
+    """The lexers read a run of whitespace-only lines again from each line: such a line is emptied, which looks the
+    same; lines end as the lexer ends them."""
+    from autograder.feedback import blank_whitespace_lines
+
+    assert blank_whitespace_lines("def f(x):\r\n    \t\n    return x  \r\f\n") == "def f(x):\n\n    return x  \n\n"
+    assert blank_whitespace_lines("    \n" * 3 + "x") == "\n\n\nx"
+
+
+def test_a_link_into_files_loses_the_prefix_and_text_in_code_stays_as_written(tmp_path):
+    """strip_files_prefix keeps nbconvert's src/href rewrite; its markdown pattern, which rewrote code spans and
+    took cubic time, is gone."""
+    page = cells_page(tmp_path, [new_markdown_cell("[data](files/data.csv) and `[a](files/b)`")])
+    assert 'href="data.csv"' in page
+    assert "<code>[a](files/b)</code>" in page
 
 
 def test_a_feedback_page_shows_no_output_of_the_students_cells_only_that_a_cell_failed(tmp_path):
