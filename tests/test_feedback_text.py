@@ -1001,6 +1001,25 @@ def test_a_line_of_only_whitespace_is_highlighted_empty_and_every_other_line_as_
     assert blank_whitespace_lines("    \n" * 3 + "x") == "\n\n\nx"
 
 
+def test_magic_shell_and_help_lines_are_highlighted_as_ipython_and_a_run_of_names_in_linear_time():
+    """Code is highlighted with pygments' Python lexer plus IPython's syntax: the IPython lexer read a run of names
+    again from each of its characters (an audit: 16,000 characters of 'a.' took 6 s; 200,000 would take some 15
+    minutes). What a cell of IPython syntax looks like stays as the IPython lexer shows it."""
+    from linear_time import run_on
+
+    from autograder.feedback import python_html
+
+    page = python_html("%timeit f(x)\n!pip install numpy\nnp.sum?\nx = a % b\n")
+    assert '<span class="o">%</span><span class="k">timeit</span>' in page
+    assert '<span class="o">!</span>pip install numpy' in page
+    assert '<span class="n">sum</span><span class="o">?</span>' in page
+    assert '<span class="n">a</span> <span class="o">%</span> <span class="n">b</span>' in page  # the operator
+    assert 'class="err"' not in page  # pygments' red box
+    chain = "x = " + "a." * 100_000 + "a"
+    setup = "from autograder.feedback import python_html"
+    assert run_on("python_html(text).count('<span class=\"o\">.</span>')", chain, setup) == "100000"
+
+
 def test_a_link_into_files_loses_the_prefix_and_text_in_code_stays_as_written(tmp_path):
     """strip_files_prefix keeps nbconvert's src/href rewrite; its markdown pattern, which rewrote code spans and
     took cubic time, is gone."""
