@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+import markupsafe
 import nbformat
 from jinja2 import pass_context
 from mistune import HTMLRenderer
@@ -268,12 +269,13 @@ class BoundedCleanHtml(LoggingConfigurable):
         """element cleaned of scripts and unknown markup, or shown as written beyond the bounds."""
         from nbconvert.filters import clean_html
 
-        text = element.decode("utf-8", "replace") if isinstance(element, bytes) else element  # an SVG comes as bytes
+        # an SVG comes as bytes; anything else as clean_html reads it (a kernel's output data may be a JSON object)
+        text = element.decode("utf-8", "replace") if isinstance(element, bytes) else str(element)
         cell = context.get("cell") or {}
         what = "cell" if isinstance(cell, dict) and cell.get("cell_type") == "raw" else "output"
-        if isinstance(text, str) and (why := unformatted_because(context, text, what)):
+        if why := unformatted_because(context, text, what):
             return as_written(text, why)
-        return clean_html(element)
+        return clean_html(text)
 
 
 ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b")  # a colour code or other CSI sequence, or a lone escape
@@ -282,7 +284,9 @@ ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b")  # a colour code or 
 class BoundedAnsi2Html(LoggingConfigurable):
     """nbconvert's ansi2html filter (an output's colour codes as HTML) within the bounds of unformatted_because: on
     crafted escape sequences it takes time superlinear in the text's length (an audit: 448 KB of '\x1b[38;5;' took
-    4.9 s), and formgrader shows outputs of up to 16 MiB. Beyond the bounds the text is shown without its colours."""
+    4.9 s), and formgrader shows outputs of up to 16 MiB. Beyond the bounds the text is shown without its colours.
+    Text without an escape character is escaped as ansi2html would, in linear time, and not counted: a long honest
+    output (a printed array) would use up the page's formatting before the student's answers below it."""
 
     jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
 
@@ -290,6 +294,9 @@ class BoundedAnsi2Html(LoggingConfigurable):
         """HTML of an output's text: coloured, or escaped without its escape sequences beyond the bounds."""
         from nbconvert.filters import ansi2html
 
+        text = text if isinstance(text, str) else str(text)  # a kernel's output data may be a JSON object
+        if "\x1b" not in text:
+            return str(markupsafe.escape(text))
         if unformatted_because(context, text, "output"):
             return html.escape(ANSI_SEQUENCE.sub("", text))
         return ansi2html(text)

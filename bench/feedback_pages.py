@@ -49,6 +49,8 @@ SHAPES = {  # what a student can put in a hand-in; each of the audit's, from its
     "link_titles": lambda n: answer(new_markdown_cell('[a](b "' * n)),
     "attr_chain_code": lambda n: answer(new_code_cell("x = " + "a." * n + "a", execution_count=1)),
     "blank_lines_code": lambda n: answer(new_code_cell("def f():\n" + "    \n" * n + "    return 1\n", execution_count=1)),
+    "newline_run_code": lambda n: answer(new_code_cell("x" + "\n" * n + "x", execution_count=1)),  # a review's
+    "newline_run_fence": lambda n: answer(new_markdown_cell("```ipython3\nx" + "\n" * n + "x\n```")),
     "raw_div": lambda n: new_raw_cell("<div>" * n),
     "raw_items": lambda n: new_raw_cell("<li>" * n),
     "fence_csharp": lambda n: answer(new_markdown_cell("```csharp\n" + "a b\n" * n + "```\n")),

@@ -10,6 +10,7 @@ hidden_lines() would list them.
 from __future__ import annotations
 
 import html
+import math
 import re
 from pathlib import Path
 
@@ -992,6 +993,22 @@ def test_formgrader_shows_a_crafted_output_as_written_and_an_honest_one_coloured
     assert page.count(html.escape(items)) == 1
 
 
+def test_honest_long_outputs_in_formgrader_leave_the_answers_below_them_formatted():
+    """Printed text without colour codes is escaped as ansi2html escapes it and not counted against the page: four
+    printed arrays of 10,000 characters would otherwise leave the student's written answer below them unformatted."""
+    from autograder.feedback import FORMAT_CELL_CHARS, FORMAT_PAGE_WORK
+
+    printed = ("0.125 " * FORMAT_CELL_CHARS)[:FORMAT_CELL_CHARS - 2] + "\n"
+    outputs = [new_output("stream", name="stdout", text=printed) for _ in range(FORMAT_PAGE_WORK // FORMAT_CELL_CHARS ** 2)]
+    code = new_code_cell("show()", outputs=outputs, execution_count=1)
+    left = FORMAT_PAGE_WORK - len(code.source) ** 2 - len(outputs) * len(printed) ** 2  # if the outputs counted
+    answer = new_markdown_cell("我的回答：*交叉熵* = 熵 + KL & <b>" + "。" * math.isqrt(left))
+    page = formgrader_page(nbformat.v4.new_notebook(cells=[code, answer]))
+    assert page.count("shown as written") == 0
+    assert page.count("<em>交叉熵</em>") == 1 and page.count("&amp; &lt;b&gt;") == 1
+    assert page.count(printed.strip()) == len(outputs)
+
+
 def test_a_line_of_only_whitespace_is_highlighted_empty_and_every_other_line_as_written():
     """The lexers read a run of whitespace-only lines again from each line: such a line is emptied, which looks the
     same; lines end as the lexer ends them."""
@@ -1018,6 +1035,10 @@ def test_magic_shell_and_help_lines_are_highlighted_as_ipython_and_a_run_of_name
     chain = "x = " + "a." * 100_000 + "a"
     setup = "from autograder.feedback import python_html"
     assert run_on("python_html(text).count('<span class=\"o\">.</span>')", chain, setup) == "100000"
+    # a run of empty lines between two lines (a review: every '%%' rule of the IPython lexer reads the run again
+    # from each of its newlines; 10,000 characters took 12 s); at the start or end pygments strips it
+    lines = "x\n" + "    \n" * 50_000 + "x"
+    assert run_on("python_html(text).count('\\n')", lines, setup) == repr(python_html(lines).count("\n"))
 
 
 def test_a_link_into_files_loses_the_prefix_and_text_in_code_stays_as_written(tmp_path):
