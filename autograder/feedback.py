@@ -55,12 +55,12 @@ from nbconvert.exporters import HTMLExporter
 from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, Preprocessor
 from nbformat.v4 import new_markdown_cell, new_output
+from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import bygroups
 from pygments.lexers import PythonLexer
 from pygments.token import Keyword, Operator, Text, Whitespace
-from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
@@ -166,7 +166,8 @@ def unformatted_because(context, text: str, what: str = "cell") -> str | None:
     The markdown parser, the code highlighter and the HTML cleaner take time that grows with the square of a cell's
     length or faster on crafted text (an audit: 5 KiB of indented blank lines took 1.4 s to highlight, 28 KiB of
     nested emphasis 8 s), so a page formats cells of up to FORMAT_CELL_CHARS and FORMAT_PAGE_WORK in all: a page of
-    crafted cells then takes seconds (every shape of the audit, 20 cells of it: at most 5.3 s), not minutes."""
+    crafted cells then takes seconds, not minutes (bench/feedback_pages.py: every shape of the audit, 20 cells of it,
+    at most 4.2 times the page of a whole course notebook)."""
     if len(text) > FORMAT_CELL_CHARS:
         return f"this {what} has {len(text):,} characters; a page formats {what}s of up to {FORMAT_CELL_CHARS:,}"
     resources = context.get("resources")
@@ -283,7 +284,7 @@ ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b")  # a colour code or 
 
 class BoundedAnsi2Html(LoggingConfigurable):
     """nbconvert's ansi2html filter (an output's colour codes as HTML) within the bounds of unformatted_because: on
-    crafted escape sequences it takes time superlinear in the text's length (an audit: 448 KB of '\x1b[38;5;' took
+    crafted escape sequences it takes time superlinear in the text's length (an audit: 448 KB of '\\x1b[38;5;' took
     4.9 s), and formgrader shows outputs of up to 16 MiB. Beyond the bounds the text is shown without its colours.
     Text without an escape character is escaped as ansi2html would, in linear time, and not counted: a long honest
     output (a printed array) would use up the page's formatting before the student's answers below it."""
