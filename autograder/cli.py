@@ -12,12 +12,16 @@
 
 exit codes:
   0    done
-  1    done, but the output names something to look at: collect rejected files; grade could
-       not grade a submission; extend named a student who is not in the gradebook; feedback
-       could not write a report; export left a student's scores empty or found a hand score
-       outside its cell's points (with --final, also cells waiting for a grader); check found
-       a failing, edited or deleted test or a name grading rejects; demo gave a score other
-       than predicted or hit a grading or feedback error
+  1    done, but the output names something to look at: collect rejected files or could not
+       file a student; grade could not grade a submission; extend named a student who is not
+       in the gradebook; feedback wrote no pages for a collected student (not graded yet,
+       collected again, a hand score out of range) or could not write a report; export left a
+       student's scores empty or found a hand score outside its cell's points (with --final,
+       also cells waiting for a grader); check found a failing, edited, retyped or deleted
+       test, a deleted answer cell, changed course files, a cell that ran out of time or
+       stopped the kernel, differing copies of a graded cell, or a name grading rejects; demo
+       gave a score other than predicted or hit a grading or feedback error; any command
+       whose output went into a pipe its reader closed early (| head)
   2    nothing done: bad arguments or input, no course or release, the course busy, or a
        refusal the message explains (a download whose layout collect cannot tell, a release
        that would leak solutions, test cells changed since the release); also when the file
@@ -262,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
                                    "whether its visible tests pass and the points at stake. Exits 1 when a test fails, a "
                                    "test cell was edited or deleted, a written-answer cell was deleted, the course's "
-                                   "code/ or data/ files were changed, a cell or the notebook ran out of time, or the file name would "
+                                   "code/ or data/ files were changed, a cell or the notebook ran out of time, a cell stopped the "
+                                   "kernel, copies of a graded cell differ, or the file name would "
                                    "not be graded as this notebook; 2 when the file is not a notebook of this course.")
     p.add_argument("notebook", type=_notebook_path, help="the .ipynb file to check")
     p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",

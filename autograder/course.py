@@ -1,6 +1,7 @@
 """Where a course's files live and how every step reaches nbgrader's configuration and gradebook.
 
-All steps share one layout under the course root (``$PART_II_BUILD/course`` by default):
+All steps share one layout under the course root (``build/course`` by default; ``$PART_II_BUILD`` or ``--build``
+moves it):
 
     release/part-ii/           nbgrader's student version
     student/part-ii/           the student bundle (release notebooks + code/ + data/); PART_II_ROOT of graded kernels

@@ -10,8 +10,8 @@ the hand-in came (0: on time or no due date), a status and the reasons behind it
 missing files, notebooks handed in as released, notebooks that could not be graded, grading errors).
 Status is one of graded, awaiting manual grading (graded, but cells wait for a grader in formgrader:
 the score can still change), incomplete (graded, with reasons to look at), error, not graded (scores
-left empty, not 0), no valid notebook (files handed in, none gradable: the notes name each file and
-why) and no submission. Manual scores given in formgrader are part of every score.
+left empty, not 0), not filed (collect could not write the student's files: scores left empty), no valid
+notebook (files handed in, none gradable: the notes name each file and why) and no submission. Manual scores given in formgrader are part of every score.
 ``grades-per-cell.csv`` has one row per student and graded cell.
 Both are UTF-8, as nbgrader writes them and LMS imports read them; with ``bom=True`` they start
 with a byte-order mark, which Excel needs to read non-ASCII names right on a double click.

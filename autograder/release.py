@@ -6,7 +6,8 @@ course's ``code/part-ii`` and ``data/part-ii`` beside them (the notebooks' setup
 each notebook covers and is worth, how to set up, work and hand in), a ``requirements.txt``
 with the course's pins of the packages the notebooks need, a ``constraints.txt`` (read through requirements.txt)
 with the course's locked versions of what those install in turn, and an ``nbgrader_config.py`` giving
-JupyterLab's Validate button grading's cell time limit. Nothing else goes in: no source
+JupyterLab's Validate button grading's cell time limit, and a ``course-files.sha256`` with the digest of every
+released ``code/`` and ``data/`` file (check compares the student's copy against it). Nothing else goes in: no source
 notebook, no solution, no hidden test, no marking note. The same unpacked folder is what graded kernels
 see as ``PART_II_ROOT``. For graders, release writes ``marking/<notebook>.md`` into the course folder (not the zip):
 each hand-graded question with its model answer and marking note, to read beside formgrader.

@@ -29,8 +29,9 @@ user the ipc folder is made
 read-only for the kernel once its sockets exist, so it cannot fill the host disk.
 
 Output is capped on the grader side (``GradingExecute``): beyond ``output_bytes`` per cell
-(and eight times that per notebook) outputs are cut and a truncation notice is kept; error
-outputs and check records are never dropped. What a kernel sends is bounded too
+(and eight times that per notebook) outputs are cut and a truncation notice is kept; a cell keeps
+its first MAX_ERRORS_PER_CELL (3) error outputs, each cut and counted in the notebook's budget, and
+check records are kept up to RECORD_BUDGET (64 MiB) per notebook. What a kernel sends is bounded too
 (``GuardedKernelClient``): a frame over ``MAX_FRAME_BYTES`` (64 MiB), or more than the grading
 worker's memory limit holds, cuts the kernel's connection, and the cell fails as if the kernel
 had died (a message of millions of tiny frames makes ZeroMQ abort the worker instead: the

@@ -721,7 +721,7 @@ def standing_in(namespace: dict, *, shell=None, **functions) -> None:
     A hidden test of an exercise whose answer may call an earlier exercise's function (4.3 calls 4.1's
     entropy_nats) puts a reference version there first, so one wrong answer costs one exercise's points.
     A stand-in answers with the reference's values in the type the student's own function returns for the same
-    arguments (run on copies of them, its errors and output dropped, for PROBE_SECONDS in all per cell, and what it
+    arguments (run on copies of them, its errors and output dropped, for PROBE_SECONDS per stand-in and cell, and what it
     calls not seen by forbidden_calls or calls_of): a tensor where theirs gives one, so that an answer using tensor
     methods on the result scores as it does with their own function. After the cell -
     with or without an error - every name gets back what it held before, and a stand-in still held somewhere
