@@ -204,12 +204,17 @@ def blank_whitespace_lines(code: str) -> str:
     return "\n".join("" if line.isspace() else line for line in lines)
 
 
-def as_written(text: str, why: str, code: bool = False) -> str:
+class AsWritten(markupsafe.Markup):
+    """HTML that as_written made: a later filter of the same text (a markdown output's clean_html) leaves it as it is,
+    where it would show it as written once more. Only this module makes one: no text of a hand-in passes for it."""
+
+
+def as_written(text: str, why: str, code: bool = False) -> AsWritten:
     """HTML showing text as written, escaped, under a line saying why it is not formatted: code as the highlighter
     shows it, uncoloured; prose with its lines wrapped, as a reader of a written answer expects."""
     box = '<div class="highlight hl-ipython3"><pre>' if code else '<div><pre style="white-space: pre-wrap">'
-    return (f'<p class="autograder-unformatted"><em>(shown as written: {html.escape(why)})</em></p>'
-            f'{box}{html.escape(text)}</pre></div>')
+    return AsWritten(f'<p class="autograder-unformatted"><em>(shown as written: {html.escape(why)})</em></p>'
+                     f'{box}{html.escape(text)}</pre></div>')
 
 
 class EscapedMarkdown(LoggingConfigurable):
@@ -270,6 +275,8 @@ class BoundedCleanHtml(LoggingConfigurable):
         """element cleaned of scripts and unknown markup, or shown as written beyond the bounds."""
         from nbconvert.filters import clean_html
 
+        if isinstance(element, AsWritten):  # a markdown output markdown2html already showed as written
+            return element
         # an SVG comes as bytes; anything else as clean_html reads it (a kernel's output data may be a JSON object)
         text = element.decode("utf-8", "replace") if isinstance(element, bytes) else str(element)
         cell = context.get("cell") or {}

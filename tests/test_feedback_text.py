@@ -993,6 +993,18 @@ def test_formgrader_shows_a_crafted_output_as_written_and_an_honest_one_coloured
     assert page.count(html.escape(items)) == 1
 
 
+def test_a_long_markdown_output_is_shown_as_written_once_in_formgrader():
+    """A text/markdown output goes through markdown2html, then clean_html: over the cap, the first shows it as written,
+    and the second leaves that as it is (a review: it was escaped again, under a second note)."""
+    from autograder.feedback import FORMAT_CELL_CHARS
+
+    text = "<b>bold?</b> " * (FORMAT_CELL_CHARS // 10)
+    output = new_output("display_data", data={"text/markdown": text})
+    page = formgrader_page(nbformat.v4.new_notebook(cells=[new_code_cell("show()", outputs=[output], execution_count=1)]))
+    assert page.count("shown as written") == 1
+    assert page.count(html.escape(text)) == 1 and page.count("&amp;lt;b&amp;gt;") == 0
+
+
 def test_honest_long_outputs_in_formgrader_leave_the_answers_below_them_formatted():
     """Printed text without colour codes is escaped as ansi2html escapes it and not counted against the page: four
     printed arrays of 10,000 characters would otherwise leave the student's written answer below them unformatted."""
