@@ -916,7 +916,7 @@ def test_a_cell_crafted_to_take_the_parsers_minutes_is_shown_as_written_and_a_lo
 
 def test_a_page_formats_cells_until_its_budget_is_spent_then_shows_the_rest_as_written(tmp_path):
     """Each formatted cell counts its length squared against FORMAT_PAGE_WORK: of cells of 9,000 characters, as
-    many as fit are formatted and the rest shown as written; a note of the grader's is formatted whatever is left."""
+    many as fit are formatted and the rest shown as written."""
     from autograder.feedback import FORMAT_PAGE_WORK
 
     cell = "*a* " * 2250
