@@ -52,7 +52,9 @@ from jinja2 import pass_context
 from mistune import HTMLRenderer
 from mistune.util import striptags
 from nbconvert.exporters import HTMLExporter
+from nbconvert.filters import ansi2html, clean_html
 from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer, MarkdownWithMath
+from nbconvert.filters.strings import files_url_pattern
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, Preprocessor
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
@@ -171,11 +173,11 @@ def unformatted_because(context, text: str, what: str = "cell") -> str | None:
     if len(text) > FORMAT_CELL_CHARS:
         return f"this {what} has {len(text):,} characters; a page formats {what}s of up to {FORMAT_CELL_CHARS:,}"
     resources = context.get("resources")
-    formatted = (resources.get(FORMAT_KEY, 0) if isinstance(resources, dict) else 0) + len(text) ** 2
+    page = resources if isinstance(resources, dict) else {}  # outside a render: this text alone
+    formatted = page.get(FORMAT_KEY, 0) + len(text) ** 2
     if formatted > FORMAT_PAGE_WORK:
         return "the cells above it took all the formatting one page gets"
-    if isinstance(resources, dict):
-        resources[FORMAT_KEY] = formatted
+    page[FORMAT_KEY] = formatted
     return None
 
 
@@ -217,7 +219,14 @@ def as_written(text: str, why: str, code: bool = False) -> AsWritten:
                      f'{box}{html.escape(text)}</pre></div>')
 
 
-class EscapedMarkdown(LoggingConfigurable):
+class ContextFilter(LoggingConfigurable):
+    """A filter the exporter registers by name (HTMLExporter.filters in the course config) that Jinja calls with the
+    template context first: the cell and the render's resources."""
+
+    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
+
+
+class EscapedMarkdown(ContextFilter):
     """HTMLExporter's markdown2html filter with the markdown's raw HTML shown as text and javascript: links dropped.
 
     Formgrader and the feedback pages render what a student wrote: an answer cell, or any
@@ -228,8 +237,6 @@ class EscapedMarkdown(LoggingConfigurable):
     Math is untouched: the renderer keeps it apart from the HTML it escapes. The grader's own
     notes (note_cell) keep their HTML.
     """
-
-    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg  # Jinja passes the template context first
 
     def __call__(self, context, source: str) -> str:
         """The HTML of markdown `source` (a cell's or a text/markdown output's), as the exporter would render it."""
@@ -250,12 +257,10 @@ class EscapedMarkdown(LoggingConfigurable):
         return MarkdownWithMath(renderer=renderer).render(source)
 
 
-class PythonHighlight(LoggingConfigurable):
+class PythonHighlight(ContextFilter):
     """HTMLExporter's highlight_code filter, always as Python (python_html), on cells within the bounds of
     unformatted_because: nbconvert picks the lexer from a cell's magics_language or the notebook's language_info,
     both the hand-in's to set, and hundreds of pygments' 600 lexers take time superlinear in a cell's length."""
-
-    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
 
     def __call__(self, context, source: str, language: str | None = None, metadata=None) -> str:
         """The highlighted HTML of code `source` (language and metadata, the template's, are not used)."""
@@ -264,17 +269,13 @@ class PythonHighlight(LoggingConfigurable):
         return python_html(source or " ", cssclass=" highlight hl-ipython3")  # nbconvert's classes, as its CSS has them
 
 
-class BoundedCleanHtml(LoggingConfigurable):
+class BoundedCleanHtml(ContextFilter):
     """nbconvert's clean_html filter (bleach: a raw cell's HTML, or an output's HTML or SVG in formgrader) within the
     bounds of unformatted_because: on crafted HTML it takes time superlinear in the text's length (an audit: 32 KB of
     '<li>' took 10.6 s), and formgrader shows outputs of up to 16 MiB."""
 
-    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
-
     def __call__(self, context, element) -> str:
         """element cleaned of scripts and unknown markup, or shown as written beyond the bounds."""
-        from nbconvert.filters import clean_html
-
         if isinstance(element, AsWritten):  # a markdown output markdown2html already showed as written
             return element
         # an SVG comes as bytes; anything else as clean_html reads it (a kernel's output data may be a JSON object)
@@ -289,19 +290,15 @@ class BoundedCleanHtml(LoggingConfigurable):
 ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b")  # a colour code or other CSI sequence, or a lone escape
 
 
-class BoundedAnsi2Html(LoggingConfigurable):
+class BoundedAnsi2Html(ContextFilter):
     """nbconvert's ansi2html filter (an output's colour codes as HTML) within the bounds of unformatted_because: on
     crafted escape sequences it takes time superlinear in the text's length (an audit: 448 KB of '\\x1b[38;5;' took
     4.9 s), and formgrader shows outputs of up to 16 MiB. Beyond the bounds the text is shown without its colours.
     Text without an escape character is escaped as ansi2html would, in linear time, and not counted: a long honest
     output (a printed array) would use up the page's formatting before the student's answers below it."""
 
-    jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg
-
     def __call__(self, context, text: str) -> str:
         """HTML of an output's text: coloured, or escaped without its escape sequences beyond the bounds."""
-        from nbconvert.filters import ansi2html
-
         text = text if isinstance(text, str) else str(text)  # a kernel's output data may be a JSON object
         if "\x1b" not in text:
             return str(markupsafe.escape(text))
@@ -314,8 +311,6 @@ def strip_files_prefix(text: str) -> str:
     """nbconvert's strip_files_prefix filter on rendered markdown (src="files/a" -> src="a"), without its second
     pattern, which rewrote '[a](files/b)' left as text (code spans) and takes time superlinear in a line's length
     (an audit: 227 s for 20 KiB of '[a](files/')."""
-    from nbconvert.filters.strings import files_url_pattern
-
     return files_url_pattern.sub(r"\1=\2", text)
 
 
