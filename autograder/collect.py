@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import struct
@@ -1949,7 +1950,7 @@ def collect(course: Course, path: Path, student: str | None = None, replace_olde
                                   f"({listed(ids)}) handed the files in, add {'them' if many else 'the student'} to the "
                                   f"gradebook ({adds}, run in {course.root}) and collect again: the files are then on "
                                   "record as rejected")
-        raise AutograderError(f"{why}\n{LAYOUTS_HELP}")
+        raise AutograderError(f"{why}\n{LAYOUTS_HELP}{one_students_folder_hint(path, rejected, student, build_option(course))}")
     roster = roster_students(course)
     if student is None and seen and not set(seen) & known and roster:
         raise AutograderError(off_roster_text(course, sorted(seen), sorted(roster)))
@@ -2090,6 +2091,17 @@ def no_student_files(path: Path, entries: list[Entry], rejected: list[Record], i
         return f"no file in {path} could be filed for a student ({len(rejected)} rejected: {some})"
     return (f"found no student files in {path}: its {len(ignored)} {'file is' if len(ignored) == 1 else 'files are'} "
             "system files or unchanged copies of the course's own files")
+
+
+def one_students_folder_hint(path: Path, rejected: list[Record], student: str | None, build: str = "") -> str:
+    """A last line for a download that is one student's folder (collect PATH/bob): the files' folders lie below PATH,
+    so none says whose they are, and --student does ('' when that cannot be what happened); build: the course's
+    --build option, if the commands need one."""
+    sid = sanitize_id(path.name) if path.is_dir() else None
+    if student is not None or sid is None or not any("cannot tell whose file" in r.reason for r in rejected):
+        return ""
+    return (f"\n{shown(str(path))} is named like a student id: if it holds one student's files, `python -m autograder "
+            f"collect {shown(shlex.quote(str(path)))} --student {sid}{build}` files them as {sid}'s")
 
 
 def file_student(course: Course, student: str, files: list[Filed], notes: list[str], notebooks: list[str],

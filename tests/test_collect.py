@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from autograder.collect import collect, match_notebook, read_notebook, NotANotebook
-from autograder.course import AutograderError, Course
+from autograder.course import AutograderError, Course, build_option
 
 NOTEBOOKS = ["00-vectors-shapes-and-gradients", "02-shapes-and-loss"]
 
@@ -581,6 +581,24 @@ def test_one_students_single_notebook_is_collected_with_student(course, tmp_path
     assert course.submitted_students() == ["lee"] and report.students["lee"].status == "new"
     assert list(report.students["lee"].notebooks) == ["02-shapes-and-loss"], report.students["lee"]
     assert report.students["lee"].timestamp.startswith("2026-03-01 10:00:00"), report.students["lee"].timestamp
+
+
+def test_one_students_folder_collected_on_its_own_is_refused_with_the_student_option_named_last(course, tmp_path):
+    """`collect dl/bob` refused bob's notebook with "put it in a folder named after the student", which it was in,
+    the one useful line above forty lines of layouts (found by a TA's walkthrough). The last line now names the
+    command that files it; a folder named like no id, and a zip, get no such line."""
+    bob = write_tree(tmp_path / "dl" / "bob", {"02-shapes-and-loss.ipynb": notebook_bytes("bob's")})
+    with pytest.raises(AutograderError) as refused:
+        collect(course, bob)
+    last = str(refused.value).splitlines()[-1]
+    assert last == (f"{bob} is named like a student id: if it holds one student's files, `python -m autograder "
+                    f"collect {bob} --student bob{build_option(course)}` files them as bob's"), str(refused.value)
+    assert "accepted layouts" in str(refused.value)
+    assert collect(course, bob, student="bob").students["bob"].status == "new"  # what the line says works
+    odd = write_tree(tmp_path / "dl" / "--", {"02-shapes-and-loss.ipynb": notebook_bytes("whose?")})
+    with pytest.raises(AutograderError) as no_id:
+        collect(course, odd)
+    assert "--student" not in str(no_id.value).splitlines()[-1], str(no_id.value)
 
 
 def test_bad_paths_raise_clear_errors(course, tmp_path):
