@@ -210,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "process and sandbox. Already graded submissions are skipped unless --force; an "
                                    "interrupted run resumes where it stopped.")
     _add_grading_options(p)
-    p.add_argument("--force", action="store_true", help="grade again submissions that are already graded")
+    p.add_argument("--force", action="store_true",
+                   help="grade again submissions that are already graded; each one's grades stand until its new ones "
+                        "are in, and a forced run stopped early is finished by running grade again")
     p.add_argument("--student", type=_student_id, action="append", metavar="ID",
                    help="grade only this student (repeatable)")
 
@@ -489,11 +491,11 @@ def awaiting_a_grader(course: Course) -> list[str]:
 def print_after_extend(course: Course, changed: list[str]) -> None:
     """After extend: of the students whose due date changed, the graded ones' pages and grades.csv still show the
     lateness they were written with, so name the commands that write them again."""
-    from .grade import grading_stale, job_rows
+    from .grade import STANDING, grading_stale, job_rows
 
     jobs = job_rows(course.db_url)
     again = grading_stale(course, jobs)  # feedback refuses them until they are graded again
-    if graded := [s for s in changed if jobs.get(s, {}).get("state") == "done" and s not in again]:
+    if graded := [s for s in changed if jobs.get(s, {}).get("state") in STANDING and s not in again]:
         build = build_option(course)
         students = " ".join(f"--student {shlex.quote(s)}" for s in graded)
         print(f"next: `python -m autograder feedback {students}{build}` and `python -m autograder export{build}` write "

@@ -33,7 +33,7 @@ from .cells import exercises, graded_cells, is_edited, is_hand_graded, is_test_c
 from .collect import MANY_FILES, NOT_FILED, SHOWN_FILES, load_collect_log, moved_files, parse_time, unfiled_text
 from .course import ASSIGNMENT, AutograderError, Course, build_option, run_first
 from .extensions import NOT_IN_GRADEBOOK, collected_students, extension_ends, nbgrader_interval, sync_now, utc_time
-from .grade import GRADES_GONE, grades_gone, job_rows, needs_regrade, release_drift_warning
+from .grade import GRADES_GONE, STANDING, grades_gone, job_rows, needs_regrade, release_drift_warning
 
 NBGRADER_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -88,7 +88,7 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
         return "not graded", notes + [f"not graded yet; run `{grade}`"]
     if job["state"] == "error":
         return "error", notes + [f"grading failed: {job['error']}"]
-    if job["state"] != "done":
+    if job["state"] not in STANDING:
         return "not graded", notes + [f"grading {job['state']}; run `{grade}`"]
     if gone:  # first: said after "handed in again", it would go unsaid for a student who also did that
         return "not graded", notes + [f"{GRADES_GONE}; run `{grade}`"]
@@ -98,7 +98,10 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
     for nb, r in sorted(json.loads(job["notebooks"] or "{}").items()):
         if r["status"] == "error":
             notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
-    return ("incomplete" if notes else "graded"), notes
+    status = "incomplete" if notes else "graded"
+    if job["state"] != "done":  # the scores are the earlier grading's, which stands until the new one is in
+        notes.append(f"queued to be graded again (a `grade --force` run was stopped before it): run `{grade}`")
+    return status, notes
 
 
 def on_time_notebooks(collected: dict, due) -> list[str]:

@@ -1166,8 +1166,8 @@ def feedback(course: Course, students: list[str] | None = None, workers: int | N
                                   f"`python -m autograder grade{build_option(course)}` tries again")
         graded.remove(student)
     for student in sorted(s for s, row in jobs.items() if row["state"] in ("pending", "running") and s in graded):
-        result.errors[student] = ("grading pending (e.g. after a release with new tests): no feedback written; "
-                                  f"{run_first(course, 'grade')}")
+        result.errors[student] = ("grading pending (a release changed the tests since, or a `grade` run stopped "
+                                  f"before grading this hand-in): no feedback written; {run_first(course, 'grade')}")
         graded.remove(student)
     for student in (s for s in known if collect_log["students"].get(s, {}).get("unfiled") and s not in result.errors):
         # collect could not write the last download (a full disk: not the student's doing); pages would show the

@@ -9,6 +9,12 @@ transaction. The job table ``autograder_job`` lives in the gradebook database it
 so a grade and the record that it was committed can never disagree:
 
     pending -> running -> done | error          (state per submission)
+    done -> requeued -> regrading -> done | error   (grade --force)
+
+A forced regrade leaves each submission's grades standing until its new ones are committed:
+``requeued`` and ``regrading`` are done jobs queued and being graded again, which export and
+feedback treat as done. Ctrl-C during a forced run stops it with every grade in place, and
+the next run (with or without ``--force``) grades the rest of the queue.
 
 A SIGKILL at any moment leaves each job either committed (done, skipped by the next
 run) or not (running/pending, graded again from scratch by the next run); workers die
@@ -58,6 +64,10 @@ RETRIES = 1  # a worker that crashes (not a timeout, not out of memory: those wo
 POLL_SECONDS = 0.2
 OUT_OF_MEMORY_REASON = "the grading process ran out of memory"  # how such a failure's reason starts
 AUTOGRADING_LINE = re.compile(r"\S+ \S+ INFO Autograding (.+\.ipynb)$")  # nbgrader's, on the worker's log
+REQUEUED = "requeued"  # a done job that `grade --force` queued to be graded again: its grades stand meanwhile
+REGRADING = "regrading"  # a requeued job being graded: its grades stand until the new ones are committed
+STANDING = ("done", REQUEUED, REGRADING)  # the states whose grades are the submission's (export, feedback)
+BUSY = ("running", REGRADING)  # the states of a job whose worker runs (or ran, in a run that was killed)
 TEMPLATE_TABLES = ("assignment", "notebook", "base_cell", "grade_cells", "solution_cells", "task_cells", "source_cell")
 
 JOBS = Table(
@@ -65,7 +75,7 @@ JOBS = Table(
     Column("student_id", String(128), primary_key=True),
     Column("assignment", String(128), primary_key=True),
     Column("digest", String(64), nullable=False),  # sha256 of the submitted files
-    Column("state", String(16), nullable=False),  # pending, running, done, error
+    Column("state", String(16), nullable=False),  # pending, running, done, error, requeued, regrading
     Column("attempts", Integer, nullable=False, default=0),
     Column("commits", Integer, nullable=False, default=0),  # times grades were written for it
     Column("pid", Integer),
@@ -228,7 +238,7 @@ def needs_regrade(course: Course, jobs: dict[str, dict]) -> set[str]:
     """Students whose graded (done) job was for other files than the ones collected now: collect
     filed a new hand-in after grading, so their grades and autograded notebooks are out of date."""
     return {student for student, row in jobs.items()
-            if row["state"] == "done" and course.step_dir("submitted", student).is_dir()
+            if row["state"] in STANDING and course.step_dir("submitted", student).is_dir()
             and _digest(course.step_dir("submitted", student)) != row["digest"]}
 
 
@@ -264,7 +274,7 @@ def grades_gone(course: Course, jobs: dict[str, dict]) -> set[str]:
     """Collected students whose job is done but whose grades the gradebook no longer holds: a done job always
     committed a submission, so something outside the harness removed it (`nbgrader db student remove`)."""
     done = {student for student, row in jobs.items()
-            if row["state"] == "done" and course.step_dir("submitted", student).is_dir()}
+            if row["state"] in STANDING and course.step_dir("submitted", student).is_dir()}
     return done - gradebook_submitters(course.db_url) if done else set()
 
 
@@ -276,7 +286,8 @@ def grading_stale(course: Course, jobs: dict[str, dict]) -> set[str]:
 
 def to_grade(course: Course) -> list[str]:
     """Collected students the next `grade` grades: no finished job yet (none, pending, failed), one for other
-    files than those collected now, or one whose grades the gradebook lost."""
+    files than those collected now, one whose grades the gradebook lost, or one a forced regrade cut short left
+    queued (requeued: its grades stand meanwhile)."""
     jobs = job_rows(course.db_url)
     stale = grading_stale(course, jobs)
     return [s for s in course.submitted_students() if jobs.get(s, {}).get("state") != "done" or s in stale]
@@ -301,15 +312,17 @@ def plan_jobs(session, course: Course, students: list[str], force: bool, write: 
                                                  state="pending", attempts=0, commits=0))
             todo.append(student)
             continue
-        if row.state == "done" and row.digest == digest and not force and student in in_gradebook:
+        standing = row.state in STANDING and row.digest == digest and student in in_gradebook
+        if row.state == "done" and standing and not force:
             skipped.append(student)
             continue
         if not write:
             todo.append(student)
             continue
-        if row.state == "running":
+        if row.state in BUSY:
             _kill_stale_worker(row.pid)
-        _update_job(session, student, state="pending", digest=digest, pid=None)
+        # a forced regrade (or the rest of one cut short) keeps the grades standing until the new ones are in
+        _update_job(session, student, state=REQUEUED if standing else "pending", digest=digest, pid=None)
         todo.append(student)
     session.commit()
     return todo, skipped
@@ -609,13 +622,15 @@ def drift_warning(course: Course, moved: dict[str, list[str]], changed: dict[str
 
 
 def regrade_after_new_tests(course: Course) -> list[str]:
-    """Mark every graded (done) job pending again, in one transaction; return their students (sorted)."""
+    """Mark every graded job (done, or queued to be graded again) pending again, in one transaction; return their
+    students (sorted)."""
     with course.gradebook() as gb:
         if not inspect(gb.engine).has_table(JOBS.name):
             return []
         done = JOBS.c.assignment == ASSIGNMENT
-        students = sorted(gb.db.execute(select(JOBS.c.student_id).where(done, JOBS.c.state == "done")).scalars())
-        gb.db.execute(JOBS.update().where(done, JOBS.c.state == "done").values(state="pending", pid=None))
+        graded = JOBS.c.state.in_(STANDING)
+        students = sorted(gb.db.execute(select(JOBS.c.student_id).where(done, graded)).scalars())
+        gb.db.execute(JOBS.update().where(done, graded).values(state="pending", pid=None))
         gb.db.commit()
     return students
 
@@ -920,8 +935,9 @@ class Scheduler:
 
     def start(self, student: str, warm: bool = False) -> None:
         """Prepare and start a job, recording it as running; warm: it only warms up until open_gates() lets it grade."""
-        attempts = self.gb.db.execute(select(JOBS.c.attempts).where(
-            JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one() + 1
+        attempts, state = self.gb.db.execute(select(JOBS.c.attempts, JOBS.c.state).where(
+            JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).one()
+        attempts += 1
         extension = nbgrader_interval(extension_ends(self.gb.db).get(student), self.gb.find_assignment(ASSIGNMENT).duedate)
         job_dir = prepare_job(self.course, student, attempts, self.template, self.options, self.notebooks, self.sandboxed,
                               self.records, extension)
@@ -936,7 +952,8 @@ class Scheduler:
                                               warming=warm)  # tracked at once
         if not warm:
             run.open()  # it grades as soon as it has warmed up
-        _update_job(self.gb.db, student, state="running", attempts=attempts, pid=proc.pid)
+        _update_job(self.gb.db, student, state=REGRADING if state == REQUEUED else "running", attempts=attempts,
+                    pid=proc.pid)
         self.gb.db.commit()
 
     def grading(self) -> list[Running]:
@@ -997,7 +1014,7 @@ class Scheduler:
         discard_job_dir(run.job_dir)
         if retry and self.retries.get(student, 0) < RETRIES:
             self.retries[student] = self.retries.get(student, 0) + 1
-            _update_job(self.gb.db, student, state="pending", pid=None, error=reason)
+            _update_job(self.gb.db, student, state=self._queued_state(student), pid=None, error=reason)
             self.gb.db.commit()
             return False
         _update_job(self.gb.db, student, state="error", pid=None, error=reason, seconds=seconds)
@@ -1005,18 +1022,27 @@ class Scheduler:
         self.result.errors[student] = reason
         return True
 
+    def _queued_state(self, student: str) -> str:
+        """The state a job of this run goes back to when its worker ends without grades: requeued (its earlier
+        grades stand) when it was regrading, else pending."""
+        state = self.gb.db.execute(select(JOBS.c.state).where(
+            JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one()
+        return REQUEUED if state == REGRADING else "pending"
+
     def stop_all(self, todo: list[str]) -> int:
-        """Stop every worker and leave every unfinished job pending; return how many of todo are pending."""
+        """Stop every worker and leave every unfinished job queued (pending, or requeued when its earlier grades
+        stand); return how many of todo are queued."""
         abandon(self.gb.db)  # a start or a commit the interrupt cut short is not half-saved
         for run in self.running.values():
             stop_worker(run.proc)
         # the course's grade lock is ours, so every running row is this run's: also the job whose start
         # or finish was interrupted, which self.running may no longer hold
-        self.gb.db.execute(JOBS.update().where(JOBS.c.assignment == ASSIGNMENT, JOBS.c.state == "running")
-                           .values(state="pending", pid=None))
+        for busy, queued in (("running", "pending"), (REGRADING, REQUEUED)):
+            self.gb.db.execute(JOBS.update().where(JOBS.c.assignment == ASSIGNMENT, JOBS.c.state == busy)
+                               .values(state=queued, pid=None))
         self.gb.db.commit()
         pending = self.gb.db.execute(select(JOBS.c.student_id).where(
-            JOBS.c.assignment == ASSIGNMENT, JOBS.c.state == "pending", JOBS.c.student_id.in_(todo))).all()
+            JOBS.c.assignment == ASSIGNMENT, JOBS.c.state.in_(("pending", REQUEUED)), JOBS.c.student_id.in_(todo))).all()
         return len(pending)
 
     def _keep_log(self, run: Running) -> None:
@@ -1028,7 +1054,7 @@ class Scheduler:
             shutil.copyfile(log, dest)
 
     def run(self, todo: list[str]) -> GradeResult:
-        """Grade every student in todo; Ctrl-C/SIGTERM stops the workers and leaves their jobs pending."""
+        """Grade every student in todo; Ctrl-C/SIGTERM stops the workers and leaves their jobs queued (stop_all)."""
         from tqdm import tqdm
 
         queue = deque(todo)
@@ -1283,6 +1309,14 @@ def print_summary(course: Course, result: GradeResult) -> None:
               f"out of memory again: `python -m autograder collect PATH{build}` files a corrected hand-in, and "
               f"`python -m autograder grade{build}` grades it")
     if left := [s for s in to_grade(course) if s not in result.errors]:  # e.g. a run limited by --student
-        n = len(left)
-        print(f"{n} other collected {'student is' if n == 1 else 'students are'} not graded yet ({listed(left)}): "
-              f"`python -m autograder grade{build}` grades {'it' if n == 1 else 'them'}")
+        jobs = job_rows(course.db_url)
+        queued = [s for s in left if jobs.get(s, {}).get("state") in (REQUEUED, REGRADING)]
+        if new := [s for s in left if s not in queued]:
+            n = len(new)
+            print(f"{n} other collected {'student is' if n == 1 else 'students are'} not graded yet ({listed(new)}): "
+                  f"`python -m autograder grade{build}` grades {'it' if n == 1 else 'them'}")
+        if queued:
+            n = len(queued)
+            print(f"{n} other {'student is' if n == 1 else 'students are'} queued to be graded again by a `--force` "
+                  f"run cut short ({listed(queued)}; {'its' if n == 1 else 'their'} earlier grades stand meanwhile): "
+                  f"`python -m autograder grade{build}` grades {'it' if n == 1 else 'them'}")

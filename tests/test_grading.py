@@ -681,6 +681,69 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         shutil.rmtree(build, ignore_errors=True)
 
 
+def test_a_forced_regrade_cut_short_leaves_every_grade_standing_and_the_next_run_finishes_it(graded, monkeypatch,
+                                                                                             capsys):
+    """`grade --force` set every job pending before grading any: Ctrl-C a few seconds in left the whole class
+    exported as 'not graded' with empty scores and every feedback page removed, until a full regrade ended (found by
+    a TA's walkthrough). Each grade now stands until its new one is committed."""
+    import autograder.grade as grade_module
+    from autograder.export import export
+    from autograder.feedback import feedback
+
+    subset = ["blank", "partial"]
+    build, course = copy_course(graded["course"].root)  # graded, with feedback; the shared one stays read-only
+    try:
+        export(course)
+        before = read_grades_csv(course.reports_dir / "grades.csv")
+        real_finish = grade_module.Scheduler.finish
+        at_interrupt = {}
+
+        def finish_then_ctrl_c(self, run, rc, timed_out=False):
+            """Commit the first job to end, then stop the run as Ctrl-C does, with the other job being graded."""
+            real_finish(self, run, rc, timed_out)
+            at_interrupt.update(job_rows(course.db_url))
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(grade_module.Scheduler, "finish", finish_then_ctrl_c)
+        forced = dataclasses.replace(options(workers=2, students=subset), force=True)
+        with pytest.raises(AutograderError, match="interrupted: 1 submission graded in this run, 1 not"):
+            grade(course, forced)
+        monkeypatch.undo()
+        first = next(s for s in subset if at_interrupt[s]["state"] == "done")
+        other = next(s for s in subset if s != first)
+        assert at_interrupt[other]["state"] == "regrading", at_interrupt[other]  # its worker was grading it
+        stopped = job_rows(course.db_url)
+        assert {s: (stopped[s]["state"], stopped[s]["commits"]) for s in subset} == \
+            {first: ("done", 2), other: ("requeued", 1)}
+        assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+
+        export(course)
+        after = read_grades_csv(course.reports_dir / "grades.csv")
+        assert {s: (after[s]["status"], after[s]["score"]) for s in subset} == \
+            {s: (before[s]["status"], before[s]["score"]) for s in subset}
+        assert after[other]["score"] != "", after[other]
+        assert "queued to be graded again (a `grade --force` run was stopped before it)" in after[other]["notes"]
+        assert "queued" not in after[first]["notes"], after[first]
+        capsys.readouterr()
+        pages = feedback(course, students=subset)
+        assert pages.errors == {}, pages.errors
+        assert {p.parent.parent.name for p in pages.written} == set(subset)
+
+        with course.gradebook() as gb:  # as a run killed while it regraded `other` would leave it
+            gb.db.execute(grade_module.JOBS.update().where(grade_module.JOBS.c.student_id == other)
+                          .values(state="regrading", pid=None))
+            gb.db.commit()
+        export(course)
+        assert read_grades_csv(course.reports_dir / "grades.csv")[other]["score"] == before[other]["score"]
+        result = grade(course, options(workers=2, students=subset))  # no --force: the rest of the forced queue
+        assert result.graded == [other] and result.skipped == [first]
+        assert {s: (r["state"], r["commits"]) for s, r in job_rows(course.db_url).items() if s in subset} == \
+            {s: ("done", 2) for s in subset}
+        assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def test_ctrl_c_while_the_sources_are_recorded_stops_grade_without_blaming_them(graded, tmp_path):
     """The first grade after a release runs the instructor notebooks to record the expected values. Ctrl-C then
     reached only the kernel nbclient had started last: the others ran on for seconds, and grade ended with "the
