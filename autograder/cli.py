@@ -138,11 +138,13 @@ def _student_id(text: str) -> str:
     """argparse type: a student id as collect files it (Unicode's composed form, at most 128 characters)."""
     import unicodedata
 
-    from .collect import MAX_ID_BYTES, MAX_ID_CHARS, STUDENT_ID
+    from .collect import MAX_ID_BYTES, MAX_ID_CHARS, STUDENT_ID, sanitize_id
 
     text = unicodedata.normalize("NFC", text)
     if not STUDENT_ID.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"expected a student id (letters, digits, . _ @ -), got {text!r}")
+        filed = sanitize_id(text)  # a folder's name, say: collect files "O'Brien, Pat/" as O_Brien_Pat
+        as_filed = f" (collect files a folder of that name as {filed})" if filed else ""
+        raise argparse.ArgumentTypeError(f"expected a student id (letters, digits, . _ @ -), got {text!r}{as_filed}")
     if len(text) > MAX_ID_CHARS:
         raise argparse.ArgumentTypeError(f"expected a student id of at most {MAX_ID_CHARS} characters (nbgrader's "
                                          f"limit), got {len(text)}")

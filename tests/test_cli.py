@@ -66,6 +66,10 @@ def empty_build(tmp_path, monkeypatch):
     (["grade", "--cell-timeout", "0.0001", "--build", "{build}"], "expected at least 1 second(s), got 0.0001"),
     (["grade", "--notebook-timeout", "inf", "--build", "{build}"], "finite number of seconds"),
     (["grade", "--student", "bad id!", "--build", "{build}"], "student id"),
+    # the folder's name, where collect filed the student as O_Brien_Pat without a word on the console (a TA's review)
+    (["grade", "--student", "O'Brien, Pat", "--build", "{build}"],
+     "expected a student id (letters, digits, . _ @ -), got \"O'Brien, Pat\" (collect files a folder of that name as "
+     "O_Brien_Pat)"),
     # the advice repeats --build, so it runs as printed on this course
     (["grade", "--build", "{build}"], "run `python -m autograder release --build {build}` first"),
     (["feedback", "--build", "{build}"], "there is no course in {build} ({build}/course does not exist): run "
