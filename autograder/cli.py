@@ -176,10 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="build folder (default: $PART_II_BUILD or build/); the course lives in DIR/course "
                              "(the demo's in DIR/demo/course)")
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     epilog=__doc__[__doc__.index("exit codes:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
 
-    p = sub.add_parser("release", parents=[common], help="generate the student version and the student zip",
+    p = sub.add_parser("release", parents=[common], help="student version of part-ii + the zip students download",
                        description="Run the source notebooks to check that every model answer passes its own tests "
                                    "(once per version of each notebook; grade reuses what this records), generate the "
                                    "student version of part-ii (nbgrader generate_assignment), check that it leaks no "
@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="release test cells that are an earlier release's (refused otherwise once students have "
                         "handed in: a checkout that lacks a later fix would undo it and grade everyone again)")
 
-    p = sub.add_parser("collect", parents=[common], help="file an LMS download as nbgrader submissions",
+    p = sub.add_parser("collect", parents=[common], help="file an LMS download (folder or zip) as nbgrader submissions",
                        description="File student notebooks from a folder or zip as nbgrader submissions.",
                        epilog=_collect_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", type=_download_path, help="a folder or .zip file as downloaded from the LMS")
@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "before (by default that one is rejected, so an old download cannot put back an earlier "
                         "version); its file time becomes the hand-in time")
 
-    p = sub.add_parser("grade", parents=[common], help="autograde the collected submissions in parallel",
+    p = sub.add_parser("grade", parents=[common], help="autograde every collected submission, in parallel, resumable",
                        description="Autograde every collected submission with nbgrader, N at a time, each in its own "
                                    "process and sandbox. Already graded submissions are skipped unless --force; an "
                                    "interrupted run resumes where it stopped.")
@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--student", type=_student_id, action="append", metavar="ID",
                    help="grade only this student (repeatable)")
 
-    p = sub.add_parser("extend", parents=[common], help="give a student a later due date, or list the extensions",
+    p = sub.add_parser("extend", parents=[common], help="a later due date for one student (or list the extensions)",
                        description="Give students their own due date (an extension), remove it with --until none, "
                                    "or, without options, list the extensions. The assignment needs a due date "
                                    "(release --due-date WHEN). export and feedback then count lateness from the "
@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the student's own due date, in the forms of release --due-date, e.g. "
                         "'2026-03-04 23:59 Asia/Shanghai' ('none' removes the extension)")
 
-    p = sub.add_parser("drop", parents=[common], help="take a student out of the course, or back in with --undo",
+    p = sub.add_parser("drop", parents=[common], help="take a student out of the course (their files kept), or back in with --undo",
                        description="Take a student out of the course: one who left the class, or an id collected by "
                                    "mistake (a typo in a folder name). Their files (hand-ins, earlier hand-ins, graded "
                                    "copies, feedback pages, grading log) move to <course>/dropped/ID/<time>/ with a "
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--student", type=_student_id, required=True, metavar="ID", help="the student to drop")
     p.add_argument("--undo", action="store_true", help="take the student back in instead")
 
-    p = sub.add_parser("feedback", parents=[common], help="write HTML feedback per student and notebook",
+    p = sub.add_parser("feedback", parents=[common], help="one HTML report per student and notebook (hidden tests never shown)",
                        description="Write one HTML feedback file per student and notebook: points per cell, "
                                    "passed/failed and why, the student's code and written answers, and notes on what "
                                    "grading did. Cell outputs and hidden tests are never shown (either could carry "
@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the pages load MathJax 2.7 (the formulas) from: an http(s) address, e.g. a mirror your "
                         "students can reach, or a path relative to the pages (default: nbconvert's, on cdnjs)")
 
-    p = sub.add_parser("export", parents=[common], help="write grades.csv and grades-per-cell.csv",
+    p = sub.add_parser("export", parents=[common], help="grades as CSV: per student and per cell",
                        description="Write the grades as CSV (UTF-8) into <course>/reports: grades.csv (one row per "
                                    "student: nbgrader's columns, a score per notebook, status and reasons) and "
                                    "grades-per-cell.csv.")
@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the export to hand in: exit 1 also when cells still wait for a grader in formgrader (their "
                         "students' scores can still change), not only when scores are left empty")
 
-    p = sub.add_parser("check", help="student self-check of one notebook",
+    p = sub.add_parser("check", help="a student's self-check: run the notebook, print a table per exercise",
                        description="Run a notebook from top to bottom in a fresh kernel and print, per exercise, "
                                    "whether its visible tests pass and the points at stake. Exits 1 when a test fails, a "
                                    "test cell was edited or deleted, a written-answer cell was deleted, the course's "

@@ -35,6 +35,17 @@ def test_help_on_every_command(command, capsys):
     assert f"python -m autograder {command}" in capsys.readouterr().out
 
 
+def test_the_top_level_help_lists_each_command_once_then_the_exit_codes(capsys):
+    """The epilog repeated the command list in other words below argparse's own (a TA's walkthrough)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for command in COMMANDS:
+        assert len(re.findall(rf"^ +{command}\b", out, flags=re.M)) == 1, (command, out)
+    assert "exit codes:\n  0    done" in out and out.rstrip().endswith("130  interrupted (grade resumes where it stopped)")
+
+
 @pytest.fixture()
 def empty_build(tmp_path, monkeypatch):
     """A build folder with no course in it (nothing released); env restored afterwards."""
