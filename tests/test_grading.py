@@ -740,6 +740,13 @@ def test_a_forced_regrade_cut_short_leaves_every_grade_standing_and_the_next_run
         assert {s: (r["state"], r["commits"]) for s, r in job_rows(course.db_url).items() if s in subset} == \
             {s: ("done", 2) for s in subset}
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
+
+        with course.gradebook() as gb:  # queued again, then a release changes the tests: that grade no longer stands
+            gb.db.execute(grade_module.JOBS.update().where(grade_module.JOBS.c.student_id == other)
+                          .values(state="requeued"))
+            gb.db.commit()
+        assert set(subset) <= set(grade_module.regrade_after_new_tests(course))
+        assert {job_rows(course.db_url)[s]["state"] for s in subset} == {"pending"}
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
