@@ -736,3 +736,104 @@ def test_a_badly_written_stand_in_is_an_error_that_says_what_is_expected(namespa
 def test_a_stand_in_outside_a_kernel_says_it_needs_one():
     with pytest.raises(RuntimeError, match="runs in an IPython kernel"):
         checks.standing_in({}, f=len)
+
+
+# --- the checks' own verdicts and messages (gaps a mutation audit of checks.py found) -----------------------------
+
+def failure(check, *args, **kwargs) -> str:
+    """The message of the AssertionError a check raises (the test fails if it passes)."""
+    with pytest.raises(AssertionError) as err:
+        check(*args, **kwargs)
+    return str(err.value)
+
+
+def test_check_close_wants_the_expected_shape_not_one_that_broadcasts():
+    """A mean returned where per-position losses were wanted would pass by broadcasting."""
+    assert "expected shape (2,), got shape ()" in failure(checks.check_close, "losses", 0.5, [0.5, 0.5])
+    assert "expected shape (3,), got shape (2,)" in failure(checks.check_close, "losses", [1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+def test_a_hidden_check_names_no_expected_value_or_shape():
+    assert failure(checks.check_close, "x", [1.0, 2.0], [1.0, 2.0, 3.0], reveal=False) == \
+        "x: the shape differs from the expected one"
+    message = failure(checks.check_equal, "count", 3, 4917, reveal=False)
+    assert "4917" not in message and message.startswith("count"), message
+    message = failure(checks.check_close, "p", 0.25, 0.123456789, reveal=False)
+    assert "0.123456" not in message and "0.1234568" not in message, message
+
+
+def test_nan_never_matches_and_is_named():
+    """Even where nan is expected: no exercise's answer is nan, and equal_nan would let a broken answer through."""
+    assert "nan" in failure(checks.check_close, "x", float("nan"), float("nan"))
+    assert "contains nan" in failure(checks.check_close, "x", [1.0, float("nan")], [1.0, 2.0])
+
+
+def test_a_test_cell_s_own_tolerances_are_used():
+    checks.check_close("x", 1.0 + 1e-6, 1.0, rtol=1e-5)  # within the cell's looser rtol, not within RTOL
+    assert failure(checks.check_close, "x", 1.0 + 1e-6, 1.0)  # the default RTOL = 1e-9 refuses it
+    assert failure(checks.check_close, "x", 1.0 + 1e-13, 1.0, rtol=0, atol=0)  # and exact means exact
+
+
+def test_in_record_mode_the_tolerances_and_the_reveal_flag_go_to_the_grader(monkeypatch):
+    sent = []
+    monkeypatch.setenv(checks.MODE_ENV, "record")
+    monkeypatch.setattr(checks, "_emit", lambda kind, label, **fields: sent.append((kind, fields)))
+    checks.check_close("x", 1.0, 1.0, rtol=1e-3, atol=0.0, reveal=False)
+    checks.check_equal("n", 1, 2, reveal=False)
+    assert (sent[0][1]["rtol"], sent[0][1]["atol"], sent[0][1]["reveal"]) == (1e-3, 0.0, False)
+    assert sent[1][0] == "equal" and sent[1][1]["reveal"] is False
+
+
+def test_check_true_takes_booleans_not_numbers():
+    """check_true(label, np.abs(err)) would pass on any non-zero error."""
+    with pytest.raises(AssertionError):
+        checks.check_true("x", np.array([0.5]))
+
+
+def test_a_long_array_s_message_counts_the_values_that_differ():
+    message = failure(checks.check_close, "x", np.r_[np.zeros(100), 1.0], np.zeros(101))
+    assert "1 of 101 values differ" in message, message
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: checks.check_raises("x", ValueError, int, []), "expected ValueError, got TypeError"),
+    (lambda: checks.check_raises("x", TypeError, None), "expected a function to call"),
+    (lambda: checks.check_raises("x", ValueError, lambda: None), "returned normally"),
+])
+def test_check_raises_fails_for_another_error_no_function_or_no_error(call, words):
+    """The check that decides the validation exercises (raise ValueError on a bad PMF...)."""
+    with pytest.raises(AssertionError, match=re.escape(words)):
+        call()
+
+
+def test_check_raises_returns_the_message_of_the_error_it_wanted():
+    def refuse():
+        raise ValueError("pmf must sum to 1")
+
+    assert checks.check_raises("x", ValueError, refuse) == "pmf must sum to 1"
+
+
+def test_calls_watched_puts_back_a_name_in_a_namespace_dict():
+    namespace = {"helper": abs}
+    with checks.calls_watched((namespace, "helper")):
+        namespace["helper"](-1)
+    assert namespace["helper"] is abs
+
+
+def test_infinite_values_travel_to_the_grader_tagged_and_come_back_infinite():
+    """KL off the support and perplexity at p = 0 are inf: sent untagged, json with allow_nan=False refuses them and a
+    right answer would fail."""
+    assert checks.to_plain(float("inf")) == {"float": "inf"}
+    assert checks.to_plain(np.array([np.inf]))["ndarray"] == [{"float": "inf"}]
+    back = checks.from_plain(checks.to_plain(np.array([1.0, -np.inf])))
+    assert np.asarray(back).tolist() == [1.0, -np.inf]
+    checks.check_close("kl", back, [1.0, -np.inf])
+
+
+def test_arrays_up_to_max_elements_are_sent_and_a_record_s_shape_must_match_its_values():
+    assert "ndarray" in checks.to_plain(np.zeros(checks.MAX_ELEMENTS))
+    assert isinstance(checks.from_plain({"ndarray": [1.0, 2.0], "dtype": "f", "shape": [3]}), checks.Unsupported)
+
+
+def test_a_value_that_could_not_be_sent_equals_nothing():
+    assert checks.equal_failure("x", checks.from_plain({"unsupported": "object"}), 3) is not None
