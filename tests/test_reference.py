@@ -850,3 +850,9 @@ def test_import_is_numpy_only():
     out = subprocess.run([sys.executable, "-c", code, str(pp.__file__).rsplit("/", 1)[0]],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"probability_practice imported {out}"
+
+
+def test_a_zero_probability_target_is_infinitely_surprising():
+    """A soft target's class of no mass had its -inf log multiplied by 0: a RuntimeWarning, into a notebook's stderr."""
+    assert pp.perplexity_from_probs([0.5, 0.0]) == math.inf
+    assert pp.cross_entropy(np.array([[1e308, -1e308]]), np.array([[1.0, 0.0]])) == 0.0  # 0 * ln 0 = 0

@@ -506,7 +506,8 @@ def cross_entropy(logits, targets, *, mask=None, ignore_index=None, class_weight
         _check_distribution(ref, "targets (soft)")
         if ignore_index is not None or class_weights is not None:
             raise ValueError("ignore_index and class_weights apply to integer targets only, got soft targets")
-        per_pos = -np.sum(np.where(ref > 0, ref * log_q, 0.0), axis=-1)
+        # 0 ln 0 = 0: a class the target gives no mass never multiplies its log (-inf there would warn, then nan)
+        per_pos = -np.sum(ref * np.where(ref > 0, log_q, 0.0), axis=-1)
         weights = None
     else:
         y = _as_int_targets(t, "targets")
