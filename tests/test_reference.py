@@ -7,6 +7,7 @@ data/part-ii/arithmetic.json, never from probability_practice itself.
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 import warnings
 
@@ -852,7 +853,74 @@ def test_import_is_numpy_only():
     assert out == "", f"probability_practice imported {out}"
 
 
+# --- gaps a mutation audit of probability_practice found: each test fails on a mutant the suite let through -------
+
+Z3 = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [3.0, 0.0, 0.0]])
+
+
+def test_per_position_losses_are_zero_where_ignored_as_pytorch_gives_them():
+    targets = np.array([0, -100, 2])
+    expected = F.cross_entropy(T(Z3), T(targets, torch.long), ignore_index=-100, reduction="none")
+    close(pp.cross_entropy(Z3, targets, ignore_index=-100, reduction="none"), expected, rtol=1e-12, atol=0)
+    assert pp.reduce_losses(np.array([1.0, 2.0, 3.0]), mask=[1, 0, 1], reduction="none").tolist() == [1.0, 0.0, 3.0]
+
+
+def test_any_ignore_index_and_a_mask_beside_it_are_both_honoured():
+    targets = np.array([2, 0, 1])
+    expected = F.cross_entropy(T(Z3), T(targets, torch.long), ignore_index=0).item()
+    assert math.isclose(pp.cross_entropy(Z3, targets, ignore_index=0), expected, rel_tol=1e-12)
+    targets = np.array([0, -100, 2])  # position 1 ignored, position 2 masked: only position 0 is scored
+    expected = F.cross_entropy(T(Z3[:1]), T(targets[:1], torch.long)).item()
+    assert math.isclose(pp.cross_entropy(Z3, targets, mask=[1, 1, 0], ignore_index=-100), expected, rel_tol=1e-12)
+
+
+def test_an_axis_other_than_the_last_is_the_one_reduced():
+    """Square inputs: reducing the wrong axis keeps every shape right."""
+    z = np.arange(9.0).reshape(3, 3) * np.array([1.0, 2.0, -1.0])
+    close(pp.log_softmax(z, axis=0), torch.log_softmax(T(z), dim=0), rtol=1e-12)
+    p = np.array([[0.5, 0.1, 0.25], [0.5, 0.9, 0.75]])
+    close(pp.entropy(p, axis=0), torch.special.entr(T(p)).sum(0), rtol=1e-12)
+
+
+def test_values_far_from_zero_keep_their_digits():
+    assert pp.variance([1e9, 1e9 + 1], [0.5, 0.5]) == 0.25  # E[(X-mu)^2], not E[X^2] - mu^2
+    assert math.isclose(pp.sequence_log_prob(np.full(1000, 0.1)), 1000 * math.log(0.1), rel_tol=1e-12)  # no product
+    close(pp.nats_to_bits(np.array([math.log(2), 2 * math.log(2)])), [1.0, 2.0], rtol=1e-15, atol=0)
+    assert math.isclose(pp.bernoulli_nll(1e-20, 0, 1), 1e-20, rel_tol=1e-12)  # -log1p(-theta)
+    assert math.isclose(pp.bce_with_logits(40.0, 1.0), math.log1p(math.exp(-40.0)), rel_tol=1e-12, abs_tol=0)
+    p, q = torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([1.0, 1e-310], dtype=torch.float64)
+    expected = (p * (p.log() - q.log())).sum().item()  # the ratio p/q overflows to inf; log p - log q does not
+    assert math.isclose(pp.kl_divergence([0.5, 0.5], [1.0, 1e-310]), expected, rel_tol=1e-12)
+
+
 def test_a_zero_probability_target_is_infinitely_surprising():
     """A soft target's class of no mass had its -inf log multiplied by 0: a RuntimeWarning, into a notebook's stderr."""
     assert pp.perplexity_from_probs([0.5, 0.0]) == math.inf
     assert pp.cross_entropy(np.array([[1e308, -1e308]]), np.array([[1.0, 0.0]])) == 0.0  # 0 * ln 0 = 0
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: pp.neg_log_prob(-0.1), ValueError, "probabilities in [0, 1]"),
+    (lambda: pp.sequence_log_prob([0.5, -0.5]), ValueError, "probabilities in [0, 1]"),
+    (lambda: pp.bernoulli_nll(-0.1, 1, 2), ValueError, "probabilities in [0, 1]"),
+    (lambda: pp.perplexity(float("nan")), ValueError, "nan"),
+    (lambda: pp.entropy([0.5, 0.50001]), ValueError, "sum to 1"),
+    (lambda: pp.entropy(np.r_[1e-4 + 5e-3, np.full(9999, 1e-4)]), ValueError, "sum to 1"),
+    (lambda: pp.bayes_posterior([0.5, 0.5], [-0.1, 0.5]), ValueError, "likelihood"),
+    (lambda: pp.bayes_posterior([0.5, 0.5], [1.5, 0.5]), ValueError, "likelihood"),
+    (lambda: pp.reduce_losses(np.ones((2, 3)), mask=np.ones((3, 2), bool)), ValueError, "mask must have shape (2, 3)"),
+    (lambda: pp.nll_from_logits(np.zeros((2, 3)), np.zeros((2, 1), int)), ValueError, "target must have shape"),
+    (lambda: pp.cross_entropy(np.zeros((2, 3)), [0, 2], class_weights=np.ones((1, 3))), ValueError,
+     "class_weights must have shape (3,)"),
+    (lambda: pp.conditional_from_joint([[0.2, 0.2], [0.2, 0.2]]), ValueError, "sum to 1"),
+    (lambda: pp.empirical_distribution([1, 2], [1, 1, 2]), ValueError, "once"),
+    (lambda: pp.weighted_bce_optimum(0.5, 0.0), ValueError, "positive"),
+    (lambda: pp.entropy([0.5, 0.5], unit="bytes"), ValueError, "unit must be one of"),
+    (lambda: pp.softmax(np.zeros((2, 3)), axis=True), TypeError, "axis must be an int"),
+], ids=["neg-log-prob", "sequence", "bernoulli", "perplexity-nan", "sum-1e-5", "sum-many", "likelihood-neg",
+        "likelihood-big", "mask-shape", "target-shape", "class-weights-shape", "joint-sum", "support-twice",
+        "weight-zero", "unit", "axis-bool"])
+def test_more_bad_input_is_refused_with_a_message_saying_what_was_wrong(call, error, words):
+    """The module's promise: nothing returns a silent nan or a number for input it cannot mean."""
+    with pytest.raises(error, match=re.escape(words)):
+        call()
