@@ -170,6 +170,10 @@ def tampered_cells(submitted: dict[str, list], released_tests: dict[str, set[str
         carrying: dict[str, list] = {}  # grade id -> the cells that carry it (a copied cell repeats one)
         for c in cells:
             carrying.setdefault(nbgrader_meta(c).get("grade_id"), []).append(c)
+        if not carrying.keys() - {None}:
+            # no cell of the release at all: a notebook not started from it, which grading refuses and names as such
+            # (cells.LOST_CELLS); "every test cell deleted" would only point the wrong way
+            continue
         # changed: a source or points edit (checksum), a test cell retyped as markdown, a copy with other contents
         edited = sorted(g for g in released & carrying.keys()
                         if any(not is_test_cell(c) or is_edited(c) for c in carrying[g]))

@@ -233,6 +233,22 @@ def test_totals_in_the_csv_match_the_metadata(graded):
     assert lost and {r["result"] for r in lost} == {"not handed in"}, {r["result"] for r in lost}
 
 
+def test_a_notebook_not_started_from_the_release_is_not_listed_as_every_test_cell_deleted():
+    """A notebook written from scratch under a release name holds no cell of the release: grading names it "not
+    started from the released notebook", and the notes went on to list all its test cells as deleted by the student,
+    put back for grading (a TA's walkthrough). A release notebook whose test cells were deleted is still listed."""
+    from autograder.export import tampered_tests
+
+    released = {"02-shapes-and-loss": {"test_a", "test_b"}}
+    own = [nbformat.v4.new_markdown_cell("my answers"), nbformat.v4.new_code_cell("def softmax(z): ...")]
+    assert tampered_tests({"02-shapes-and-loss": own}, released) == []
+    answer = nbformat.v4.new_code_cell("x = 1")
+    answer.metadata["nbgrader"] = {"grade_id": "ex_a", "solution": True, "grade": False, "locked": False,
+                                   "schema_version": 3, "task": False}
+    assert tampered_tests({"02-shapes-and-loss": own + [answer]}, released) == \
+        ["02-shapes-and-loss: test cells deleted by the student, put back for grading: test_a, test_b"]
+
+
 def test_edited_test_cell_is_restored_and_graded_on_the_original(graded):
     sources = source_notebooks()
     partial_nb, partial_tests = last_exercise(sources)
