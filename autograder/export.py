@@ -100,7 +100,8 @@ def student_notes(student: str, collect_log: dict, job: dict | None, stale: bool
             notes.append(f"{nb} could not be graded (scored 0): {r['error']}")
     status = "incomplete" if notes else "graded"
     if job["state"] != "done":  # the scores are the earlier grading's, which stands until the new one is in
-        notes.append(f"queued to be graded again (a `grade --force` run was stopped before it): run `{grade}`")
+        notes.append(f"queued to be graded again (a `grade --force` run stopped or failed before its new grades were "
+                     f"in; these are the earlier ones): run `{grade}`")
     return status, notes
 
 
@@ -172,7 +173,8 @@ def tampered_cells(submitted: dict[str, list], released_tests: dict[str, set[str
             carrying.setdefault(nbgrader_meta(c).get("grade_id"), []).append(c)
         if not carrying.keys() - {None}:
             # no cell of the release at all: a notebook not started from it, which grading refuses and names as such
-            # (cells.LOST_CELLS); "every test cell deleted" would only point the wrong way
+            # (cells.LOST_CELLS: every course notebook has answer cells); "every test cell deleted" would only point
+            # the wrong way
             continue
         # changed: a source or points edit (checksum), a test cell retyped as markdown, a copy with other contents
         edited = sorted(g for g in released & carrying.keys()

@@ -9,7 +9,7 @@ transaction. The job table ``autograder_job`` lives in the gradebook database it
 so a grade and the record that it was committed can never disagree:
 
     pending -> running -> done | error          (state per submission)
-    done -> requeued -> regrading -> done | error   (grade --force)
+    done -> requeued -> regrading -> done | requeued   (grade --force; requeued again when it fails)
 
 A forced regrade leaves each submission's grades standing until its new ones are committed:
 ``requeued`` and ``regrading`` are done jobs queued and being graded again, which export and
@@ -17,7 +17,8 @@ feedback treat as done. Ctrl-C during a forced run stops it with every grade in 
 the next run (with or without ``--force``) grades the rest of the queue.
 
 A SIGKILL at any moment leaves each job either committed (done, skipped by the next
-run) or not (running/pending, graded again from scratch by the next run); workers die
+run) or not (running/pending, or regrading/requeued with the earlier grades standing,
+graded again from scratch by the next run); workers die
 with this process (worker.die_with_parent), and their sandboxes with them (bwrap's
 --die-with-parent). A re-run skips done jobs whose submission is
 unchanged, unless ``--force``; ``commits`` counts how often a job's grades were written.
@@ -630,7 +631,9 @@ def regrade_after_new_tests(course: Course) -> list[str]:
         done = JOBS.c.assignment == ASSIGNMENT
         graded = JOBS.c.state.in_(STANDING)
         students = sorted(gb.db.execute(select(JOBS.c.student_id).where(done, graded)).scalars())
-        gb.db.execute(JOBS.update().where(done, graded).values(state="pending", pid=None))
+        gb.db.execute(JOBS.update().where(done, JOBS.c.state.in_(("done", REQUEUED))).values(state="pending", pid=None))
+        # left by a killed run: running keeps the pid, so the next grade stops a worker still alive, then grades it
+        gb.db.execute(JOBS.update().where(done, JOBS.c.state == REGRADING).values(state="running"))
         gb.db.commit()
     return students
 
@@ -995,6 +998,11 @@ class Scheduler:
             notebooks = json.loads(result_file.read_text(encoding="utf-8"))["notebooks"]
             grades = read_private_grades(sqlite_url(run.job_dir / "gradebook.db"), self.course.course_id, student)
             unchanged = unchanged_answers(self.course, run.job_dir, student)  # before the old notebooks are replaced
+            if self._queued_state(student) == REQUEUED:
+                # the earlier grades stop standing before their graded notebooks are replaced: a cut between the two
+                # must not leave pages of the new notebooks under the old scores
+                _update_job(self.gb.db, student, state="running")
+                self.gb.db.commit()
             install_autograded(self.course, run.job_dir, student)
             problems = {nb: r["error"] + (f"; the kernel's log ends: {r['kernel_log']}" if r.get("kernel_log") else "")
                         for nb, r in notebooks.items() if r["status"] == "error"}
@@ -1012,12 +1020,16 @@ class Scheduler:
         reason = _failure_reason(run, rc, timed_out, self.sandboxed, self.course.notebook_names())
         retry = not timed_out and not reason.startswith(OUT_OF_MEMORY_REASON)  # either would end the same
         discard_job_dir(run.job_dir)
+        queued = self._queued_state(student)
         if retry and self.retries.get(student, 0) < RETRIES:
             self.retries[student] = self.retries.get(student, 0) + 1
-            _update_job(self.gb.db, student, state=self._queued_state(student), pid=None, error=reason)
+            _update_job(self.gb.db, student, state=queued, pid=None, error=reason)
             self.gb.db.commit()
             return False
-        _update_job(self.gb.db, student, state="error", pid=None, error=reason, seconds=seconds)
+        # a forced regrade that failed leaves the earlier grades of the same hand-in standing (and their graded
+        # notebooks, not replaced), queued for the next run; the summary names the failure
+        _update_job(self.gb.db, student, state="error" if queued == "pending" else REQUEUED, pid=None, error=reason,
+                    seconds=seconds)
         self.gb.db.commit()
         self.result.errors[student] = reason
         return True
@@ -1133,7 +1145,7 @@ def signals_ignored(*signums: int):
 
 
 def _raise_interrupt(signum, frame):
-    """SIGTERM handler: stop like Ctrl-C, so running jobs are left pending."""
+    """SIGTERM handler: stop like Ctrl-C, so running jobs are left queued (Scheduler.stop_all)."""
     raise KeyboardInterrupt
 
 
@@ -1310,7 +1322,8 @@ def print_summary(course: Course, result: GradeResult) -> None:
               f"`python -m autograder grade{build}` grades it")
     if left := [s for s in to_grade(course) if s not in result.errors]:  # e.g. a run limited by --student
         jobs = job_rows(course.db_url)
-        queued = [s for s in left if jobs.get(s, {}).get("state") in (REQUEUED, REGRADING)]
+        stale = grading_stale(course, jobs)  # handed in again, or grades gone: nothing of theirs stands
+        queued = [s for s in left if jobs.get(s, {}).get("state") in (REQUEUED, REGRADING) and s not in stale]
         if new := [s for s in left if s not in queued]:
             n = len(new)
             print(f"{n} other collected {'student is' if n == 1 else 'students are'} not graded yet ({listed(new)}): "

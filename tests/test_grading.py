@@ -738,7 +738,8 @@ def test_a_forced_regrade_cut_short_leaves_every_grade_standing_and_the_next_run
         assert {s: (after[s]["status"], after[s]["score"]) for s in subset} == \
             {s: (before[s]["status"], before[s]["score"]) for s in subset}
         assert after[other]["score"] != "", after[other]
-        assert "queued to be graded again (a `grade --force` run was stopped before it)" in after[other]["notes"]
+        assert "queued to be graded again (a `grade --force` run stopped or failed before its new grades were in; " \
+            "these are the earlier ones)" in after[other]["notes"]
         assert "queued" not in after[first]["notes"], after[first]
         capsys.readouterr()
         pages = feedback(course, students=subset)
@@ -757,12 +758,52 @@ def test_a_forced_regrade_cut_short_leaves_every_grade_standing_and_the_next_run
             {s: ("done", 2) for s in subset}
         assert dump(course.db_url, subset) == dump(graded["course"].db_url, subset)
 
-        with course.gradebook() as gb:  # queued again, then a release changes the tests: that grade no longer stands
-            gb.db.execute(grade_module.JOBS.update().where(grade_module.JOBS.c.student_id == other)
-                          .values(state="requeued"))
+        with course.gradebook() as gb:  # queued again (and one left regrading by a killed run), then a release
+            jobs = grade_module.JOBS       # changes the tests: neither grade stands any more
+            gb.db.execute(jobs.update().where(jobs.c.student_id == other).values(state="requeued"))
+            gb.db.execute(jobs.update().where(jobs.c.student_id == first).values(state="regrading", pid=4242))
             gb.db.commit()
         assert set(subset) <= set(grade_module.regrade_after_new_tests(course))
-        assert {job_rows(course.db_url)[s]["state"] for s in subset} == {"pending"}
+        rows = job_rows(course.db_url)
+        # running keeps the pid: the next grade stops that worker if it still runs, then grades the hand-in again
+        assert (rows[other]["state"], rows[first]["state"], rows[first]["pid"]) == ("pending", "running", 4242), rows
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def test_a_forced_regrade_that_fails_keeps_the_grade_and_one_cut_short_while_installing_drops_it(graded, monkeypatch):
+    """A review of the forced regrade: one that failed for good blanked the standing grade of an unchanged hand-in
+    (status error, pages removed); and one cut short after its new graded notebooks replaced the old but before its
+    grades were committed left the old scores standing beside the new notebooks."""
+    import autograder.grade as grade_module
+    from autograder.export import export
+
+    build, course = copy_course(graded["course"].root)
+    try:
+        export(course)
+        before = read_grades_csv(course.reports_dir / "grades.csv")["blank"]
+        real_finish = grade_module.Scheduler.finish
+        monkeypatch.setattr(grade_module.Scheduler, "finish",
+                            lambda self, run, rc, timed_out=False: real_finish(self, run, None, True))  # out of time
+        result = grade(course, dataclasses.replace(options(workers=1, students=["blank"]), force=True))
+        monkeypatch.undo()
+        assert list(result.errors) == ["blank"] and result.graded == []
+        row = job_rows(course.db_url)["blank"]
+        assert (row["state"], row["commits"]) == ("requeued", 1) and row["error"] == result.errors["blank"], row
+        assert dump(course.db_url, ["blank"]) == dump(graded["course"].db_url, ["blank"])
+        export(course)
+        after = read_grades_csv(course.reports_dir / "grades.csv")["blank"]
+        assert (after["status"], after["score"]) == (before["status"], before["score"]), after
+        assert "queued to be graded again" in after["notes"], after
+
+        def cut_short(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(grade_module, "install_autograded", cut_short)
+        with pytest.raises(AutograderError, match="interrupted"):
+            grade(course, options(workers=1, students=["blank"]))  # the rest of the queue: blank, requeued
+        monkeypatch.undo()
+        assert job_rows(course.db_url)["blank"]["state"] == "pending"  # its notebooks may be half replaced: no grade stands
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
