@@ -2165,6 +2165,14 @@ def shown(text: str) -> str:
                    for ch in text)
 
 
+def checkpoints_of(ignored: list[Record], student: str, notebooks: list[str]) -> list[str]:
+    """Those of notebooks whose Jupyter checkpoint (STUDENT/.ipynb_checkpoints/NAME-checkpoint.ipynb) the student's
+    download held, among the files collect ignored, in the order given."""
+    names = {PurePosixPath(r.file).name.casefold() for r in ignored
+             if r.student == student and PurePosixPath(r.file).parent.name == ".ipynb_checkpoints"}
+    return [nb for nb in notebooks if f"{nb}-checkpoint.ipynb".casefold() in names]
+
+
 def print_report(report: CollectReport) -> None:
     """A readable summary: one line per student, then every rejected and ignored file with its reason."""
     print(f"collected {shown(report.source)}")
@@ -2189,7 +2197,10 @@ def print_report(report: CollectReport) -> None:
               "likely; ask for the one meant")
         for s, r in unanswered:
             every = len(r.unanswered) > 1 and set(r.unanswered) == set(r.notebooks)
-            print(f"  {s}: {f'all {len(r.unanswered)} notebooks handed in' if every else ', '.join(r.unanswered)}")
+            kept = checkpoints_of(report.ignored, s, r.unanswered)
+            also = (f" (the download also holds Jupyter's checkpoint of {', '.join(kept)}, not graded: if it has the "
+                    "answers, ask for the notebook saved with them)" if kept else "")
+            print(f"  {s}: {f'all {len(r.unanswered)} notebooks handed in' if every else ', '.join(r.unanswered)}{also}")
     if report.off_roster:
         print(f"not on the roster, filed as new students ({len(report.off_roster)}): {listed(report.off_roster, 10)}; "
               "give them names with `nbgrader db student add ID --first-name … --last-name …`, run in the course "

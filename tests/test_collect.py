@@ -1063,6 +1063,27 @@ def test_a_release_copy_handed_in_unchanged_is_named_in_collect_s_summary_and_th
     assert collect(course, solved).students["ann"].unanswered == []
 
 
+def test_an_unanswered_hand_in_beside_its_jupyter_checkpoint_is_named_with_it(course, tmp_path, capsys):
+    """A blank notebook handed in with the checkpoint Jupyter keeps of it: the checkpoint is rightly not graded, but the
+    summary said nothing of it, though it may hold the answers the student meant to hand in (a TA's walkthrough)."""
+    from autograder.collect import print_report
+
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()"
+    nbformat.write(nbformat.reads(answer_notebook(stub).decode(), 4), course.release_dir / "02-shapes-and-loss.ipynb")
+    download = write_tree(tmp_path / "d", {
+        "yan/02-shapes-and-loss.ipynb": answer_notebook(stub),
+        "yan/.ipynb_checkpoints/02-shapes-and-loss-checkpoint.ipynb": answer_notebook("x = 5"),
+        "zed/02-shapes-and-loss.ipynb": answer_notebook(stub),
+        "zed/.ipynb_checkpoints/00-vectors-shapes-and-gradients-checkpoint.ipynb": answer_notebook("x = 6")})
+    report = collect(course, download)
+    assert submitted(course, "yan") == {"02-shapes-and-loss.ipynb": answer_notebook(stub)}  # the checkpoint: not graded
+    print_report(report)
+    out = capsys.readouterr().out
+    assert ("\n  yan: 02-shapes-and-loss (the download also holds Jupyter's checkpoint of 02-shapes-and-loss, not "
+            "graded: if it has the answers, ask for the notebook saved with them)\n") in out, out
+    assert "\n  zed: 02-shapes-and-loss\n" in out, out  # a checkpoint of another notebook says nothing of this one
+
+
 def test_jupyter_copies_are_collected_and_the_highest_numbered_one_wins_a_tie(course, tmp_path):
     """'NAME-copy' made collect crash (copy_number found no digits); Copy10 is a later copy than Copy2."""
     alone = write_tree(tmp_path / "alone", {"yan/02-shapes-and-loss-copy.ipynb": notebook_bytes("copy")})
