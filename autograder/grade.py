@@ -998,7 +998,7 @@ class Scheduler:
             notebooks = json.loads(result_file.read_text(encoding="utf-8"))["notebooks"]
             grades = read_private_grades(sqlite_url(run.job_dir / "gradebook.db"), self.course.course_id, student)
             unchanged = unchanged_answers(self.course, run.job_dir, student)  # before the old notebooks are replaced
-            if self._queued_state(student) == REQUEUED:
+            if self._state(student) == REGRADING:
                 # the earlier grades stop standing before their graded notebooks are replaced: a cut between the two
                 # must not leave pages of the new notebooks under the old scores
                 _update_job(self.gb.db, student, state="running")
@@ -1020,26 +1020,24 @@ class Scheduler:
         reason = _failure_reason(run, rc, timed_out, self.sandboxed, self.course.notebook_names())
         retry = not timed_out and not reason.startswith(OUT_OF_MEMORY_REASON)  # either would end the same
         discard_job_dir(run.job_dir)
-        queued = self._queued_state(student)
+        regrading = self._state(student) == REGRADING  # its earlier grades stand
         if retry and self.retries.get(student, 0) < RETRIES:
             self.retries[student] = self.retries.get(student, 0) + 1
-            _update_job(self.gb.db, student, state=queued, pid=None, error=reason)
+            _update_job(self.gb.db, student, state=REQUEUED if regrading else "pending", pid=None, error=reason)
             self.gb.db.commit()
             return False
         # a forced regrade that failed leaves the earlier grades of the same hand-in standing (and their graded
         # notebooks, not replaced), queued for the next run; the summary names the failure
-        _update_job(self.gb.db, student, state="error" if queued == "pending" else REQUEUED, pid=None, error=reason,
+        _update_job(self.gb.db, student, state=REQUEUED if regrading else "error", pid=None, error=reason,
                     seconds=seconds)
         self.gb.db.commit()
         self.result.errors[student] = reason
         return True
 
-    def _queued_state(self, student: str) -> str:
-        """The state a job of this run goes back to when its worker ends without grades: requeued (its earlier
-        grades stand) when it was regrading, else pending."""
-        state = self.gb.db.execute(select(JOBS.c.state).where(
+    def _state(self, student: str) -> str:
+        """The state of a student's job row (running, or regrading while a forced regrade's earlier grades stand)."""
+        return self.gb.db.execute(select(JOBS.c.state).where(
             JOBS.c.student_id == student, JOBS.c.assignment == ASSIGNMENT)).scalar_one()
-        return REQUEUED if state == REGRADING else "pending"
 
     def stop_all(self, todo: list[str]) -> int:
         """Stop every worker and leave every unfinished job queued (pending, or requeued when its earlier grades
