@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt constraints.txt | cksum
 # nbgrader calls alembic from PATH; kernels must come from the venv
 RUN := PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 PYTHONHASHSEED=0
 
-# bubblewrap: the grading sandbox; chromium (+ a CJK font for the Chinese prose): the browser test;
+# bubblewrap and libseccomp2 (which compiles its seccomp filter): the grading sandbox;
+# chromium (+ a CJK font for the Chinese prose): the browser test;
 # postgresql: the server tests/test_postgres.py starts for a PostgreSQL gradebook
-SANDBOX_PACKAGES := bubblewrap
+SANDBOX_PACKAGES := bubblewrap libseccomp2
 BROWSER_PACKAGES := chromium chromium-driver fonts-wqy-microhei
 POSTGRES_PACKAGES := postgresql
 LAB_DIR := build/lab
@@ -31,15 +32,15 @@ sysdeps:
 	  fi; \
 	fi
 
-# the demo needs only bubblewrap, and runs without it: its sample class is ours, not students' code
+# the demo needs only the sandbox's packages, and runs without them: its sample class is ours, not students' code
 sysdeps-demo:
-	@if ! command -v bwrap >/dev/null 2>&1; then \
+	@if ! command -v bwrap >/dev/null 2>&1 || ! PATH="$$PATH:/sbin" ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 '; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing system packages: $(SANDBOX_PACKAGES)"; \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SANDBOX_PACKAGES) >/dev/null; } || \
-	      echo "note: could not install bubblewrap, so the demo grades its bundled sample class without the sandbox"; \
+	      echo "note: could not install $(SANDBOX_PACKAGES), so the demo grades its bundled sample class without the sandbox"; \
 	  else \
-	    echo "note: bubblewrap (bwrap) is not installed, so the demo grades its bundled sample class without the" \
+	    echo "note: bubblewrap (bwrap) or libseccomp is not installed, so the demo grades its bundled sample class without the" \
 	         "sandbox; install it as root (apt-get install $(SANDBOX_PACKAGES)) before grading real submissions"; \
 	  fi; \
 	fi

@@ -87,12 +87,13 @@ def _ns_pid(proc: psutil.Process) -> int | None:
 class ForkServer:
     """One fork server in its sandbox: start with a command line, then spawn() kernels from it."""
 
-    def __init__(self, cmd: list[str], modules: list[str], log_path: Path):
-        """cmd: the sandbox prefix ending in the interpreter; modules: what the server imports once."""
+    def __init__(self, cmd: list[str], modules: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()):
+        """cmd: the sandbox prefix ending in the interpreter; modules: what the server imports once; pass_fds: the
+        descriptors cmd names (the sandbox's seccomp filter)."""
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [*cmd, "-c", SERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(modules)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, pass_fds=pass_fds)
         self._buffer = b""
         self.ready = False
         self._server: psutil.Process | None = None

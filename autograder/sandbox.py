@@ -18,7 +18,11 @@ hide can be incomplete):
   and sockets, writable while the kernel starts) and a size-capped private tmpfs as its
   working folder and ``HOME``, and another as ``/tmp``;
 - no network (``--unshare-net``), its own PID/IPC/UTS namespaces, a cleared environment,
-  and ``prlimit`` limits on CPU seconds, address space, processes and file size.
+  and ``prlimit`` limits on CPU seconds, address space, processes, open files and file size;
+- a seccomp filter (``seccomp_program``) that refuses what holds memory the address-space limit
+  does not count: ``memfd_create``, SysV shared memory and message queues, and new user
+  namespaces (root in one mounts a tmpfs of any size); ``/dev`` is read-only, as in a user
+  namespace the kernel would own bwrap's ``/dev`` tmpfs, which has no size limit.
 
 When the grader runs as root the kernel runs as an unprivileged user id of its own
 (``setpriv``; derived from the scratch path, 200000-999999, no passwd entry): root would keep
@@ -83,6 +87,7 @@ Public API: ``bwrap_available()``, ``sandbox_problem()``, ``sandbox_remedy()``, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import math
@@ -124,6 +129,11 @@ SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # the only host configuration kernels read: the dynamic linker's cache, the time zone, and fontconfig's
 # (matplotlib lists the system fonts with fc-list); no passwd: the sandbox user has no entry anyway
 ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/fonts")
+# RLIMIT_NOFILE of a kernel (one holds about 60): the grader's limit, often 20,000 or more, would let a cell pin memory
+# that no limit counts in the buffers of that many sockets and pipes
+MAX_OPEN_FILES = 1024
+SECCOMP_FD = "{seccomp-fd}"  # in a sandbox command, the descriptor bwrap reads seccomp_program() from (with_seccomp_fd)
+CLONE_NEWUSER = 0x10000000  # <linux/sched.h>
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record outputs (trusted_checks)
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
@@ -196,6 +206,60 @@ NO_NAMESPACES = "cannot create the sandbox's namespaces here"
 
 
 @functools.lru_cache(maxsize=1)
+def seccomp_program() -> bytes:
+    """The seccomp filter of every sandbox, as the BPF program bwrap's --seccomp loads (compiled by libseccomp).
+
+    It allows every system call but those that hold memory no limit counts, which a cell could pile up
+    until the host runs out: memfd_create and SysV shmget/msgget (pages that need not be mapped, so
+    RLIMIT_AS misses them; a detached segment belongs to no process the OOM killer could end), and a new
+    user namespace (clone or unshare with CLONE_NEWUSER; root in one mounts a tmpfs of any size, and a
+    root grader's bwrap, unlike an unprivileged one, has no --disable-userns). clone3 answers ENOSYS, as
+    under Docker's and Flatpak's filters: its flags lie behind a pointer a filter cannot read, and glibc
+    then falls back to clone. A system call of another ABI (i386, x32) kills the process.
+    """
+    import errno
+    import tempfile
+
+    import pyseccomp as seccomp  # raises RuntimeError when the system has no libseccomp
+
+    program = seccomp.SyscallFilter(seccomp.ALLOW)
+    for call in ("memfd_create", "shmget", "msgget"):
+        program.add_rule(seccomp.ERRNO(errno.EPERM), call)
+    for call in ("clone", "unshare"):  # the flags are the first argument of both
+        program.add_rule(seccomp.ERRNO(errno.EPERM), call, seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    program.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    with tempfile.TemporaryFile() as fh:
+        program.export_bpf(fh)
+        fh.seek(0)
+        return fh.read()
+
+
+@contextlib.contextmanager
+def with_seccomp_fd(cmd: list[str]):
+    """Yield (cmd with SECCOMP_FD replaced by a pipe's read end holding seccomp_program(), the fds to pass to Popen);
+    cmd and () when it has no SECCOMP_FD. The pipe is closed on leaving: bwrap has read it by then."""
+    if SECCOMP_FD not in cmd:
+        yield cmd, ()
+        return
+    read, write = os.pipe()
+    try:
+        with os.fdopen(write, "wb") as fh:  # a few hundred bytes: far below a pipe's 64 KiB, so this never blocks
+            fh.write(seccomp_program())
+        yield [str(read) if arg == SECCOMP_FD else arg for arg in cmd], (read,)
+    finally:
+        os.close(read)
+
+
+def _seccomp_problem() -> str | None:
+    """Why the seccomp filter cannot be compiled here, or None."""
+    try:
+        seccomp_program()
+    except (ImportError, RuntimeError, OSError) as exc:
+        return f"libseccomp (libseccomp2) is not usable: {clipped(str(exc))}"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
 def sandbox_problem() -> str | None:
     """Why student code cannot be sandboxed here (what is missing or failing), or None when it can."""
     for tool, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux")):
@@ -204,11 +268,14 @@ def sandbox_problem() -> str | None:
     if _run_as_nobody() and shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed, and the grader runs as root: kernels could not drop to an " \
                "unprivileged user"
+    if problem := _seccomp_problem():
+        return problem
     probe = ["bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid", "--tmpfs", "/",
              *_host_view(list(SYSTEM_TREES)), "--dev", "/dev", "--proc", "/proc", "--die-with-parent",
-             *_drop_to_nobody(), "true"]
+             "--seccomp", SECCOMP_FD, *_drop_to_nobody(), "true"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_SECONDS)
+        with with_seccomp_fd(probe) as (probe, fds):
+            done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_SECONDS, pass_fds=fds)
     except subprocess.TimeoutExpired:
         return f"bubblewrap (bwrap) did not finish a trial run within {PROBE_SECONDS} s"
     except (OSError, subprocess.SubprocessError) as exc:
@@ -226,6 +293,8 @@ def sandbox_remedy(problem: str) -> str:
         return "Install it as root (`apt-get install bubblewrap`, or `make sysdeps-demo`)"
     if "(util-linux) is not installed" in problem:
         return "Install it as root (`apt-get install util-linux`)"
+    if "(libseccomp2) is not usable" in problem:
+        return "Install it as root (`apt-get install libseccomp2`, or `make sysdeps-demo`)"
     if NO_NAMESPACES in problem:
         where = ("where bubblewrap may create namespaces" if os.geteuid() == 0 else
                  "as root or where unprivileged user namespaces are allowed")
@@ -773,19 +842,21 @@ class SandboxedKernelManager(AsyncKernelManager):
         cmd = [
             "bwrap", *_namespace_options(), "--unshare-net", "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--clearenv",
-            "--tmpfs", "/", "--dev", "/dev", "--proc", "/proc",
+            # /dev read-only: a kernel in a user namespace owns bwrap's /dev tmpfs, of no size limit
+            "--tmpfs", "/", "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
             "--perms", "1777", "--size", str(self.disk_bytes), "--tmpfs", "/tmp",
             *_host_view([*SYSTEM_TREES, *ETC_FILES, *self.readable], (bound,)),
             "--perms", "0777", "--size", str(self.disk_bytes), "--tmpfs", work,
             # the root's folders are the grader's, or (user namespace) the kernel's own: no place to write
-            "--remount-ro", "/", "--chdir", work,
+            "--remount-ro", "/", "--chdir", work, "--seccomp", SECCOMP_FD,
         ]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
         cmd += ["--", *_drop_to_nobody(uid)]
         cmd += [
             "prlimit", f"--cpu={self.cpu_seconds + extra_cpu_seconds}", f"--as={self.memory_bytes}",
-            f"--nproc={self.max_processes}", f"--fsize={self.file_size_bytes}", "--core=0", "--",
+            f"--nproc={self.max_processes}", f"--fsize={self.file_size_bytes}", f"--nofile={MAX_OPEN_FILES}",
+            "--core=0", "--",
         ]
         return cmd
 
@@ -810,7 +881,8 @@ class SandboxedKernelManager(AsyncKernelManager):
             kw["stdout"] = log
             kw["stderr"] = subprocess.STDOUT
             kw["stdin"] = subprocess.DEVNULL
-            await super()._async_launch_kernel(kernel_cmd, **kw)
+            with with_seccomp_fd(kernel_cmd) as (kernel_cmd, kw["pass_fds"]):
+                await super()._async_launch_kernel(kernel_cmd, **kw)
         finally:
             log.close()
 
@@ -825,9 +897,9 @@ class SandboxedKernelManager(AsyncKernelManager):
                 server.close()
             work = Path(self.fork_server) / "work"
             work.mkdir(exist_ok=True)  # mount point of the sandbox's tmpfs
-            server = _FORK_SERVERS[key] = ForkServer(
-                self.fork_server_prefix() + [sandbox_path(kernel_cmd[0])], list(self.fork_server_modules),
-                Path(self.fork_server) / "kernel.log")
+            with with_seccomp_fd(self.fork_server_prefix() + [sandbox_path(kernel_cmd[0])]) as (cmd, fds):
+                server = _FORK_SERVERS[key] = ForkServer(cmd, list(self.fork_server_modules),
+                                                         Path(self.fork_server) / "kernel.log", fds)
         home = str(Path(self.fork_server) / "work" / Path(self.scratch).name)
         info = {k: v.decode() if isinstance(v, bytes) else v for k, v in self.get_connection_info().items()}
         kernel = server.spawn(kernel_cmd[3:], home, {"HOME": home, "IPYTHONDIR": f"{home}/.ipython"}, info)

@@ -112,6 +112,53 @@ PROBES = {
         "print(json.dumps([p for p in {sentinels!r} if _seen(p)]))"
     ),
     "listing": "import json, os; print(json.dumps({{p: sorted(os.listdir(p)) for p in ('/', '/etc', {repo_parent!r}, {repo!r})}}))",
+    # memory no limit would count (found by a red-team review): a memfd, SysV shared memory and message queues, a
+    # user namespace of its own (root in it mounts a tmpfs of any size), a file in /dev (bwrap's tmpfs); each as the
+    # errno it failed with, or what it got
+    "uncounted_memory": (
+        "import ctypes, errno, os, subprocess\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def _call(name, *args):\n"
+        "    ok = getattr(libc, name)(*args) != -1\n"
+        "    return 'allowed' if ok else errno.errorcode[ctypes.get_errno()]\n"
+        "def _open(path):\n"
+        "    try:\n"
+        "        open(path, 'w').write('x'); return 'wrote'\n"
+        "    except OSError as e:\n"
+        "        return errno.errorcode[e.errno]\n"
+        "try:\n"
+        "    os.memfd_create('probe'); memfd = 'allowed'\n"
+        "except OSError as e:\n"
+        "    memfd = errno.errorcode[e.errno]\n"
+        "userns = subprocess.run(['unshare', '--user', '--map-root-user', 'true'], capture_output=True).returncode\n"
+        "# clone(CLONE_NEWUSER | SIGCHLD) without CLONE_VM: a fork, whose child leaves at once\n"
+        "pid = libc.syscall({{'x86_64': 56, 'aarch64': 220}}[os.uname().machine], 0x10000000 | 17, 0, 0, 0, 0)\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "cloned = errno.errorcode[ctypes.get_errno()] if pid == -1 else os.waitpid(pid, 0) and 'allowed'\n"
+        "print(memfd, _call('shmget', 0, 2**20, 0o1600), _call('msgget', 0, 0o1600), _call('unshare', 0x10000000),\n"
+        "      cloned, 'unshare-rc', userns, _open('/dev/shm/probe'), _open('/dev/probe'))"
+    ),
+    # what the filter must leave working: threads (glibc tries clone3 first), processes, torch's threads, /dev/null;
+    # and the open-file limit, which the kernel cannot raise
+    "still_works": (
+        "import os, resource, threading, torch\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "squares = list(ThreadPoolExecutor(4).map(lambda x: x * x, range(4)))\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(7)\n"
+        "child = os.waitpid(pid, 0)[1] >> 8\n"
+        "torch.set_num_threads(2)\n"
+        "total = torch.ones(512, 512, dtype=torch.float64).matmul(torch.ones(512, 1, dtype=torch.float64)).sum().item()\n"
+        "open('/dev/null', 'w').write('x')\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "try:\n"
+        "    resource.setrlimit(resource.RLIMIT_NOFILE, (hard + 1, hard + 1)); raised = 'raised'\n"
+        "except (ValueError, OSError) as e:\n"
+        "    raised = type(e).__name__\n"
+        "print(squares, child, total, soft, hard, raised)"
+    ),
     # the CPU time left to the kernel, and whether it can raise its own limit
     "cpu_limit": (
         "import resource\n"
@@ -206,6 +253,41 @@ def test_the_kernel_runs_unprivileged_in_its_private_folder(isolation):
     assert int(uid) != 0
 
 
+def test_memory_that_no_limit_counts_cannot_be_taken(isolation):
+    """RLIMIT_AS counts mapped memory only. A red-team review held 5 GiB of SysV shared memory (detached: no process
+    owns it for the OOM killer to end) and memfd files from a notebook that still scored full marks, and, as root's
+    kernel, mounted a 960 MiB tmpfs in a user namespace of its own. The seccomp filter refuses all of these, and /dev
+    (writable tmpfs for a kernel in a user namespace) is read-only."""
+    outputs, _ = isolation
+    assert outputs["uncounted_memory"] == "EPERM EPERM EPERM EPERM EPERM unshare-rc 1 EROFS EROFS"
+
+
+def test_the_seccomp_filter_leaves_threads_processes_and_torch_working(isolation):
+    """clone3 answers ENOSYS, so glibc makes threads with clone: a thread pool, a fork and torch's two threads run;
+    a kernel may open MAX_OPEN_FILES files and cannot raise that."""
+    from autograder.sandbox import MAX_OPEN_FILES
+
+    outputs, _ = isolation
+    assert outputs["still_works"] == f"[0, 1, 4, 9] 7 {512.0 * 512} {MAX_OPEN_FILES} {MAX_OPEN_FILES} ValueError"
+
+
+def test_the_seccomp_filter_is_handed_to_bwrap_through_a_pipe_closed_afterwards():
+    """with_seccomp_fd replaces the placeholder with a pipe that holds the whole program (it fits the pipe's buffer, so
+    writing it never blocks) and closes the pipe on leaving; a command without the placeholder is left alone."""
+    from autograder.sandbox import SECCOMP_FD, seccomp_program, with_seccomp_fd
+
+    program = seccomp_program()
+    assert 0 < len(program) < 65536 and len(program) % 8 == 0  # struct sock_filter entries of 8 bytes each
+    with with_seccomp_fd(["bwrap", "--seccomp", SECCOMP_FD, "--", "true"]) as (cmd, fds):
+        (fd,) = fds
+        assert cmd == ["bwrap", "--seccomp", str(fd), "--", "true"]
+        assert os.read(fd, 65536) == program and os.read(fd, 1) == b""  # all of it, then end of file
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    with with_seccomp_fd(["true"]) as (cmd, fds):
+        assert (cmd, fds) == (["true"], ())
+
+
 def test_each_sandbox_gets_an_unprivileged_user_id_of_its_own():
     """The ids a root grader gives kernels lie above every system and login user (nobody is 65534); the submissions
     of a class graded side by side get different ones (the per-user process limit is then per sandbox); a fork
@@ -249,6 +331,24 @@ def test_without_a_sandbox_tool_the_refusal_names_the_tool_and_its_package(monke
         sandbox_mode(no_sandbox=False)
     assert words in str(refused.value) and remedy in str(refused.value) and "--no-sandbox" in str(refused.value)
     assert choose_sandbox(no_sandbox=False) == (True, f"without a sandbox: {words}")
+
+
+def test_without_libseccomp_the_refusal_names_it_and_its_package(monkeypatch, sandbox_probe_reset):
+    """pyseccomp raises RuntimeError at import when the system has no libseccomp: grading refuses, naming the
+    package, before any bwrap runs."""
+    from autograder.course import AutograderError
+    from autograder.grade import sandbox_mode
+
+    def no_library():
+        raise RuntimeError("Unable to find libseccomp")
+
+    monkeypatch.setattr(sandbox_probe_reset, "seccomp_program", no_library)
+    monkeypatch.setattr(sandbox_probe_reset.subprocess, "run", lambda *a, **k: pytest.fail("bwrap ran"))
+    problem = sandbox_probe_reset.sandbox_problem()
+    assert problem == "libseccomp (libseccomp2) is not usable: Unable to find libseccomp"
+    with pytest.raises(AutograderError) as refused:
+        sandbox_mode(no_sandbox=False)
+    assert "apt-get install libseccomp2" in str(refused.value)
 
 
 @pytest.mark.parametrize("euid, remedy", [
