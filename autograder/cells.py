@@ -359,6 +359,22 @@ def clipped(text: str, limit: int = KERNEL_WORDS) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
+def readable(text: str) -> str:
+    """text with each unprintable character other than a line break or a tab as '?' (a carriage return and a
+    terminal's escapes among them): the text may be a kernel's, and the instructor reads it in a terminal."""
+    return "\n".join(line if line.isprintable() else "".join(c if c.isprintable() or c == "\t" else "?" for c in line)
+                     for line in text.split("\n"))
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """text when it has at most limit characters, else its first three quarters and last quarter of limit around a
+    line saying how many characters were cut there."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 3 // 4, limit // 4
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[len(text) - tail:]}"
+
+
 def first_line(text: str) -> str:
     """The first non-blank line of text, stripped ('' when there is none)."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")

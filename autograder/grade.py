@@ -55,7 +55,7 @@ from typing import Any
 import nbformat
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, select
 
-from .cells import ANSI, clipped
+from .cells import ANSI, clipped, readable
 from .collect import _digest, dropped_note, dropped_students, load_collect_log
 from .course import (ASSIGNMENT, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, REPO, AutograderError, Course, abandon,
                      build_option, case_hint, fast_new_gradebooks, listed, one_transaction, run_first, sqlite_url)
@@ -874,10 +874,30 @@ def install_autograded(course: Course, job_dir: Path, student: str) -> None:
         os.replace(src, dest)
 
 
+# of a worker's log: what grade reads for why it ended (the end), and what reports/grade-logs keeps of it (a
+# submission's log is some 20 KB; what a kernel makes the worker write can be far more)
+LOG_TAIL_BYTES = 2**20
+LOG_KEPT_BYTES = 4 * 2**20
+
+
+def bounded_text(path: Path, limit: int, head: int = 0) -> str:
+    """A log file's text (UTF-8, errors replaced) when it holds at most limit bytes, else its first head bytes and
+    its last limit - head, around a line saying how many bytes were left out; a line cut by either end is dropped."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size <= limit:
+            return fh.read().decode("utf-8", errors="replace")
+        first = fh.read(head).decode("utf-8", errors="replace").rpartition("\n")[0] if head else ""
+        fh.seek(size - (limit - head))
+        last = fh.read().decode("utf-8", errors="replace").partition("\n")[2]
+    cut = f"[... {size - limit} bytes of this log left out ...]\n"
+    return f"{first}\n{cut}{last}" if head else cut + last
+
+
 def _log_lines(run: Running) -> list[str]:
-    """The lines of the worker's log ([] when it wrote none)."""
+    """The lines of the worker's log, of its last LOG_TAIL_BYTES ([] when it wrote none)."""
     log = run.job_dir / "worker.log"
-    return log.read_text(encoding="utf-8", errors="replace").strip().splitlines() if log.exists() else []
+    return bounded_text(log, LOG_TAIL_BYTES).strip().splitlines() if log.exists() else []
 
 
 def _out_of_memory(run: Running, rc: int | None, lines: list[str] | None = None) -> bool:
@@ -1056,12 +1076,13 @@ class Scheduler:
         return len(pending)
 
     def _keep_log(self, run: Running) -> None:
-        """Copy the worker's log to reports/grade-logs/<student>.log."""
+        """Copy the worker's log to reports/grade-logs/<student>.log: at most LOG_KEPT_BYTES of it (its start and its
+        end), printable (cells.readable; what the worker did not format, such as a traceback it printed, too)."""
         log = run.job_dir / "worker.log"
         if log.exists():
             dest = self.course.reports_dir / "grade-logs" / f"{run.student}.log"
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log, dest)
+            dest.write_text(readable(bounded_text(log, LOG_KEPT_BYTES, head=LOG_KEPT_BYTES // 4)), encoding="utf-8")
 
     def run(self, todo: list[str]) -> GradeResult:
         """Grade every student in todo; Ctrl-C/SIGTERM stops the workers and leaves their jobs queued (stop_all)."""

@@ -1648,9 +1648,11 @@ class GradingExecute(Execute):
         where = f"cell {index + 1}{f' ({grade_id})' if grade_id else ''}"  # counted from 1, as check and feedback do
         if isinstance(err, KERNEL_STOP_ERRORS):
             self.log.info("%s: the kernel stopped while running it (%s)", where, type(err).__name__)
-        else:
-            self.log.warning("%s: unexpected %s while running it, failed as the kernel stopping", where,
-                             type(err).__name__, exc_info=True)
+        else:  # its message may quote megabytes the kernel sent (jupyter_client's "Invalid Signature: %r"): clipped
+            import traceback
+
+            self.log.warning("%s: unexpected %s while running it, failed as the kernel stopping: %s\n%s", where,
+                             type(err).__name__, clipped(str(err)), "".join(traceback.format_tb(err.__traceback__)))
 
     @staticmethod
     def _fail_cell(cell, message: str, ename: str = KERNEL_DIED) -> None:

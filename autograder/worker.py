@@ -30,7 +30,7 @@ from nbgrader.preprocessors import OverwriteCells
 from traitlets import Float
 
 from .cells import (BUDGET_NOT_RUN, BUDGET_SPENT, LOST_CELLS, MOVED_TESTS_KEY, NO_KERNEL, NOTEBOOK_TIMEOUT,
-                    WARNING_PATTERN, clipped, moved_tests, nbgrader_meta, stands_in)
+                    WARNING_PATTERN, clipped, cut_middle, moved_tests, nbgrader_meta, readable, stands_in)
 from .course import ASSIGNMENT, load_config
 from .sandbox import GradingExecute, close_fork_servers, discard_prestarted, last_log_line
 
@@ -306,6 +306,22 @@ def sandbox_config(job: dict, scratch: Path):
     return config
 
 
+# characters of one record of the worker's log, at most (one is rarely over 2,000): a record can quote what a kernel
+# sent, as jupyter_client's "Invalid Signature: %r" of a frame does, and a red-team review's three 60 MiB frames made
+# a 503 MB log that reports/grade-logs kept
+LOG_RECORD_CHARS = 20_000
+
+
+class BoundedFormatter(logging.Formatter):
+    """The worker's log format, each record cut to LOG_RECORD_CHARS and printable (cells.readable): the kernel's
+    bytes reach the log (an error quoting a message, the kernel log's tail), which the instructor reads in a
+    terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one bounded, printable piece of text."""
+        return readable(cut_middle(super().format(record), LOG_RECORD_CHARS))
+
+
 class ErrorLog(logging.Handler):
     """Remember the last error logged by nbgrader (its traceback's last line is the reason)."""
 
@@ -489,7 +505,7 @@ def run_job(job_dir: Path, gate=None, ahead=None, own_process: bool = False) -> 
     log.setLevel(logging.INFO)
     log.propagate = False
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.setFormatter(BoundedFormatter("%(asctime)s %(levelname)s %(message)s"))
     handler.addFilter(not_a_restored_test_cell)  # 31 lines of each class-demo submission's log
     log.addHandler(handler)
     submitted = Path(job["course_root"]) / "submitted" / job["student"] / ASSIGNMENT

@@ -297,6 +297,65 @@ def test_a_worker_that_ran_out_of_memory_is_reported_so_and_not_graded_again(tmp
                                                                     "the grading process failed (exit code 1)"))
 
 
+def test_a_record_of_the_worker_s_log_is_bounded_and_printable():
+    """A record quoting what a kernel sent (megabytes, a terminal's escapes) is cut around its middle to
+    LOG_RECORD_CHARS and its unprintable characters shown as '?'; an ordinary record is unchanged."""
+    import logging
+
+    formatter = worker.BoundedFormatter("%(levelname)s %(message)s")
+    quoted = "\x1b]0;TITLE\x07\x1b[31mGRADER: all passed\x1b[0m\r" + "z" * 10**6 + "END"
+    line = formatter.format(logging.LogRecord("w", logging.ERROR, __file__, 1, "kernel log:\n%s", (quoted,), None))
+    assert line.startswith("ERROR kernel log:\n?]0;TITLE??[31mGRADER: all passed?[0m?zzz") and line.endswith("zzzEND")
+    assert len(line) <= worker.LOG_RECORD_CHARS + 100 and "characters cut ...]" in line
+    assert all(c.isprintable() or c in "\n\t" for c in line)
+    plain = logging.LogRecord("w", logging.INFO, __file__, 1, "graded %s\tin %d s", ("nb-a", 3), None)
+    assert formatter.format(plain) == "INFO graded nb-a\tin 3 s"
+
+
+def test_the_kept_grading_log_is_bounded_and_printable_and_its_end_still_names_an_out_of_memory_death(tmp_path):
+    """reports/grade-logs keeps at most LOG_KEPT_BYTES of a worker's log (its start and end: a red-team review's
+    kernel made a 503 MB one), with a terminal's escapes as '?'; grade reads only the log's end for why the worker
+    ended, and still finds the out-of-memory line after 10 MB of noise."""
+    from types import SimpleNamespace
+
+    from autograder.grade import LOG_KEPT_BYTES, Running, Scheduler, _failure_reason
+
+    noise = "\x1b[2J\x1b]52;c;Y3VybA==\x07" + "n" * 199 + "\n"
+    log = ("2026-12-07 10:00:00,000 INFO first line\n" + noise * 50_000
+           + "2026-12-07 10:00:09,000 INFO Autograding /c/autograded/s1/part-ii/nb-b.ipynb\n"
+           "FATAL ERROR: OUT OF MEMORY (src/yqueue.hpp:92)\n")
+    (tmp_path / "worker.log").write_text(log)
+    run = Running("s1", None, tmp_path, 0.0, 60.0)
+    assert _failure_reason(run, -6, timed_out=False, notebooks=["nb-a", "nb-b"]).startswith(
+        "the grading process ran out of memory grading nb-b (its limit: 2 GiB)")
+    scheduler = Scheduler.__new__(Scheduler)  # _keep_log needs only the course
+    scheduler.course = SimpleNamespace(reports_dir=tmp_path / "reports")
+    scheduler._keep_log(run)
+    kept = (tmp_path / "reports" / "grade-logs" / "s1.log").read_text(encoding="utf-8")
+    assert len(kept.encode()) <= LOG_KEPT_BYTES
+    assert kept.startswith("2026-12-07 10:00:00,000 INFO first line\n?[2J?]52;c;Y3VybA==?nnn")
+    assert kept.endswith("INFO Autograding /c/autograded/s1/part-ii/nb-b.ipynb\n"
+                         "FATAL ERROR: OUT OF MEMORY (src/yqueue.hpp:92)\n")
+    left_out = len(log.encode()) - LOG_KEPT_BYTES
+    assert f"\n[... {left_out} bytes of this log left out ...]\n" in kept
+    assert "\x1b" not in kept and "\x07" not in kept
+
+
+def test_a_kernel_that_forges_signatures_of_megabytes_leaves_a_short_log_and_loses_only_its_cell(tmp_path):
+    """A red-team review's attack: an IOPub message whose signature is a 16 MiB frame. jupyter_client's error quotes
+    it (64 MiB of repr), which went whole into the worker's log. Now the cell fails, the next runs, the log stays
+    short."""
+    forge = ("_k = get_ipython().kernel\n"
+             "_k.iopub_socket.send_multipart([b'stream', b'<IDS|MSG>', b'\\x00' * (16 << 20), b'{}', b'{}', b'{}',"
+             " b'{}'])\n"
+             "import time\ntime.sleep(2)")
+    graded, log = graded_in_a_worker(tmp_path, ["x = 41\nprint('before')", forge, "print('after', x + 1)"], 180)
+    texts = cell_texts(graded)
+    assert texts[0] == "before" and texts[-1] == "after 42", texts
+    assert len(log) < 200_000, len(log)
+    assert "Invalid Signature" in log
+
+
 def test_a_notebook_whose_grading_runs_out_of_memory_outside_a_cell_is_an_error_of_its_own(tmp_path, monkeypatch):
     """A MemoryError where no cell catches it (nbgrader's own steps) ends that notebook with a reason; the job goes on
     to the next notebook."""

@@ -902,10 +902,35 @@ def test_an_error_of_the_grader_s_own_fails_only_its_cell_and_its_traceback_reac
         nb, _ = executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
     assert cell_texts(nb) == ["", "ERROR KernelDied", "ERROR KernelDied", "x is 1"], cell_texts(nb)
     assert "(TypeError)" in nb.cells[1].outputs[-1].evalue
-    bug = [r for r in caplog.records if r.getMessage().startswith("cell 2 (ex_bumped): unexpected TypeError")]
-    assert bug and bug[0].levelname == "WARNING" and "a bug in the grader" in str(bug[0].exc_info[1]), caplog.text
+    bug = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+           and r.getMessage().startswith("cell 2 (ex_bumped): unexpected TypeError")]
+    assert len(bug) == 1 and "stopping: a bug in the grader\n" in bug[0] and ", in buggy\n" in bug[0], caplog.text
     death = [r for r in caplog.records if r.getMessage().startswith("cell 3: the kernel stopped while running it")]
     assert death and death[0].levelname == "INFO" and not death[0].exc_info, caplog.text
+
+
+def test_an_unexpected_error_quoting_megabytes_is_logged_in_a_few_lines(tmp_path, caplog):
+    """jupyter_client's "Invalid Signature: %r" quotes the frame a kernel forged: a red-team review's 16 MiB frame made
+    a 67 MB grading log. The record keeps the message's start, clipped, and the frames of the traceback."""
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("x = 2")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    executor = GradingExecute(timeout=30, preload_modules=[])
+    run_cell = executor.preprocess_cell
+    forged = b"\x1b]0;title\x07" + b"\x00" * 2**20
+
+    def forged_signature(cell, resources, index):
+        if index == 1:
+            raise ValueError("Invalid Signature: %r" % forged)
+        return run_cell(cell, resources, index)
+
+    executor.preprocess_cell = forged_signature
+    with caplog.at_level("INFO"):
+        executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    (record,) = [r for r in caplog.records if "unexpected ValueError" in r.getMessage()]
+    message = record.getMessage()
+    assert message.startswith("cell 2: unexpected ValueError while running it, failed as the kernel stopping: "
+                              "Invalid Signature: b'\\x1b]0;title\\x07\\x00")
+    assert len(message) < 5_000 and "in forged_signature" in message and not record.exc_info, len(message)
 
 
 @pytest.mark.parametrize("later", ["x += 1", "import time\ntime.sleep(1.5)\nx += 1"], ids=["quick", "slow"])
