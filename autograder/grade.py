@@ -1065,6 +1065,9 @@ class Scheduler:
         abandon(self.gb.db)  # a start or a commit the interrupt cut short is not half-saved
         for run in self.running.values():
             stop_worker(run.proc)
+            # now, not at the next run's start: the scratch folder in /tmp holds what the student's code wrote, and a
+            # course never graded again (a test's, or one given up) would leave it there
+            discard_job_dir(run.job_dir)
         # the course's grade lock is ours, so every running row is this run's: also the job whose start
         # or finish was interrupted, which self.running may no longer hold
         for busy, queued in (("running", "pending"), (REGRADING, REQUEUED)):
