@@ -881,15 +881,21 @@ LOG_KEPT_BYTES = 4 * 2**20
 
 
 def bounded_text(path: Path, limit: int, head: int = 0) -> str:
-    """A log file's text (UTF-8, errors replaced) when it holds at most limit bytes, else its first head bytes and
-    its last limit - head, around a line saying how many bytes were left out; a line cut by either end is dropped."""
+    """A log file's text when it holds at most limit bytes, else its first head bytes and its last limit - head,
+    around a line saying how many bytes were left out; a line cut by either end is dropped (unless it is all there
+    is). Bytes that are no UTF-8 are each one '?', so the text is no longer in UTF-8 than the bytes it came from."""
+    def text(data: bytes) -> str:
+        return data.decode("utf-8", errors="replace").replace("\ufffd", "?")
+
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size <= limit:
-            return fh.read().decode("utf-8", errors="replace")
-        first = fh.read(head).decode("utf-8", errors="replace").rpartition("\n")[0] if head else ""
+            return text(fh.read())
+        start = text(fh.read(head))
+        first = start.rpartition("\n")[0] or start
         fh.seek(size - (limit - head))
-        last = fh.read().decode("utf-8", errors="replace").partition("\n")[2]
+        end = text(fh.read())
+        last = end.partition("\n")[2] or end
     cut = f"[... {size - limit} bytes of this log left out ...]\n"
     return f"{first}\n{cut}{last}" if head else cut + last
 
@@ -1065,6 +1071,7 @@ class Scheduler:
         abandon(self.gb.db)  # a start or a commit the interrupt cut short is not half-saved
         for run in self.running.values():
             stop_worker(run.proc)
+            self._keep_log(run)  # why a job that seemed stuck was: the instructor may have pressed Ctrl-C to find out
             # now, not at the next run's start: the scratch folder in /tmp holds what the student's code wrote, and a
             # course never graded again (a test's, or one given up) would leave it there
             discard_job_dir(run.job_dir)

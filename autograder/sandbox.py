@@ -20,9 +20,10 @@ hide can be incomplete):
 - no network (``--unshare-net``), its own PID/IPC/UTS namespaces, a cleared environment,
   and ``prlimit`` limits on CPU seconds, address space, processes, open files and file size;
 - a seccomp filter (``seccomp_program``) that refuses what holds memory the address-space limit
-  does not count: ``memfd_create``, SysV shared memory and message queues, and new user
-  namespaces (root in one mounts a tmpfs of any size); ``/dev`` is read-only, as in a user
-  namespace the kernel would own bwrap's ``/dev`` tmpfs, which has no size limit.
+  does not count: memfds, SysV IPC, keys, socket buffers above the default and new user
+  namespaces (root in one mounts a tmpfs of any size), and interfaces no notebook needs;
+  ``/dev`` is read-only, as in a user namespace the kernel would own bwrap's ``/dev`` tmpfs,
+  which has no size limit.
 
 When the grader runs as root the kernel runs as an unprivileged user id of its own
 (``setpriv``; derived from the scratch path, 200000-999999, no passwd entry): root would keep
@@ -75,7 +76,13 @@ any death; without a sandbox the kernel's own tree is frozen (SIGSTOP) and kille
 escape. Residual: CPU time is limited per process, not per sandbox, so until then (the watch
 polls four times a second), or in a bomb that stays under that count, the processes burn CPU
 beside other submissions' kernels; cgroups would bound that, but need privileges the grader does
-not assume. What the allow-list shows is readable in full: all of ``/usr`` (nothing secret
+not assume. The same goes for kernel memory that no limit here counts and the seccomp filter does
+not refuse, measured by a red-team review (2026-12-07, one cell, root grader): socket buffers at the
+default size (750 MiB over 96 descriptors; up to MAX_OPEN_FILES in each of the sandbox's
+processes, and more in flight as SCM_RIGHTS), empty files on a tmpfs (inodes, not blocks: 745 MiB
+of slab for 600,000 files), POSIX file locks (185 MiB a process), epoll and inotify (about 1 GiB a
+user id at the system's caps); it is freed when the sandbox ends, and a memory cgroup per sandbox
+would bound all of it. What the allow-list shows is readable in full: all of ``/usr`` (nothing secret
 belongs in ``/usr/local``), the venv and the base interpreter's prefix (``configure_sandbox``
 refuses a bound tree that holds the repository or the course); ``/proc/self/mountinfo`` names
 the host paths that are bound.
@@ -114,7 +121,7 @@ from traitlets import Bool, Dict, Integer, List, TraitError, Unicode, default, v
 from traitlets.config import Config
 
 from .cells import (KERNEL_DIED, KERNEL_WORDS, NO_KERNEL, NOT_RUN, TOO_MANY_PROCESSES, asks_kernel_to_exit, clipped,
-                    nbgrader_meta)
+                    cut_middle, nbgrader_meta)
 from .course import sqlite_file
 from .fork_server import ForkedKernel, ForkServer, ForkServerError, kill_processes
 
@@ -130,15 +137,23 @@ SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # (matplotlib lists the system fonts with fc-list); no passwd: the sandbox user has no entry anyway
 ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/fonts")
 # RLIMIT_NOFILE of a kernel (one holds about 60): the grader's limit, often 20,000 or more, would let a cell pin memory
-# that no limit counts in the buffers of that many sockets and pipes
-MAX_OPEN_FILES = 1024
+# that no limit counts in the buffers of that many sockets and pipes (some 0.4 MiB a socket pair at the system's default)
+MAX_OPEN_FILES = 256
 SECCOMP_FD = "{seccomp-fd}"  # in a sandbox command, the descriptor bwrap reads seccomp_program() from (with_seccomp_fd)
 CLONE_NEWUSER = 0x10000000  # <linux/sched.h>
+# what the seccomp filter refuses outright (seccomp_program): memory no limit counts (the first five; a red-team review
+# held 768 MiB with memfd_secret and 512 MiB of kernel memory in semaphore sets), keys (kept after the sandbox ends),
+# then interfaces no notebook uses that are the usual way into the host's kernel
+REFUSED_CALLS = ("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "add_key", "request_key", "keyctl",
+                 "io_uring_setup", "userfaultfd", "perf_event_open", "fanotify_init", "bpf")
+SOL_SOCKET = 1  # <asm-generic/socket.h>: SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
+SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)
 RECORD_MIMETYPE = "application/vnd.part-ii.check+json"  # checks.py's record outputs (trusted_checks)
 NOTEBOOK_OUTPUT_FACTOR = 8  # a notebook keeps at most this many cells' worth of output
 RECORD_BUDGET = 64 * 2**20  # bytes of check records kept per notebook
 MAX_ERRORS_PER_CELL = 3  # errors a cell keeps: a kernel sends one per cell, more come from code sending them itself
 ERROR_NAME_CHARS = 200  # an exception's name is short; a longer one is a flood
+UNEXPECTED_ERROR_CHARS = 10_000  # of the traceback (with its causes) _log_stop logs for an error that is no kernel's end
 # what a kernel may send the grader: a larger frame makes ZeroMQ cut the connection (GuardedKernelClient); a cell's
 # outputs keep far less (output_bytes), a notebook's check records at most RECORD_BUDGET
 MAX_FRAME_BYTES = RECORD_BUDGET
@@ -210,24 +225,36 @@ def seccomp_program() -> bytes:
     """The seccomp filter of every sandbox, as the BPF program bwrap's --seccomp loads (compiled by libseccomp).
 
     It allows every system call but those that hold memory no limit counts, which a cell could pile up
-    until the host runs out: memfd_create and SysV shmget/msgget (pages that need not be mapped, so
-    RLIMIT_AS misses them; a detached segment belongs to no process the OOM killer could end), and a new
-    user namespace (clone or unshare with CLONE_NEWUSER; root in one mounts a tmpfs of any size, and a
-    root grader's bwrap, unlike an unprivileged one, has no --disable-userns). clone3 answers ENOSYS, as
-    under Docker's and Flatpak's filters: its flags lie behind a pointer a filter cannot read, and glibc
-    then falls back to clone. A system call of another ABI (i386, x32) kills the process.
+    until the host runs out (REFUSED_CALLS: pages that need not be mapped, so RLIMIT_AS misses them, such
+    as a memfd or a detached SysV segment, which belongs to no process the OOM killer could end; SysV
+    semaphore sets, 2 MiB of kernel memory each; keys, which outlive the sandbox), a few interfaces no
+    notebook needs that are a kernel's usual attack surface, socket buffers raised above the system's
+    default, and a new user namespace (clone or unshare with CLONE_NEWUSER; root in one mounts a tmpfs of
+    any size, and a root grader's bwrap, unlike an unprivileged one, has no --disable-userns). clone3
+    answers ENOSYS, as under Docker's and Flatpak's filters: its flags lie behind a pointer a filter
+    cannot read, and glibc then falls back to clone. A system call of another ABI (i386, x32) ends the
+    process.
     """
     import errno
+    import platform
     import tempfile
 
     import pyseccomp as seccomp  # raises RuntimeError when the system has no libseccomp
 
     program = seccomp.SyscallFilter(seccomp.ALLOW)
-    for call in ("memfd_create", "shmget", "msgget"):
+    program.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)
+    for call in REFUSED_CALLS:
         program.add_rule(seccomp.ERRNO(errno.EPERM), call)
-    for call in ("clone", "unshare"):  # the flags are the first argument of both
-        program.add_rule(seccomp.ERRNO(errno.EPERM), call, seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    # clone's flags are its first argument, but on s390 its second (the stack comes first there)
+    flags = 1 if platform.machine().startswith("s390") else 0
+    program.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(flags, seccomp.MASKED_EQ, CLONE_NEWUSER,
+                                                                      CLONE_NEWUSER))
+    program.add_rule(seccomp.ERRNO(errno.EPERM), "unshare", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER,
+                                                                        CLONE_NEWUSER))
     program.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    for option in SOCKET_BUFFER_OPTIONS:  # setsockopt(fd, SOL_SOCKET, option, ...)
+        program.add_rule(seccomp.ERRNO(errno.EPERM), "setsockopt", seccomp.Arg(1, seccomp.EQ, SOL_SOCKET),
+                         seccomp.Arg(2, seccomp.EQ, option))
     with tempfile.TemporaryFile() as fh:
         program.export_bpf(fh)
         fh.seek(0)
@@ -254,7 +281,9 @@ def _seccomp_problem() -> str | None:
     """Why the seccomp filter cannot be compiled here, or None."""
     try:
         seccomp_program()
-    except (ImportError, RuntimeError, OSError) as exc:
+    except ImportError as exc:
+        return f"pyseccomp is not installed in this Python ({clipped(str(exc))})"
+    except (RuntimeError, OSError, ValueError) as exc:  # ValueError: a libseccomp too old to know a call's name
         return f"libseccomp (libseccomp2) is not usable: {clipped(str(exc))}"
     return None
 
@@ -294,7 +323,9 @@ def sandbox_remedy(problem: str) -> str:
     if "(util-linux) is not installed" in problem:
         return "Install it as root (`apt-get install util-linux`)"
     if "(libseccomp2) is not usable" in problem:
-        return "Install it as root (`apt-get install libseccomp2`, or `make sysdeps-demo`)"
+        return "Install or upgrade it as root (`apt-get install libseccomp2`, or `make sysdeps-demo`)"
+    if problem.startswith("pyseccomp is not installed"):
+        return "Install the pinned requirements (`make venv`, or `pip install -r requirements.txt -c constraints.txt`)"
     if NO_NAMESPACES in problem:
         where = ("where bubblewrap may create namespaces" if os.geteuid() == 0 else
                  "as root or where unprivileged user namespaces are allowed")
@@ -1648,11 +1679,12 @@ class GradingExecute(Execute):
         where = f"cell {index + 1}{f' ({grade_id})' if grade_id else ''}"  # counted from 1, as check and feedback do
         if isinstance(err, KERNEL_STOP_ERRORS):
             self.log.info("%s: the kernel stopped while running it (%s)", where, type(err).__name__)
-        else:  # its message may quote megabytes the kernel sent (jupyter_client's "Invalid Signature: %r"): clipped
+        else:  # its message may quote megabytes the kernel sent (jupyter_client's "Invalid Signature: %r"): bounded
             import traceback
 
             self.log.warning("%s: unexpected %s while running it, failed as the kernel stopping: %s\n%s", where,
-                             type(err).__name__, clipped(str(err)), "".join(traceback.format_tb(err.__traceback__)))
+                             type(err).__name__, clipped(str(err)),
+                             cut_middle("".join(traceback.format_exception(err)), UNEXPECTED_ERROR_CHARS))
 
     @staticmethod
     def _fail_cell(cell, message: str, ename: str = KERNEL_DIED) -> None:

@@ -339,6 +339,12 @@ def test_the_kept_grading_log_is_bounded_and_printable_and_its_end_still_names_a
     left_out = len(log.encode()) - LOG_KEPT_BYTES
     assert f"\n[... {left_out} bytes of this log left out ...]\n" in kept
     assert "\x1b" not in kept and "\x07" not in kept
+    # a log that ends in one long line without a line break keeps that line's end; bytes that are no UTF-8 are one
+    # '?' each, so the copy is no larger than the bytes it keeps
+    (tmp_path / "worker.log").write_bytes(b"INFO start\n" + b"\xff\xfe" * LOG_KEPT_BYTES + b"tail end")
+    scheduler._keep_log(run)
+    kept = (tmp_path / "reports" / "grade-logs" / "s1.log").read_text(encoding="utf-8")
+    assert kept.startswith("INFO start\n") and kept.endswith("??tail end") and len(kept.encode()) <= LOG_KEPT_BYTES
 
 
 def test_a_kernel_that_forges_signatures_of_megabytes_leaves_a_short_log_and_loses_only_its_cell(tmp_path):

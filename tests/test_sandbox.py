@@ -136,8 +136,18 @@ PROBES = {
         "if pid == 0:\n"
         "    os._exit(0)\n"
         "cloned = errno.errorcode[ctypes.get_errno()] if pid == -1 else os.waitpid(pid, 0) and 'allowed'\n"
+        "import socket\n"
+        "a, b = socket.socketpair()\n"
+        "try:\n"
+        "    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2**26); sndbuf = 'allowed'\n"
+        "except OSError as e:\n"
+        "    sndbuf = errno.errorcode[e.errno]\n"
         "print(memfd, _call('shmget', 0, 2**20, 0o1600), _call('msgget', 0, 0o1600), _call('unshare', 0x10000000),\n"
-        "      cloned, 'unshare-rc', userns, _open('/dev/shm/probe'), _open('/dev/probe'))"
+        "      cloned, 'unshare-rc', userns, _open('/dev/shm/probe'), _open('/dev/probe'),\n"
+        "      'memfd_secret', _call('syscall', 447, 0), 'semget', _call('semget', 0, 32000, 0o1600),\n"
+        "      'add_key', _call('syscall', {{'x86_64': 248, 'aarch64': 217}}[os.uname().machine], b'user', b'probe', b'x', 1,\n"
+        "                       -4), 'io_uring', _call('syscall', 425, 8, None),\n"
+        "      'SO_SNDBUF', sndbuf, a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < 2**20)"
     ),
     # what the filter must leave working: threads (glibc tries clone3 first), processes, torch's threads, /dev/null;
     # and the open-file limit, which the kernel cannot raise
@@ -256,10 +266,13 @@ def test_the_kernel_runs_unprivileged_in_its_private_folder(isolation):
 def test_memory_that_no_limit_counts_cannot_be_taken(isolation):
     """RLIMIT_AS counts mapped memory only. A red-team review held 5 GiB of SysV shared memory (detached: no process
     owns it for the OOM killer to end) and memfd files from a notebook that still scored full marks, and, as root's
-    kernel, mounted a 960 MiB tmpfs in a user namespace of its own. The seccomp filter refuses all of these, and /dev
-    (writable tmpfs for a kernel in a user namespace) is read-only."""
+    kernel, mounted a 960 MiB tmpfs in a user namespace of its own; a second review held 768 MiB with memfd_secret,
+    512 MiB of kernel memory in semaphore sets and 750 MiB in socket buffers raised to 8 MiB, and left keys behind.
+    The seccomp filter refuses all of these (and io_uring), and /dev (a writable tmpfs for a kernel in a user
+    namespace) is read-only."""
     outputs, _ = isolation
-    assert outputs["uncounted_memory"] == "EPERM EPERM EPERM EPERM EPERM unshare-rc 1 EROFS EROFS"
+    assert outputs["uncounted_memory"] == ("EPERM EPERM EPERM EPERM EPERM unshare-rc 1 EROFS EROFS memfd_secret EPERM "
+                                           "semget EPERM add_key EPERM io_uring EPERM SO_SNDBUF EPERM True")
 
 
 def test_the_seccomp_filter_leaves_threads_processes_and_torch_working(isolation):
@@ -894,7 +907,7 @@ def test_an_error_of_the_grader_s_own_fails_only_its_cell_and_its_traceback_reac
 
     def buggy(cell, resources, index):
         if index == 1:
-            raise TypeError("a bug in the grader")
+            raise TypeError("a bug in the grader") from KeyError("its root cause")
         return run_cell(cell, resources, index)
 
     executor.preprocess_cell = buggy
@@ -905,6 +918,7 @@ def test_an_error_of_the_grader_s_own_fails_only_its_cell_and_its_traceback_reac
     bug = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"
            and r.getMessage().startswith("cell 2 (ex_bumped): unexpected TypeError")]
     assert len(bug) == 1 and "stopping: a bug in the grader\n" in bug[0] and ", in buggy\n" in bug[0], caplog.text
+    assert "KeyError: 'its root cause'\n\nThe above exception was the direct cause" in bug[0], bug[0]  # the chain too
     death = [r for r in caplog.records if r.getMessage().startswith("cell 3: the kernel stopped while running it")]
     assert death and death[0].levelname == "INFO" and not death[0].exc_info, caplog.text
 
@@ -912,6 +926,8 @@ def test_an_error_of_the_grader_s_own_fails_only_its_cell_and_its_traceback_reac
 def test_an_unexpected_error_quoting_megabytes_is_logged_in_a_few_lines(tmp_path, caplog):
     """jupyter_client's "Invalid Signature: %r" quotes the frame a kernel forged: a red-team review's 16 MiB frame made
     a 67 MB grading log. The record keeps the message's start, clipped, and the frames of the traceback."""
+    from autograder.sandbox import UNEXPECTED_ERROR_CHARS
+
     nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("x = 2")],
                       metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     executor = GradingExecute(timeout=30, preload_modules=[])
@@ -930,7 +946,8 @@ def test_an_unexpected_error_quoting_megabytes_is_logged_in_a_few_lines(tmp_path
     message = record.getMessage()
     assert message.startswith("cell 2: unexpected ValueError while running it, failed as the kernel stopping: "
                               "Invalid Signature: b'\\x1b]0;title\\x07\\x00")
-    assert len(message) < 5_000 and "in forged_signature" in message and not record.exc_info, len(message)
+    assert len(message) < UNEXPECTED_ERROR_CHARS + 1_000 and "in forged_signature" in message, len(message)
+    assert not record.exc_info  # logging would format the whole message again
 
 
 @pytest.mark.parametrize("later", ["x += 1", "import time\ntime.sleep(1.5)\nx += 1"], ids=["quick", "slow"])
