@@ -856,6 +856,12 @@ def without_outputs(nb: nbformat.NotebookNode, size: int, note: str) -> tuple[nb
     return nb, joined(note, removed)
 
 
+def numbered_id(base: str, number: int) -> str:
+    """base-number as a cell id: cut so that it has at most nbformat's 64 characters, whatever the number."""
+    suffix = f"-{number}"
+    return base[:64 - len(suffix)] + suffix
+
+
 def unique_cell_ids(raw: dict) -> tuple[int, int]:
     """Rename repeated cell ids in a notebook's JSON in place (id-2, id-3, ...) and, from nbformat 4.5 on, give
     cells without one the id cell-N (N its position); return (renamed, added).
@@ -886,13 +892,13 @@ def unique_cell_ids(raw: dict) -> tuple[int, int]:
         elif not isinstance(cid, str):
             continue
         elif cid in seen:
-            base = cid[:60]  # ids are at most 64 characters
+            base = cid[:60]
             number = after.get(base, 2)
-            while f"{base}-{number}" in taken:
+            while (new := numbered_id(base, number)) in taken:
                 number += 1
             after[base] = number + 1
-            cell["id"] = f"{base}-{number}"
-            taken.add(cell["id"])
+            cell["id"] = new
+            taken.add(new)
             renamed += 1
         seen.add(cell["id"])
     return renamed, added

@@ -136,7 +136,8 @@ def after_penalties(submission) -> tuple[float, float]:
 
 
 def late_by(seconds: float) -> str:
-    """'2 d 3 h 4 min', '45 min', '30 s': how long after the due date, rounded down to what matters."""
+    """'2 d 3 h', '3 h 4 min', '45 min', '30 s': how long after the due date, rounded down to what matters (no minutes
+    once it is days, no seconds once it is minutes)."""
     seconds = int(seconds)
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)

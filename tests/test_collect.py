@@ -2461,3 +2461,158 @@ def test_many_repeated_cell_ids_and_a_long_file_name_are_read_in_linear_time():
         assert run_on("(match_notebook(text, ['02-shapes-and-loss']), number_before_last_word(text), is_final(text), "
                       "copy_number(text))", stem, setup) == repr((None, None, False, 0))
     assert match_notebook("s1001_02-shapes-and-loss (1)", ["02-shapes-and-loss"]) == ("02-shapes-and-loss", "s1001")
+
+
+def test_a_thousand_repeats_of_a_64_character_cell_id_are_renamed_to_valid_ids():
+    """Repeats were renamed id[:60] + '-N', past nbformat's 64 characters from N = 1000: a notebook of 1,200 cells
+    sharing one 64-character id was rejected as damaged (found by a mutation audit). nbformat's own validator, not
+    the renaming code, judges the result."""
+    from autograder.collect import unique_cell_ids
+
+    cells = [{"cell_type": "markdown", "id": "a" * 64, "metadata": {}, "source": f"cell {i}"} for i in range(1200)]
+    raw = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    assert unique_cell_ids(raw) == (1199, 0)
+    nbformat.validate(nbformat.from_dict(raw))  # raises for an id over 64 characters or a repeated one
+    assert len({c["id"] for c in raw["cells"]}) == 1200 and raw["cells"][0]["id"] == "a" * 64
+
+
+# --- mutation audit: behaviour no test pinned -------------------------------------------------------------------
+
+
+def test_macos_appledouble_files_beside_a_notebook_are_system_files_not_rejected_notebooks(course, tmp_path):
+    """macOS writes '._NAME' beside each file it zips or copies to a foreign disk (outside __MACOSX too): it is no
+    hand-in, so it must not be rejected as alice's damaged 02 (her page would say a file of hers was not graded)."""
+    download = write_tree(tmp_path / "d", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("alice"),
+                                           "alice/._02-shapes-and-loss.ipynb": b"\x00\x05\x16\x07\x00\x02\x00\x00"})
+    report = collect(course, download)
+    assert report.rejected == []
+    assert [(r.file, r.reason) for r in report.ignored] == [
+        ("alice/._02-shapes-and-loss.ipynb", "system file (OS or Jupyter metadata)")]
+    assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": notebook_bytes("alice")}
+
+
+def test_a_folder_of_two_students_named_files_is_unwrapped(course, tmp_path):
+    """LAYOUTS_HELP: a folder that holds just one folder is unwrapped when that folder holds files named for several
+    students; two are several (with two, 'submissions' was filed as one student with a duplicate)."""
+    download = write_tree(tmp_path / "d", {"submissions/alice_02-shapes-and-loss.ipynb": notebook_bytes("alice"),
+                                           "submissions/bob_02-shapes-and-loss.ipynb": notebook_bytes("bob")})
+    report = collect(course, download)
+    assert sorted(report.students) == ["alice", "bob"]
+    assert report.unwrapped == ["submissions/"]
+    assert report.rejected == []
+    assert submitted(course, "bob") == {"02-shapes-and-loss.ipynb": notebook_bytes("bob")}
+
+
+def test_a_blackboard_user_name_is_the_longest_gradebook_student_its_name_ends_with(course, tmp_path):
+    """blackboard_users: 'the longest _-ending of the head that is a student of the gradebook': with students san and
+    zhang_san in the gradebook, zhang_san's attempt is zhang_san's, not san's."""
+    with course.gradebook() as gb:
+        for sid in ("san", "zhang_san"):
+            gb.update_or_create_student(sid)
+    name = "Part II_zhang_san_attempt_2026-03-01-10-00-00_02-shapes-and-loss.ipynb"
+    report = collect(course, write_tree(tmp_path / "d", {name: notebook_bytes("zhang san")}))
+    assert sorted(report.students) == ["zhang_san"]
+    assert submitted(course, "zhang_san") == {"02-shapes-and-loss.ipynb": notebook_bytes("zhang san")}
+    assert not course.step_dir("submitted", "san").exists()
+
+
+def test_at_equal_times_a_name_copy_counts_as_copy_number_one(course, tmp_path):
+    """copy_number: 1 for 'NAME-copy', so at equal times it is the higher-numbered copy, and the report says so."""
+    download = write_tree(tmp_path / "d", {"zoe/02-shapes-and-loss.ipynb": notebook_bytes("first"),
+                                           "zoe/02-shapes-and-loss-copy.ipynb": notebook_bytes("second")})
+    for name in ("02-shapes-and-loss.ipynb", "02-shapes-and-loss-copy.ipynb"):
+        os.utime(download / "zoe" / name, (1_700_000_000, 1_700_000_000))
+    (dup,) = collect(course, download).rejected
+    assert dup.file == "zoe/02-shapes-and-loss.ipynb"
+    assert "kept zoe/02-shapes-and-loss-copy.ipynb, the higher-numbered copy" in dup.reason, dup.reason
+
+
+def test_a_stub_with_only_blank_lines_added_is_still_handed_in_as_released(course, tmp_path):
+    """answers_given compares sources without surrounding blanks: an Enter pressed after the stub is no answer, so the
+    blank notebook is still named in collect's summary (and never beats work as 'having answers')."""
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()"
+    nbformat.write(nbformat.reads(answer_notebook(stub).decode(), 4), course.release_dir / "02-shapes-and-loss.ipynb")
+    download = write_tree(tmp_path / "d", {"ann/02-shapes-and-loss.ipynb": answer_notebook(stub + "\n\n  "),
+                                           "bob/02-shapes-and-loss.ipynb": answer_notebook("\n" + stub),
+                                           "bob/old/02-shapes-and-loss.ipynb": answer_notebook("x = 1")})
+    for path in download.rglob("*.ipynb"):
+        os.utime(path, (1_700_000_000, 1_700_000_000))
+    report = collect(course, download)
+    assert report.students["ann"].unanswered == ["02-shapes-and-loss"]
+    # bob's blank copy loses to his work in old/, though it sits in fewer folders
+    assert submitted(course, "bob") == {"02-shapes-and-loss.ipynb": answer_notebook("x = 1")}
+
+
+def test_nbgrader_metadata_is_put_back_only_on_a_cell_of_the_released_type(course, tmp_path):
+    """restore_metadata: 'same id and type': a code answer cell the student turned into markdown keeps no answer
+    metadata (nbgrader would take prose for the code answer); the unchanged test cell gets its own back."""
+    release = course.release_dir / "02-shapes-and-loss.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise NotImplementedError()", id="answer"),
+                                         nbformat.v4.new_code_cell("assert True", id="test")])
+    nb.cells[0].metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "grade_id": "ex_a",
+                                        "schema_version": 3}
+    nb.cells[1].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2,
+                                        "grade_id": "test_a", "schema_version": 3}
+    nbformat.write(nb, release)
+    handed = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("my answer, in words", id="answer"),
+                                             nbformat.v4.new_code_cell("assert True", id="test")])
+    download = write_tree(tmp_path / "d", {"kim/02-shapes-and-loss.ipynb": nbformat.writes(handed).encode()})
+    report = collect(course, download)
+    filed = nbformat.reads(submitted(course, "kim")["02-shapes-and-loss.ipynb"].decode(), 4)
+    assert "nbgrader" not in filed.cells[0].metadata
+    assert filed.cells[1].metadata["nbgrader"]["grade_id"] == "test_a"
+    assert any("nbgrader metadata of 1 cell put back from the release" in n for n in report.students["kim"].notes)
+
+
+def test_a_changed_file_with_the_same_time_as_the_one_collected_before_replaces_it(course, tmp_path):
+    """Only a file older than the one collected before is kept out; one of the same time (an LMS gives the attempt's
+    time to every file of it) is filed, not rejected as 'older'."""
+    when = 1_700_000_000
+    first = write_tree(tmp_path / "a", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("first")})
+    os.utime(first / "alice/02-shapes-and-loss.ipynb", (when, when))
+    collect(course, first)
+    second = write_tree(tmp_path / "b", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("fixed")})
+    os.utime(second / "alice/02-shapes-and-loss.ipynb", (when, when))
+    report = collect(course, second)
+    assert report.rejected == []
+    assert report.students["alice"].status == "updated"
+    assert submitted(course, "alice") == {"02-shapes-and-loss.ipynb": notebook_bytes("fixed")}
+
+
+def test_a_damaged_copy_as_new_as_the_notebook_filed_is_rejected_for_its_damage_not_as_a_duplicate(course, tmp_path):
+    """older_damaged: only a damaged file older than the notebook filed becomes a duplicate that lost (which the
+    student's page leaves out); one of the same time may be the copy meant, so its own reason stays."""
+    download = write_tree(tmp_path / "d", {"alice/02-shapes-and-loss.ipynb": notebook_bytes("alice"),
+                                           "alice/02-shapes-and-loss (1).ipynb": b'{"cells": ['})
+    for name in ("02-shapes-and-loss.ipynb", "02-shapes-and-loss (1).ipynb"):
+        os.utime(download / "alice" / name, (1_700_000_000, 1_700_000_000))
+    (damaged,) = collect(course, download).rejected
+    assert damaged.file == "alice/02-shapes-and-loss (1).ipynb"
+    assert damaged.reason.startswith("invalid JSON"), damaged.reason
+
+
+def test_late_as_a_whole_follows_nbgrader_a_file_at_the_due_time_is_on_time():
+    """nbgrader counts a hand-in late only when its time is after the due date: a file dated exactly at the due date is
+    on time, and a hand-in whose newest file is dated exactly then is not late as a whole."""
+    from autograder.collect import CollectReport, StudentReport, late_as_a_whole
+
+    due = dt.datetime(2026, 3, 1, 15, 59)  # naive UTC, as the gradebook keeps it
+    at_due, hour_before, hour_after = (f"{t:%Y-%m-%d %H:%M:%S}.000000 UTC" for t in
+                                       (due, due - dt.timedelta(hours=1), due + dt.timedelta(hours=1)))
+    report = CollectReport(source="d", students={
+        "ada": StudentReport("ada", "new", timestamp=at_due,
+                             file_times={"00-vectors-shapes-and-gradients": hour_before, "02-shapes-and-loss": at_due}),
+        "ben": StudentReport("ben", "new", timestamp=hour_after,
+                             file_times={"00-vectors-shapes-and-gradients": at_due, "02-shapes-and-loss": hour_after})})
+    assert late_as_a_whole(report, due, {}) == {
+        "ben": ("2026-03-01 16:59 UTC", "2026-03-01 15:59 UTC", ["00-vectors-shapes-and-gradients"])}
+
+
+def test_two_gradebook_ids_that_differ_only_in_case_do_not_stop_every_collect(course, tmp_path):
+    """id_clashes refuses new ids that differ from another only in case; two such students already in the gradebook
+    (added with nbgrader db) are the instructor's choice and must not refuse a download of someone else."""
+    with course.gradebook() as gb:
+        for sid in ("Uma", "uma"):
+            gb.update_or_create_student(sid)
+    report = collect(course, write_tree(tmp_path / "d", {"bob/02-shapes-and-loss.ipynb": notebook_bytes("bob")}))
+    assert sorted(report.students) == ["bob"]
