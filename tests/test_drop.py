@@ -233,3 +233,20 @@ def test_undo_keeps_an_extension_granted_since_the_drop_and_extend_names_a_dropp
     assert "kept the extension granted since the drop (until 2026-03-09 23:59 UTC), not the one they had before it " \
            "(until 2026-03-05 23:59 UTC)" in out, out
     assert main(["extend"]) == 0 and "s014: until 2026-03-09 23:59 UTC" in capsys.readouterr().out
+
+
+def test_a_dropped_student_s_rejected_files_are_neither_reported_nor_recorded_nor_copied(course, tmp_path, capsys):
+    """without_dropped: 'nothing of theirs is filed, registered or recorded': a dropped student's file that collect
+    would reject (notes.txt) must not reach the summary's rejected files, collect.json or the course's rejected/."""
+    download = class_download(course, tmp_path / "download", ["amy", "s014"])
+    assert main(["collect", str(download)]) == 0
+    assert main(["drop", "--student", "s014"]) == 0
+    (download / "s014" / "notes.txt").write_text("my notes\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["collect", str(download)]) == 0
+    out = capsys.readouterr().out
+    assert "not filed, dropped from the course (1): s014 (2 files)" in out, out
+    assert "rejected files" not in out, out
+    log = json.loads((course.reports_dir / "collect.json").read_text(encoding="utf-8"))
+    assert [r for r in log["rejected"] if r.get("student") == "s014"] == [], log["rejected"]
+    assert not (course.rejected_dir / "s014").exists()

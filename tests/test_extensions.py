@@ -475,3 +475,266 @@ def test_without_a_penalty_the_penalty_column_is_exactly_0_whatever_the_float_su
     course.step_dir("feedback", "ann").mkdir(parents=True)
     page = write_index(course, "ann", set(course.notebook_names()), set()).read_text(encoding="utf-8")
     assert "penalty" not in page, page
+
+
+def _grade_all(gb, student: str, job: dict, scores: dict | None = None) -> None:
+    """Commit full marks for every cell of the student's submission but those in scores ({grade id: its auto score;
+    None: waiting for a grader}), with the job row's values job."""
+    from autograder.grade import JOBS, commit_grades
+
+    JOBS.create(gb.engine, checkfirst=True)
+    grades = {nb.name: {"late": None, "comments": {},
+                        "grades": {g.name: (scores or {}).get(g.name, g.max_score) for g in nb.grades}}
+              for nb in gb.find_submission(ASSIGNMENT, student).notebooks}
+    gb.db.execute(JOBS.insert().values(student_id=student, assignment=ASSIGNMENT, digest=job.pop("digest", ""),
+                                       state="running"))
+    commit_grades(gb, student, {"timestamp": DUE - HOUR, "notebooks": grades}, job)
+
+
+def grades_rows(course: Course) -> dict[str, dict]:
+    import csv
+
+    from autograder.export import export
+
+    with open(export(course)[0], newline="", encoding="utf-8") as fh:
+        return {r["student_id"]: r for r in csv.DictReader(fh)}
+
+
+def test_export_leaves_the_scores_of_a_failed_grading_empty_and_counts_the_cells_waiting_for_a_grader(course):
+    """A student whose grading failed gets empty scores, not 0 and not an earlier grading's (an LMS upload would take
+    either for a score); a graded student with a cell waiting for a grader and a notebook that could not be graded is
+    'incomplete' (reasons to look at come first), with exactly that one cell waiting."""
+    import json
+
+    first, second = course.notebook_names()[:2]
+    with course.gradebook() as gb:
+        _grade_all(gb, "ann", {"state": "error", "error": "RuntimeError: boom", "notebooks": "{}"})
+        waiting = next(g.name for nb in gb.find_submission(ASSIGNMENT, "bob").notebooks if nb.name == first
+                       for g in nb.grades)
+        _grade_all(gb, "bob", {"state": "done", "notebooks": json.dumps({second: {"status": "error", "error": "x"}})},
+                   scores={waiting: None})
+    rows = grades_rows(course)
+    ann = rows["ann"]
+    assert ann["status"] == "error" and "grading failed: RuntimeError: boom" in ann["notes"], ann
+    assert (ann["raw_score"], ann["score"], ann["late_submission_penalty"], ann[first]) == ("", "", "", ""), ann
+    bob = rows["bob"]
+    assert bob["needs_manual_grading"] == "1", bob
+    assert bob["status"] == "incomplete", bob
+
+
+def test_export_calls_a_hand_in_with_changed_test_cells_incomplete(course):
+    import nbformat
+
+    from autograder.cells import is_test_cell
+    from autograder.grade import _digest
+
+    first = course.notebook_names()[0]
+    nb = nbformat.read(course.release_dir / f"{first}.ipynb", as_version=4)
+    test = next(c for c in nb.cells if is_test_cell(c))
+    test.source += "\nassert True  # my own check"
+    folder = course.step_dir("submitted", "bob")
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{first}.ipynb")
+    with course.gradebook() as gb:
+        _grade_all(gb, "bob", {"state": "done", "notebooks": "{}", "digest": _digest(folder)})
+    bob = grades_rows(course)["bob"]
+    assert bob["status"] == "incomplete", bob
+    assert f"{first}: test cells changed by the student, graded as released: {test.metadata.nbgrader.grade_id}" \
+        in bob["notes"], bob
+
+
+def test_export_says_a_collected_student_is_no_longer_in_the_gradebook(course):
+    from autograder.collect import write_collect_log
+    from autograder.extensions import NOT_IN_GRADEBOOK
+
+    write_collect_log(course, {"students": {"cat": {"status": "no valid notebook", "notebooks": {}, "missing": []}},
+                               "rejected": [{"file": "cat/notes.txt", "reason": "not a notebook", "student": "cat",
+                                             "copy": None}], "ignored": []})
+    cat = grades_rows(course)["cat"]
+    assert f"{NOT_IN_GRADEBOOK}; `nbgrader db student add cat`" in cat["notes"], cat
+
+
+def test_export_with_bom_starts_both_files_with_a_byte_order_mark_and_without_none(course):
+    from autograder.export import export
+
+    for path in export(course, bom=True):
+        assert path.read_bytes().startswith(b"\xef\xbb\xbfassignment,"), path
+    for path in export(course):
+        assert path.read_bytes().startswith(b"assignment,"), path
+
+
+def test_export_gives_whole_seconds_late_however_late(course):
+    """seconds_late is a whole number of seconds, also for a hand-in weeks late (not 1.728e+06)."""
+    from autograder.grade import JOBS, commit_grades
+
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        grades = {nb.name: {"late": None, "comments": {}, "grades": {g.name: g.max_score for g in nb.grades}}
+                  for nb in gb.find_submission(ASSIGNMENT, "bob").notebooks}
+        gb.db.execute(JOBS.insert().values(student_id="bob", assignment=ASSIGNMENT, digest="", state="running"))
+        commit_grades(gb, "bob", {"timestamp": DUE + dt.timedelta(days=20, microseconds=500_000), "notebooks": grades},
+                      {"state": "done", "notebooks": "{}"})
+    assert grades_rows(course)["bob"]["seconds_late"] == str(20 * 86400)
+
+
+def test_export_reads_the_notebooks_on_time_against_the_student_s_extension(course):
+    """A file dated after the course's due date but within the student's extension was handed in on time."""
+    from autograder.collect import TIMESTAMP_FORMAT, write_collect_log
+
+    first, second = course.notebook_names()[:2]
+    grant(course, ["bob"], DUE + 2 * HOUR)
+    with course.gradebook() as gb:
+        _grade_all(gb, "bob", {"state": "done", "notebooks": "{}"})
+        gb.find_submission(ASSIGNMENT, "bob").timestamp = DUE + 3 * HOUR
+        gb.db.commit()
+    times = {first: (DUE + 90 * dt.timedelta(minutes=1)).strftime(TIMESTAMP_FORMAT),
+             second: (DUE + 3 * HOUR).strftime(TIMESTAMP_FORMAT)}
+    write_collect_log(course, {"students": {"bob": {"status": "new", "notebooks": {first: f"bob/{first}.ipynb",
+                                                                                  second: f"bob/{second}.ipynb"},
+                                                    "missing": [], "file_times": times}},
+                               "rejected": [], "ignored": []})
+    notes = grades_rows(course)["bob"]["notes"]
+    assert "handed in 1 h after the extended due date" in notes, notes
+    assert f"on time: {first} (nbgrader dates a hand-in by its newest file, so it counts as late too" in notes, notes
+
+
+def test_export_names_a_deleted_answer_cell_only_where_its_tests_lost_points(course):
+    import nbformat
+
+    from autograder.cells import exercises
+    from autograder.grade import _digest
+
+    first = course.notebook_names()[0]
+    nb = nbformat.read(course.release_dir / f"{first}.ipynb", as_version=4)
+    exercise = exercises(nb, first)[0]
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != exercise.solution_id]
+    for student in ("ann", "bob"):
+        folder = course.step_dir("submitted", student)
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{first}.ipynb")
+    with course.gradebook() as gb:
+        for student, scores in (("ann", dict.fromkeys(exercise.test_ids, 0.0)), ("bob", None)):  # ann's tests failed
+            digest = _digest(course.step_dir("submitted", student))
+            _grade_all(gb, student, {"state": "done", "notebooks": "{}", "digest": digest}, scores=scores)
+    rows = grades_rows(course)
+    assert f"{first}: answer cells deleted by the student, and their tests failed" in rows["ann"]["notes"], rows["ann"]
+    assert "answer cells deleted" not in rows["bob"]["notes"], rows["bob"]
+
+
+def _graded_ann(course: Course, handed_in: dt.datetime, full_marks: bool = True) -> str:
+    """ann's hand-in of the first notebook graded (full marks, or 0, dated handed_in), its autograded copy in place;
+    return the notebook's name."""
+    import shutil
+
+    from autograder.grade import JOBS, commit_grades
+
+    first = course.notebook_names()[0]
+    with course.gradebook() as gb:
+        JOBS.create(gb.engine, checkfirst=True)
+        grades = {nb.name: {"late": None, "comments": {},
+                            "grades": {g.name: g.max_score if full_marks else 0.0 for g in nb.grades}}
+                  for nb in gb.find_submission(ASSIGNMENT, "ann").notebooks}
+        gb.db.execute(JOBS.insert().values(student_id="ann", assignment=ASSIGNMENT, digest="", state="running"))
+        commit_grades(gb, "ann", {"timestamp": handed_in, "notebooks": grades}, {"state": "done", "notebooks": "{}"})
+    graded = course.step_dir("autograded", "ann")
+    graded.mkdir(parents=True)
+    shutil.copy(course.release_dir / f"{first}.ipynb", graded)
+    return first
+
+
+def test_a_late_page_names_the_student_s_extended_due_date_and_why_its_tests_failed(course):
+    from autograder.export import released_test_ids
+    from autograder.feedback import generate_for, page_text
+
+    grant(course, ["ann"], DUE + HOUR / 2)
+    _graded_ann(course, DUE + HOUR, full_marks=False)
+    [page] = generate_for(course, "ann", None, released_test_ids(course))
+    text = page_text(page.read_text(encoding="utf-8"))
+    assert "30 min after your extended due date (2026-03-01 16:29 UTC, 2026-03-02 00:29 Beijing time)" in text, \
+        text[:3000]
+    assert "Why a test failed. Each failed test below says why" in text, text[:3000]
+
+
+def test_a_page_showing_a_hidden_test_line_is_withheld_by_render(course):
+    """render's last guard: a page that shows a leak signature more often than the student's own cells hold it is
+    deleted and the student named (here the signature is a line the page does show: a test cell's visible check)."""
+    import nbformat
+
+    from autograder.cells import is_test_cell, visible_source
+    from autograder.feedback import FeedbackResult, authored_text, render
+
+    first = _graded_ann(course, DUE - HOUR)
+    graded = course.step_dir("autograded", "ann") / f"{first}.ipynb"
+    authored = authored_text(graded)
+    shown = next(line.strip() for c in nbformat.read(graded, as_version=4).cells if is_test_cell(c)
+                 for line in visible_source(c.source).split("\n")
+                 if len(line.strip()) >= 20 and line.strip() not in authored)
+    result = FeedbackResult()
+    render(course, ["ann"], {shown}, 1, result)
+    assert result.written == [], result.written
+    assert result.errors["ann"] == f"{first}.html withheld: it would show hidden test text (1 lines)", result.errors
+    assert not (course.step_dir("feedback", "ann") / f"{first}.html").exists()
+
+
+def test_the_overview_links_the_page_of_a_notebook_that_was_not_graded(course):
+    from autograder.feedback import write_index
+
+    first, second = course.notebook_names()[:2]
+    course.step_dir("feedback", "bob").mkdir(parents=True)
+    page = write_index(course, "bob", set(), {first}).read_text(encoding="utf-8")
+    assert f'<a href="{ASSIGNMENT}/{first}.html">{first}</a>' in page, page
+    assert f'<a href="{ASSIGNMENT}/{second}.html">' not in page, page
+
+
+def test_a_not_graded_page_shows_a_file_name_as_text(course):
+    """explain_not_graded: the reason quotes the student's file name, which may hold HTML."""
+    from autograder.feedback import explain_not_graded
+
+    first = course.notebook_names()[0]
+    why = 'Your file bob/<img src=x onerror="window.__hostile_ran=1">.ipynb was not accepted: invalid JSON.'
+    [page] = explain_not_graded(course, "bob", {first: why})
+    text = page.read_text(encoding="utf-8")
+    assert "<img" not in text and "&lt;img src=x onerror=&quot;window.__hostile_ran=1&quot;&gt;" in text, text
+
+
+def test_feedback_removes_the_earlier_pages_of_a_student_whose_last_download_could_not_be_filed(course):
+    from autograder.collect import write_collect_log
+    from autograder.feedback import feedback, index_page
+
+    first = course.notebook_names()[0]
+    write_collect_log(course, {"students": {"bob": {"status": "not filed", "notebooks": {}, "missing": [],
+                                                    "unfiled": [first], "error": "OSError: disk full"}},
+                               "rejected": [], "ignored": []})
+    old = course.step_dir("feedback", "bob") / f"{first}.html"
+    old.parent.mkdir(parents=True)
+    old.write_text("<p>an earlier grading</p>", encoding="utf-8")
+    index_page(course, "bob").write_text("<p>an earlier overview</p>", encoding="utf-8")
+    result = feedback(course, ["bob"])
+    assert "removed its earlier page" in result.errors["bob"], result.errors
+    assert not old.exists() and not index_page(course, "bob").exists()
+
+
+def test_feedback_writes_no_pages_for_a_hand_in_filed_again_or_a_hand_score_outside_its_points(course):
+    import shutil
+
+    import nbformat
+
+    from autograder.export import HAND_SCORE_OUTSIDE
+    from autograder.feedback import HANDED_IN_AGAIN, feedback
+
+    first = _graded_ann(course, DUE - HOUR)
+    folder = course.step_dir("submitted", "ann")  # collected again since grading: the job's digest is another
+    folder.mkdir(parents=True)
+    nbformat.write(nbformat.read(course.release_dir / f"{first}.ipynb", as_version=4), folder / f"{first}.ipynb")
+    result = feedback(course, ["ann"])
+    assert result.errors["ann"].startswith(HANDED_IN_AGAIN), result.errors
+    assert result.written == [] and not list(course.step_dir("feedback", "ann").glob("*.html"))
+    shutil.rmtree(folder.parent)  # the newer hand-in gone: the grading stands again; now a hand score past its points
+    with course.gradebook() as gb:
+        grade = next(g for nb in gb.find_submission(ASSIGNMENT, "ann").notebooks if nb.name == first
+                     for g in nb.grades if g.max_score)
+        grade.manual_score = grade.max_score + 5
+        gb.db.commit()
+    result = feedback(course, ["ann"])
+    assert result.errors["ann"].startswith(HAND_SCORE_OUTSIDE), result.errors
+    assert result.written == [] and not list(course.step_dir("feedback", "ann").glob("*.html"))

@@ -1256,3 +1256,117 @@ def test_a_student_whose_pages_need_too_much_memory_gets_an_error_and_the_machin
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ("([], \"writing the pages ran out of the memory a student's pages may take, and was "
                                    "stopped (a notebook with very large or unusual content?)\")"), done.stdout
+
+
+# --- mutation audit: behaviour no test pinned -------------------------------------------------------------------
+
+
+def test_a_javascript_link_and_html_printed_by_a_cell_stay_inert_in_formgrader_and_on_the_page(tmp_path):
+    """A well-formed javascript: link in a written answer (hostile_notebook's has a space, so markdown never reads it
+    as a link) must not become a live href; HTML a cell printed (plain text, no colour codes) is shown as text in
+    formgrader, which shows every output."""
+    printed = f'<img src=x onerror="{HOSTILE}">'
+    link = new_markdown_cell("[click me](javascript:window.__hostile_ran=1)")
+    code = new_code_cell("print(x)", execution_count=1,
+                         outputs=[new_output("stream", name="stdout", text=printed + "\n")])
+    page = formgrader_page(nbformat.v4.new_notebook(cells=[link, code]))
+    assert _live_script(page) == [], _live_script(page)
+    assert printed in page_text(page) and "click me" in page_text(page)
+    feedback = cells_page(tmp_path, [link])
+    assert _live_script(feedback) == [], _live_script(feedback)
+
+
+def test_the_page_gives_times_in_utc_and_beijing_time():
+    import datetime as dt
+
+    from autograder.feedback import both_clocks
+
+    assert both_clocks(dt.datetime(2026, 3, 1, 16, 3)) == "2026-03-01 16:03 UTC, 2026-03-02 00:03 Beijing time"
+
+
+def test_only_hidden_lines_the_release_does_not_show_and_long_enough_to_mean_something_are_leak_signatures(tmp_path):
+    """hidden_lines: a hidden line that the release shows anyway (a visible check repeated in the hidden block) or one
+    shorter than MIN_LEAK_LINE is no signature: counted, it would withhold every page that shows it."""
+    from types import SimpleNamespace
+
+    from autograder.feedback import hidden_lines
+
+    visible = "check_close('kl is finite', ex_kl(p, q), 0.0)"
+    secret = "_q = np.array([0.125, 0.375, 0.5])  # hidden input"
+    source = tmp_path / "source"
+    release = tmp_path / "release"
+    for folder, text in ((source, f"{visible}\n### BEGIN HIDDEN TESTS\n{visible}\nx = 1\n{secret}\n"
+                                  "### END HIDDEN TESTS"), (release, visible)):
+        folder.mkdir()
+        nbformat.write(nbformat.v4.new_notebook(cells=[new_code_cell(text)]), folder / "nb.ipynb")
+    assert hidden_lines(SimpleNamespace(source_dir=source, release_dir=release)) == {secret}
+
+
+def test_a_page_lists_at_most_five_files_no_notebook_page_names():
+    from autograder.feedback import unmatched_rejections
+
+    log = {"students": {}, "ignored": [], "rejected": [
+        {"file": f"ann/venv/lib/f{i}.py", "reason": "not a notebook (.py)", "student": "ann", "copy": None}
+        for i in range(7)]}
+    assert unmatched_rejections("ann", ["02-shapes-and-loss"], log) == "; ".join(
+        f"ann/venv/lib/f{i}.py (not a notebook (.py))" for i in range(5)) + "; …"
+
+
+def test_a_late_notebook_that_scored_0_is_told_the_penalty_takes_nothing():
+    import datetime as dt
+
+    from autograder.feedback import late_note
+
+    due = dt.datetime(2026, 3, 1, 15, 59)
+    note = late_note(due + dt.timedelta(hours=1), due, 3600, 0.0, capped=True)
+    assert note.endswith("The late penalty takes nothing: this notebook scored 0."), note
+
+
+def test_a_lost_cells_error_reaches_the_page_without_nbgrader_s_words():
+    from autograder.cells import LOST_CELLS
+    from autograder.feedback import error_for_the_page
+
+    ours = f"{LOST_CELLS}1 of its 2 answer cells (ex_a)"
+    assert error_for_the_page(f"{ours} (nbgrader: CellExecutionError: _q = [0.125, 0.375])") == ours
+
+
+def _preprocessor(**gradebook):
+    """GetGradesNotingPending as nbgrader's preprocess leaves it for one cell: a gradebook answering find_*."""
+    from types import SimpleNamespace
+
+    from autograder.feedback import GetGradesNotingPending
+
+    pre = GetGradesNotingPending()
+    pre.gradebook = SimpleNamespace(**gradebook)
+    pre.notebook_id, pre.assignment_id, pre.student_id = "nb", "part-ii", "ann"
+    return pre
+
+
+def test_an_answer_left_as_released_says_no_answer_also_after_a_grader_emptied_the_comment_box():
+    from types import SimpleNamespace
+
+    from autograder.feedback import UNANSWERED
+
+    comment = SimpleNamespace(manual_comment="", auto_comment="No response.", comment="")
+    cell = new_markdown_cell("YOUR ANSWER HERE")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": True, "grade_id": "answer_x", "points": 2}
+    _preprocessor(find_comment=lambda *args: comment)._get_comment(cell, {})
+    assert cell.metadata.nbgrader["comment"] == UNANSWERED
+
+
+def test_a_hand_score_a_regrade_flagged_again_is_to_be_reviewed_not_ungraded():
+    from types import SimpleNamespace
+
+    from autograder.feedback import REVIEWED_COMMENT
+
+    grade = SimpleNamespace(score=1.5, max_score=2.0, needs_manual_grade=True, manual_score=1.5)
+    cell = new_markdown_cell("my answer")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": True, "grade_id": "answer_x", "points": 2,
+                                 "comment": "good"}
+    resources = {"nbgrader": {"pending": {}}}
+    _preprocessor(find_grade=lambda *args: grade, find_comment=lambda *args: SimpleNamespace(manual_comment="good")
+                  )._get_score(cell, resources)
+    assert resources["nbgrader"]["pending"] == {"answer_x": (2.0, True)}
+    assert cell.metadata.nbgrader["comment"] == (
+        f"{REVIEWED_COMMENT}good\n\nTo be reviewed: your notebook was graded again after your instructor scored this "
+        "answer; the 1.5 of 2 points shown can change.")
