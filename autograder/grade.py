@@ -743,6 +743,14 @@ def discard_job_dir(job_dir: Path) -> None:
     shutil.rmtree(job_dir, ignore_errors=True)
 
 
+def discard_job_dirs(grading_dir: Path) -> None:
+    """Delete every job folder in grading_dir and their scratch folders (only while holding the course's lock, when
+    none is live)."""
+    for stale in grading_dir.iterdir() if grading_dir.is_dir() else ():
+        if stale.is_dir():
+            discard_job_dir(stale)
+
+
 def worker_context():
     """Fork workers from a server that has already imported nbgrader (a worker starts in ms, not seconds)."""
     ctx = multiprocessing.get_context("forkserver")
@@ -1072,9 +1080,10 @@ class Scheduler:
         for run in self.running.values():
             stop_worker(run.proc)
             self._keep_log(run)  # why a job that seemed stuck was: the instructor may have pressed Ctrl-C to find out
-            # now, not at the next run's start: the scratch folder in /tmp holds what the student's code wrote, and a
-            # course never graded again (a test's, or one given up) would leave it there
-            discard_job_dir(run.job_dir)
+        # now, not at the next run's start: a scratch folder in /tmp holds what the student's code wrote, and a course
+        # never graded again (a test's, or one given up) would keep it there; every job folder, also one the interrupt
+        # caught between prepare_job and self.running
+        discard_job_dirs(self.course.grading_dir)
         # the course's grade lock is ours, so every running row is this run's: also the job whose start
         # or finish was interrupted, which self.running may no longer hold
         for busy, queued in (("running", "pending"), (REGRADING, REQUEUED)):
@@ -1220,9 +1229,7 @@ def grade(course: Course, options: GradeOptions) -> GradeResult:
                     warn_weak_cells(json.loads(records.read_text(encoding="utf-8")))
             todo, skipped = plan_jobs(gb.db, course, students, options.force)
             course.grading_dir.mkdir(parents=True, exist_ok=True)
-            for stale in course.grading_dir.iterdir():  # left by a killed run (we hold the lock: none is live)
-                if stale.is_dir():
-                    discard_job_dir(stale)
+            discard_job_dirs(course.grading_dir)  # left by a killed run
             template = course.grading_dir / "template.db"
             if todo:
                 build_template(course, gb.engine, template)

@@ -670,13 +670,12 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         # without $PART_II_BUILD, as from a shell that gives --build only: the advice must repeat it
         proc = started_as_from_a_terminal(grade_command(build, subset),
                                           {k: v for k, v in os.environ.items() if k != "PART_II_BUILD"})
-        running = [r["pid"] for r in wait_for_done_and_running(course, proc).values() if r["state"] == "running"]
-        scratch, started = [], set()  # the started jobs' scratch folders in /tmp and students (half-written: skipped)
+        rows = wait_for_done_and_running(course, proc)
+        running = [r["pid"] for r in rows.values() if r["state"] == "running"]
+        scratch = []  # the started jobs' scratch folders in /tmp (a job folder still being written: skipped)
         for job in course.grading_dir.glob("*/job.json"):
             with contextlib.suppress(OSError, ValueError):
-                spec = json.loads(job.read_text(encoding="utf-8"))
-                scratch.append(Path(spec["scratch_root"]))
-                started.add(spec["student"])
+                scratch.append(Path(json.loads(job.read_text(encoding="utf-8"))["scratch_root"]))
         assert scratch, list(course.grading_dir.iterdir())
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -691,7 +690,8 @@ def test_ctrl_c_stops_the_run_cleanly_and_the_next_run_grades_the_rest_exactly_o
         # logs kept: why a job seemed stuck is what an instructor who pressed Ctrl-C wants to read
         assert not [p for p in course.grading_dir.iterdir() if p.is_dir()], list(course.grading_dir.iterdir())
         assert not [p for p in scratch if p.exists()], scratch
-        stopped_logs = [course.reports_dir / "grade-logs" / f"{s}.log" for s in started if stopped[s]["state"] == "pending"]
+        stopped_logs = [course.reports_dir / "grade-logs" / f"{s}.log" for s, r in rows.items()
+                        if r["state"] == "running" and stopped[s]["state"] == "pending"]
         assert stopped_logs and all(p.is_file() and p.stat().st_size > 0 for p in stopped_logs), stopped_logs
         deadline = time.monotonic() + 30  # workers, sandboxes and kernels end within seconds of grade
         while processes_of_build(build) and time.monotonic() < deadline:
