@@ -1282,6 +1282,19 @@ def test_an_oversized_zip_member_that_is_damaged_is_rejected_for_its_student_wit
     assert report.students["10006"].status == "no valid notebook"
 
 
+def write_answer_and_test_release(release: Path, *extra) -> nbformat.NotebookNode:
+    """Write a released notebook of an answer cell (id 'answer', grade id ex_a) and a 2-point test cell (id 'test',
+    grade id test_a), then the extra cells, at release; return it."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise NotImplementedError()", id="answer"),
+                                         nbformat.v4.new_code_cell("assert True", id="test"), *extra])
+    nb.cells[0].metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "grade_id": "ex_a",
+                                        "schema_version": 3}
+    nb.cells[1].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2,
+                                        "grade_id": "test_a", "schema_version": 3}
+    nbformat.write(nb, release)
+    return nb
+
+
 def test_nbgrader_metadata_an_editor_dropped_is_put_back_from_the_release_by_cell_id(course, tmp_path):
     """Answer cells without their nbgrader metadata are not found by nbgrader (the notebook scores 0)."""
     import copy
@@ -1289,14 +1302,7 @@ def test_nbgrader_metadata_an_editor_dropped_is_put_back_from_the_release_by_cel
     from autograder.worker import lost_cells_reason
 
     release = course.release_dir / "02-shapes-and-loss.ipynb"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise NotImplementedError()", id="answer"),
-                                         nbformat.v4.new_code_cell("assert True", id="test"),
-                                         nbformat.v4.new_markdown_cell("notes", id="plain")])
-    nb.cells[0].metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "grade_id": "ex_a",
-                                        "schema_version": 3}
-    nb.cells[1].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2,
-                                        "grade_id": "test_a", "schema_version": 3}
-    nbformat.write(nb, release)
+    nb = write_answer_and_test_release(release, nbformat.v4.new_markdown_cell("notes", id="plain"))
     stripped = copy.deepcopy(nb)
     stripped.cells[0].source = "x = 1  # my answer"
     for cell in stripped.cells:
@@ -2546,14 +2552,7 @@ def test_a_stub_with_only_blank_lines_added_is_still_handed_in_as_released(cours
 def test_nbgrader_metadata_is_put_back_only_on_a_cell_of_the_released_type(course, tmp_path):
     """restore_metadata: 'same id and type': a code answer cell the student turned into markdown keeps no answer
     metadata (nbgrader would take prose for the code answer); the unchanged test cell gets its own back."""
-    release = course.release_dir / "02-shapes-and-loss.ipynb"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise NotImplementedError()", id="answer"),
-                                         nbformat.v4.new_code_cell("assert True", id="test")])
-    nb.cells[0].metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "grade_id": "ex_a",
-                                        "schema_version": 3}
-    nb.cells[1].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2,
-                                        "grade_id": "test_a", "schema_version": 3}
-    nbformat.write(nb, release)
+    write_answer_and_test_release(course.release_dir / "02-shapes-and-loss.ipynb")
     handed = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("my answer, in words", id="answer"),
                                              nbformat.v4.new_code_cell("assert True", id="test")])
     download = write_tree(tmp_path / "d", {"kim/02-shapes-and-loss.ipynb": nbformat.writes(handed).encode()})
